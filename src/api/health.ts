@@ -1,0 +1,31 @@
+import { jsonReply, problemReply, route } from '../http/uws.js';
+import type { ShardContext } from '../workers/shard-context.js';
+import { openApiDocument } from './openapi.js';
+import { API_PREFIX } from './route.js';
+
+const READY_TIMEOUT_MS = 2_000;
+
+function within<T>(p: Promise<T>, ms: number): Promise<T> {
+  return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms).unref())]);
+}
+
+/** Unauthenticated endpoints: liveness, readiness, and the API description. */
+export function installHealth(shard: ShardContext): void {
+  route(shard.http, 'get', '/healthz', 0, () => jsonReply(200, { status: 'ok' }));
+  route(shard.http, 'get', '/readyz', 0, async () => {
+    const [db, shards] = await Promise.allSettled([
+      within(shard.sql`select 1`, READY_TIMEOUT_MS),
+      shard.main.ask<{ shardsUp: number; shardsTotal: number }>({ type: 'health' }, READY_TIMEOUT_MS),
+    ]);
+    const checks = {
+      database: db.status === 'fulfilled' ? 'ok' : 'unreachable',
+      shards: shards.status === 'fulfilled' ? `${shards.value.shardsUp}/${shards.value.shardsTotal}` : 'unknown',
+    };
+    const ok = db.status === 'fulfilled' && shards.status === 'fulfilled' && shards.value.shardsUp === shards.value.shardsTotal;
+    if (ok) return jsonReply(200, { status: 'ready', checks });
+    const r = problemReply('unavailable', `not ready: database ${checks.database}, shards up ${checks.shards}`);
+    return { ...r, body: JSON.stringify({ ...JSON.parse(String(r.body)), checks }) };
+  });
+  const doc = JSON.stringify(openApiDocument(shard.config.baseUrl + API_PREFIX.replace('/api/v1', '')));
+  route(shard.http, 'get', `${API_PREFIX}/openapi.json`, 0, () => ({ status: 200, headers: { 'content-type': 'application/json' }, body: doc }));
+}

@@ -1,0 +1,77 @@
+import type { ApiCall, ApiRoute } from './route.js';
+import { API_PREFIX } from './route.js';
+import { keyRoutes } from './keys.js';
+import { profileRoutes } from './profile.js';
+import { teamRoutes } from './teams.js';
+import { userRoutes } from './users.js';
+import { tunnelRoutes } from './tunnels.js';
+import { isUuid } from './schemas.js';
+import { validate, validateQuery } from './validate.js';
+import { scopeAllows } from '../auth/scopes.js';
+import { ApiError } from '../errors.js';
+import { jsonReply, problemReply, route, type RequestData } from '../http/uws.js';
+import type { ShardContext } from '../workers/shard-context.js';
+
+// The route table: every operation with the scope and role it needs. Who may do what is
+// read here (and in each resource file's table), never buried in handlers.
+export const ROUTES: readonly ApiRoute[] = [...keyRoutes, ...profileRoutes, ...teamRoutes, ...userRoutes, ...tunnelRoutes];
+
+const SCOPE_WORDS = {
+  management: 'the management scope',
+  tunnels: 'the tunnels scope',
+  'tunnels-or-management': 'the tunnels or management scope',
+  any: 'a valid key',
+} as const;
+
+function parseJsonBody(req: RequestData): unknown {
+  if (req.body.length === 0) throw new ApiError('bad-request', 'a JSON request body is required');
+  const type = (req.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json' && !type.endsWith('+json')) {
+    throw new ApiError('unsupported-media-type', `the request body must be application/json, got ${type ? `"${type}"` : 'no Content-Type'}`);
+  }
+  try {
+    return JSON.parse(req.body.toString('utf8'));
+  } catch (err) {
+    throw new ApiError('bad-request', `the request body is not valid JSON: ${(err as Error).message}`);
+  }
+}
+
+async function call(shard: ShardContext, r: ApiRoute, names: string[], req: RequestData) {
+  const principal = await shard.authenticate(req.headers.get('authorization'), req.ip);
+  if (!scopeAllows(r.scope, principal.scopes)) {
+    throw new ApiError('forbidden', `${r.operationId} needs ${SCOPE_WORDS[r.scope]}; this key has ${principal.scopes.join(', ')}`);
+  }
+  if (r.adminOnly && principal.role !== 'admin') throw new ApiError('forbidden', `${r.operationId} needs the admin role`);
+  const params: Record<string, string> = {};
+  names.forEach((name, i) => {
+    const v = req.params[i] ?? '';
+    if (r.params?.[name] === 'uuid' && !isUuid(v)) throw new ApiError('bad-request', `path parameter "${name}" must be a UUID, got "${v}"`);
+    params[name] = r.params?.[name] === 'uuid' ? v.toLowerCase() : v;
+  });
+  if (!r.query && [...req.query.keys()].length > 0) {
+    throw new ApiError('bad-request', `${r.operationId} takes no query parameters, got "${[...req.query.keys()].join('", "')}"`);
+  }
+  const query = r.query ? validateQuery(r.query, req.query) : {};
+  const body = r.body ? validate(r.body, parseJsonBody(req), 'body') : undefined;
+  const c: ApiCall = { shard, principal, params, query, body, ip: req.ip };
+  return jsonReply(r.status, await r.handle(c));
+}
+
+const UWS_METHOD = { get: 'get', post: 'post', put: 'put', delete: 'del' } as const;
+
+export function installApi(shard: ShardContext): void {
+  const allowed = new Map<string, string[]>();
+  for (const r of ROUTES) {
+    const names = [...r.path.matchAll(/\{(\w+)\}/g)].map((m) => m[1]!);
+    const pattern = API_PREFIX + r.path.replace(/\{(\w+)\}/g, ':$1');
+    allowed.set(pattern, [...(allowed.get(pattern) ?? []), r.method.toUpperCase()]);
+    route(shard.http, UWS_METHOD[r.method], pattern, names.length, (req) => call(shard, r, names, req));
+  }
+  for (const [pattern, methods] of allowed) {
+    const count = (pattern.match(/:/g) ?? []).length;
+    route(shard.http, 'any', pattern, count, () => ({
+      ...problemReply('method-not-allowed', `this path accepts ${methods.join(', ')}`),
+      headers: { 'content-type': 'application/problem+json', allow: methods.join(', ') },
+    }));
+  }
+}

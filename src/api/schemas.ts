@@ -1,0 +1,129 @@
+import { FormatRegistry, Type, type Static, type TSchema } from '@sinclair/typebox';
+
+// The API's shapes (api.md "Resources and their fields"), used three ways: to validate
+// requests, to type handlers, and to generate openapi.json. Nullable fields are always
+// present (decisions.md: null, never omitted).
+const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
+const Uuid = Type.String({ format: 'uuid' });
+const DateTime = Type.String({ format: 'date-time' });
+
+export const ApiScope = Type.Union([Type.Literal('tunnels'), Type.Literal('management')], { $id: 'ApiScope' });
+export const Role = Type.Union([Type.Literal('admin'), Type.Literal('member')], { $id: 'Role' });
+export const TeamRole = Type.Union([Type.Literal('owner'), Type.Literal('member')], { $id: 'TeamRole' });
+
+export const ApiKey = Type.Object(
+  {
+    id: Uuid,
+    name: Type.String(),
+    key_prefix: Type.String(),
+    scopes: Type.Array(ApiScope),
+    created_at: DateTime,
+    expires_at: Nullable(DateTime),
+    revoked_at: Nullable(DateTime),
+  },
+  { $id: 'ApiKey' },
+);
+export type ApiKey = Static<typeof ApiKey>;
+
+export const CreatedKey = Type.Object({ info: ApiKey, key: Type.String() }, { $id: 'CreatedKey' });
+export type CreatedKey = Static<typeof CreatedKey>;
+
+export const Account = Type.Object({ id: Uuid, provider: Type.String(), created_at: DateTime }, { $id: 'Account' });
+export type Account = Static<typeof Account>;
+
+export const User = Type.Object(
+  {
+    id: Uuid,
+    email: Type.String(),
+    name: Type.String(),
+    avatar_url: Nullable(Type.String()),
+    role: Role,
+    metadata: Type.Record(Type.String(), Type.Unknown()),
+    created_at: DateTime,
+    updated_at: DateTime,
+    deactivated_at: Nullable(DateTime),
+  },
+  { $id: 'User' },
+);
+export type User = Static<typeof User>;
+
+export const Session = Type.Object(
+  {
+    id: Uuid,
+    user_id: Uuid,
+    tunnel_id: Type.String(),
+    client_ip: Nullable(Type.String()),
+    connected_at: DateTime,
+    disconnected_at: Nullable(DateTime),
+    bytes_in: Type.Integer(),
+    bytes_out: Type.Integer(),
+    requests: Type.Integer(),
+  },
+  { $id: 'Session' },
+);
+export type Session = Static<typeof Session>;
+
+export const Team = Type.Object({ id: Uuid, name: Type.String(), created_at: DateTime, updated_at: DateTime }, { $id: 'Team' });
+export type Team = Static<typeof Team>;
+
+export const TeamMember = Type.Object(
+  { id: Uuid, team_id: Uuid, user_id: Uuid, role: TeamRole, created_at: DateTime },
+  { $id: 'TeamMember' },
+);
+export type TeamMember = Static<typeof TeamMember>;
+
+export const Tunnel = Type.Object(
+  {
+    id: Type.String(),
+    owner_id: Uuid,
+    team_id: Nullable(Uuid),
+    remote_port: Nullable(Type.Integer()),
+    tunnel_type: Type.Union([Type.Literal('http'), Type.Literal('tcp')]),
+    uptime_secs: Type.Number(),
+    stats: Type.Object({ bytes_in: Type.Integer(), bytes_out: Type.Integer(), requests: Type.Integer() }),
+  },
+  { $id: 'Tunnel' },
+);
+
+export const Empty = Type.Object({}, { additionalProperties: false, $id: 'Empty' });
+
+export const ProblemSchema = Type.Object(
+  {
+    type: Type.String(),
+    title: Type.String(),
+    status: Type.Integer(),
+    detail: Type.String(),
+    errors: Type.Optional(Type.Array(Type.Object({ field: Type.String(), message: Type.String() }))),
+  },
+  { $id: 'Error' },
+);
+
+// Request bodies: unknown fields are refused (a typo must not be silently ignored).
+const Name = Type.String({ minLength: 1, maxLength: 100, pattern: '\\S' });
+
+export const CreateKeyBody = Type.Object(
+  {
+    name: Name,
+    expires_at: Type.Optional(Nullable(DateTime)),
+    scopes: Type.Optional(Nullable(Type.Array(ApiScope, { minItems: 1, maxItems: 2, uniqueItems: true }))),
+  },
+  { additionalProperties: false },
+);
+export const CreateTeamBody = Type.Object({ name: Name, owner_id: Type.Optional(Nullable(Uuid)) }, { additionalProperties: false });
+export const AddMemberBody = Type.Object({ user_id: Uuid }, { additionalProperties: false });
+export const TeamRoleBody = Type.Object({ role: TeamRole }, { additionalProperties: false });
+export const RoleBody = Type.Object({ role: Role }, { additionalProperties: false });
+
+const Limit = Type.Integer({ minimum: 1, maximum: 1000, default: 50 });
+export const SessionsQuery = Type.Object({ limit: Type.Optional(Limit), all: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false });
+export const UsersQuery = Type.Object({ limit: Type.Optional(Limit) }, { additionalProperties: false });
+
+// Formats TypeBox checks only once registered.
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const DATE_TIME_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+FormatRegistry.Set('uuid', (v) => UUID_RE.test(v));
+FormatRegistry.Set('date-time', (v) => DATE_TIME_RE.test(v) && !Number.isNaN(Date.parse(v)));
+
+export function isUuid(v: string): boolean {
+  return UUID_RE.test(v);
+}

@@ -1,0 +1,66 @@
+import { Type, type Static } from '@sinclair/typebox';
+import type { ApiCall, ApiRoute } from './route.js';
+import { RoleBody, User, UsersQuery } from './schemas.js';
+import * as users from '../db/users.js';
+import { invalidateKeys } from '../auth/api-keys.js';
+import { ApiError } from '../errors.js';
+import type { Sql } from '../db/sql.js';
+
+const DEFAULT_LIMIT = 50;
+const CLOSE_TIMEOUT_MS = 10_000;
+
+async function list({ shard, query }: ApiCall<unknown, Static<typeof UsersQuery>>) {
+  return users.listUsers(shard.sql, query.limit ?? DEFAULT_LIMIT);
+}
+
+async function existing(sql: Sql, id: string) {
+  const u = await users.getUser(sql, id);
+  if (!u) throw new ApiError('not-found', `no user ${id}`);
+  return u;
+}
+
+/** The change must leave at least one active admin, or nobody could ever manage users again. */
+async function keepAnAdmin(sql: Sql, target: { role: string; deactivated_at: string | null }): Promise<void> {
+  if (target.role === 'admin' && target.deactivated_at === null && (await users.countActiveAdmins(sql)) <= 1) {
+    throw new ApiError('conflict', 'this is the last active admin; promote another user to admin first');
+  }
+}
+
+async function deactivate({ shard, principal, params }: ApiCall) {
+  if (params.id === principal.userId) throw new ApiError('conflict', 'you cannot deactivate yourself; ask another admin');
+  const target = await existing(shard.sql, params.id!);
+  await keepAnAdmin(shard.sql, target);
+  const u = (await users.setUserDeactivated(shard.sql, params.id!, true))!;
+  // Keys stop working at once on every shard, and the user's live tunnels close.
+  await invalidateKeys(shard, [], [u.id]);
+  await shard.main.ask({ type: 'tunnels-close-owner', userId: u.id, teamId: null, reason: 'the user was deactivated' }, CLOSE_TIMEOUT_MS);
+  return u;
+}
+
+async function reactivate({ shard, params }: ApiCall) {
+  await existing(shard.sql, params.id!);
+  return (await users.setUserDeactivated(shard.sql, params.id!, false))!;
+}
+
+async function setRole({ shard, params, body }: ApiCall<Static<typeof RoleBody>>) {
+  const target = await existing(shard.sql, params.id!);
+  if (target.role === body.role) return target;
+  if (body.role !== 'admin') await keepAnAdmin(shard.sql, target);
+  const u = (await users.setUserRole(shard.sql, params.id!, body.role))!;
+  await invalidateKeys(shard, [], [u.id]);
+  return u;
+}
+
+const user = { id: 'uuid' } as const;
+
+export const userRoutes: ApiRoute[] = [
+  { operationId: 'List_users', summary: 'All users, newest first', method: 'get', path: '/users', adminOnly: true,
+    scope: 'management', query: UsersQuery, status: 200, response: Type.Array(User), errors: ['bad-request', 'forbidden'], handle: list },
+  { operationId: 'Deactivate_user', summary: 'Deactivate a user: keys stop working, live tunnels close', method: 'post', path: '/users/{id}/deactivate', adminOnly: true,
+    scope: 'management', params: user, status: 200, response: User, errors: ['bad-request', 'forbidden', 'not-found', 'conflict'], handle: deactivate },
+  { operationId: 'Reactivate_user', summary: 'Reactivate a user; their unrevoked keys work again', method: 'post', path: '/users/{id}/reactivate', adminOnly: true,
+    scope: 'management', params: user, status: 200, response: User, errors: ['bad-request', 'forbidden', 'not-found'], handle: reactivate },
+  { operationId: 'Set_user_role', summary: 'Make a user admin or member', method: 'put', path: '/users/{id}/role', adminOnly: true,
+    scope: 'management', params: user, body: RoleBody, status: 200, response: User,
+    errors: ['bad-request', 'forbidden', 'not-found', 'conflict', 'payload-too-large', 'unsupported-media-type'], handle: setRole },
+];

@@ -1,0 +1,44 @@
+import type { ShardContext } from '../workers/shard-context.js';
+import type { CreatedKey } from '../api/schemas.js';
+import type { Scope } from './scopes.js';
+import { generateKey } from './key-format.js';
+import { insertKey, revokeByName } from '../db/api-keys.js';
+import { ApiError } from '../errors.js';
+import { uniqueViolation } from '../db/sql.js';
+
+const HASH_TIMEOUT_MS = 15_000;
+export const INVALIDATE_TIMEOUT_MS = 5_000;
+
+export interface IssueKeyRequest {
+  userId: string;
+  name: string;
+  scopes: Scope[];
+  expiresAt: Date | null;
+  /** Revoke the user's active key of the same name first (seed and login keys). */
+  replaceSameName: boolean;
+}
+
+/** Creates a key: hashes it on main's argon2 pool, stores the hash, returns the plaintext once. */
+export async function issueKey(shard: Pick<ShardContext, 'sql' | 'main'>, req: IssueKeyRequest): Promise<CreatedKey> {
+  const { key, prefix } = generateKey();
+  const hash = await shard.main.ask<string>({ type: 'hash-secret', secret: key }, HASH_TIMEOUT_MS);
+  let revoked: string[] = [];
+  try {
+    const info = await shard.sql.begin(async (tx) => {
+      if (req.replaceSameName) revoked = await revokeByName(tx as never, req.userId, req.name);
+      return insertKey(tx as never, { userId: req.userId, name: req.name, prefix, hash, scopes: req.scopes, expiresAt: req.expiresAt });
+    });
+    if (revoked.length) await invalidateKeys(shard, revoked, []);
+    return { info: info as CreatedKey['info'], key };
+  } catch (err) {
+    if (uniqueViolation(err) === 'api_keys_active_name') {
+      throw new ApiError('conflict', `you already have an active key named "${req.name}"; revoke it or choose another name`);
+    }
+    throw err;
+  }
+}
+
+/** Every shard drops these keys/users from its cache before this resolves. */
+export async function invalidateKeys(shard: Pick<ShardContext, 'main'>, keyIds: string[], userIds: string[]): Promise<void> {
+  await shard.main.ask({ type: 'auth-invalidate', keyIds, userIds }, INVALIDATE_TIMEOUT_MS);
+}

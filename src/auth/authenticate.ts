@@ -1,0 +1,98 @@
+import type { Sql } from '../db/sql.js';
+import type { Principal } from '../protocol/messages.js';
+import type { Role, Scope } from './scopes.js';
+import { ApiError } from '../errors.js';
+import { keyDigest, keyPrefixOf } from './key-format.js';
+
+// Per-shard authentication: a key is verified with argon2id once, then served from this
+// shard's cache until an invalidation (revoke, deactivate, role change) arrives from main.
+// The cache is keyed by SHA-256 of the key: a lookup by digest reveals nothing about how
+// close a guess was, and the secret comparison itself is argon2's constant-time verify.
+
+export interface AuthDeps {
+  sql: Sql;
+  verify(hash: string, secret: string): Promise<boolean>;
+  reportFailure(ip: string): void;
+}
+
+interface CachedKey {
+  principal: Principal;
+  expiresAtMs: number | null;
+}
+
+const MAX_CACHED_KEYS = 50_000;
+const MAX_BLOCKED_IPS = 100_000;
+
+function unauthorized(detail: string): ApiError {
+  return new ApiError('unauthorized', detail, undefined, { 'www-authenticate': 'Bearer' });
+}
+
+// One answer for unknown, expired, revoked and deactivated: nothing to learn from it.
+const REJECTED = 'the API key is missing, invalid, expired or revoked, or its user is deactivated';
+
+export class Authenticator {
+  private readonly cache = new Map<string, CachedKey>();
+  private readonly blockedUntil = new Map<string, number>();
+  /** Bumped by every invalidation: a verification that raced one is not cached. */
+  private epoch = 0;
+
+  constructor(private readonly deps: AuthDeps) {}
+
+  async authenticate(authorization: string | undefined, ip: string): Promise<Principal> {
+    const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+    const digest = token ? keyDigest(token) : null;
+    const hit = digest ? this.cache.get(digest) : undefined;
+    if (hit && (hit.expiresAtMs === null || hit.expiresAtMs > Date.now())) return hit.principal;
+    if (hit) this.cache.delete(digest!);
+
+    const until = this.blockedUntil.get(ip);
+    if (until !== undefined) {
+      const waitS = Math.ceil((until - Date.now()) / 1000);
+      if (waitS > 0) {
+        throw new ApiError('too-many-requests', `too many failed authentications from ${ip}; retry in ${waitS} s`, undefined, {
+          'retry-after': String(waitS),
+        });
+      }
+      this.blockedUntil.delete(ip);
+    }
+    if (!token) return this.fail(ip, authorization ? 'the Authorization header must be "Bearer <API key>"' : 'an Authorization: Bearer <API key> header is required');
+    const prefix = keyPrefixOf(token);
+    if (!prefix) return this.fail(ip, REJECTED);
+
+    const epoch = this.epoch;
+    const [row] = await this.deps.sql<
+      { id: string; key_hash: string; scopes: Scope[]; expires_at: Date | null; revoked_at: Date | null; user_id: string; role: Role; deactivated_at: Date | null }[]
+    >`select k.id, k.key_hash, k.scopes, k.expires_at, k.revoked_at, u.id as user_id, u.role, u.deactivated_at
+        from api_keys k join users u on u.id = k.user_id where k.key_prefix = ${prefix}`;
+    if (!row || row.revoked_at || row.deactivated_at || (row.expires_at && row.expires_at.getTime() <= Date.now())) {
+      return this.fail(ip, REJECTED);
+    }
+    if (!(await this.deps.verify(row.key_hash, token))) return this.fail(ip, REJECTED);
+    const principal: Principal = { keyId: row.id, userId: row.user_id, role: row.role, scopes: row.scopes };
+    if (epoch === this.epoch) {
+      if (this.cache.size >= MAX_CACHED_KEYS) this.cache.delete(this.cache.keys().next().value!);
+      this.cache.set(digest!, { principal, expiresAtMs: row.expires_at?.getTime() ?? null });
+    }
+    return principal;
+  }
+
+  /** Drops cached keys by key id or user id. Synchronous: done when it returns. */
+  invalidate(keyIds: readonly string[], userIds: readonly string[]): void {
+    this.epoch++;
+    const keys = new Set(keyIds);
+    const users = new Set(userIds);
+    for (const [digest, c] of this.cache) {
+      if (keys.has(c.principal.keyId) || users.has(c.principal.userId)) this.cache.delete(digest);
+    }
+  }
+
+  block(ip: string, untilMs: number): void {
+    if (this.blockedUntil.size >= MAX_BLOCKED_IPS) this.blockedUntil.clear();
+    this.blockedUntil.set(ip, untilMs);
+  }
+
+  private fail(ip: string, detail: string): never {
+    this.deps.reportFailure(ip);
+    throw unauthorized(detail);
+  }
+}

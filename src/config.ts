@@ -1,0 +1,199 @@
+import { Command, Option, InvalidArgumentError } from 'commander';
+import { availableParallelism } from 'node:os';
+
+// The only reader of process.env. Flags beat env; every flag --foo-bar also reads
+// BURROW_FOO_BAR unless the spec names its own variable (decisions.md "Names").
+export interface OidcConfig {
+  name: string;
+  clientId: string;
+  clientSecret: string;
+  authorizeUrl: string;
+  tokenUrl: string;
+  userinfoUrl: string | null;
+  scopes: string;
+  idField: string;
+  emailField: string;
+  nameField: string;
+  avatarField: string;
+}
+
+export interface GithubConfig {
+  clientId: string;
+  clientSecret: string;
+  /** https://github.com: where the browser authorizes and the code is exchanged. */
+  webUrl: string;
+  /** https://api.github.com: user and email lookups. */
+  apiUrl: string;
+}
+
+export interface Config {
+  host: string;
+  port: number;
+  domain: string;
+  baseUrl: string;
+  databaseUrl: string | null;
+  dataDir: string;
+  workers: number;
+  tcpPortRange: { min: number; max: number } | null;
+  seedApiKey: boolean;
+  initialAdminEmail: string | null;
+  github: GithubConfig | null;
+  oidc: OidcConfig | null;
+  loginKeyTtlSecs: number;
+  logLevel: string;
+  authFailureLimit: number;
+  shutdownTimeoutMs: number;
+}
+
+function int(name: string, min: number, max: number) {
+  return (v: string): number => {
+    const n = Number(v);
+    if (!Number.isInteger(n) || n < min || n > max) {
+      throw new InvalidArgumentError(`${name} must be an integer in ${min}..${max}, got "${v}"`);
+    }
+    return n;
+  };
+}
+
+function portRange(v: string): { min: number; max: number } | null {
+  if (v === 'off') return null;
+  const m = /^(\d+)-(\d+)$/.exec(v);
+  const min = m ? Number(m[1]) : NaN;
+  const max = m ? Number(m[2]) : NaN;
+  if (!m || min < 1 || max > 65535 || min > max) {
+    throw new InvalidArgumentError(`expected "MIN-MAX" within 1-65535 or "off", got "${v}"`);
+  }
+  return { min, max };
+}
+
+function duration(v: string): number {
+  const m = /^(\d+)(s|m|h|d)?$/.exec(v);
+  if (!m) throw new InvalidArgumentError(`expected a duration like 90d, 12h or 3600 (seconds), got "${v}"`);
+  const mult = { s: 1, m: 60, h: 3600, d: 86400 }[(m[2] ?? 's') as 's' | 'm' | 'h' | 'd'];
+  return Number(m[1]) * mult;
+}
+
+/** A flag whose env var is BURROW_<FLAG> unless the spec names another. */
+function opt(flags: string, description: string, env?: string): Option {
+  const long = /--([a-z0-9-]+)/.exec(flags)![1]!;
+  return new Option(flags, description).env(env ?? `BURROW_${long.toUpperCase().replaceAll('-', '_')}`);
+}
+
+export function buildServerCommand(): Command {
+  return new Command('burrowd')
+    .description('burrow tunnel server: management API, browser login, tunnel control and public traffic on one port')
+    .addOption(opt('--host <addr>', 'bind address for the HTTP port and TCP tunnel ports').default('0.0.0.0'))
+    .addOption(opt('--port <n>', 'the one HTTP port (0 picks a free one)').argParser(int('--port', 0, 65535)).default(8080))
+    .addOption(opt('--domain <name>', 'tunnels are served at <id>.<domain>; any other Host gets the API').default('localhost'))
+    .addOption(opt('--base-url <url>', 'public address of the server (default http://<domain>:<port>)', 'BASE_URL'))
+    .addOption(opt('--database-url <url>', 'PostgreSQL URL; absent or empty: embedded database in --data-dir', 'DATABASE_URL'))
+    .addOption(opt('--data-dir <dir>', 'embedded database files').default('./burrow-data'))
+    .addOption(opt('--workers <n>', 'shard worker threads').argParser(int('--workers', 1, 256)).default(availableParallelism(), 'CPU count'))
+    .addOption(opt('--tcp-port-range <min-max|off>', 'ports TCP tunnels may take').argParser(portRange).default(portRange('20000-29999'), '20000-29999'))
+    .addOption(opt('--seed-api-key', 'create the seed admin and print a fresh admin key as the first stdout line').default(false))
+    .addOption(opt('--initial-admin-email <email>', 'promote this user to admin at first OAuth login'))
+    .addOption(opt('--github-client-id <id>', 'GitHub OAuth app client id', 'GITHUB_CLIENT_ID'))
+    .addOption(opt('--github-client-secret <secret>', 'GitHub OAuth app client secret', 'GITHUB_CLIENT_SECRET'))
+    .addOption(opt('--github-url <url>', 'GitHub web address (for tests)').default('https://github.com').hideHelp())
+    .addOption(opt('--github-api-url <url>', 'GitHub API address (for tests)').default('https://api.github.com').hideHelp())
+    .addOption(opt('--oauth-provider-name <name>', 'generic OpenID Connect provider name', 'OAUTH_PROVIDER_NAME'))
+    .addOption(opt('--oauth-client-id <id>', 'OIDC client id', 'OAUTH_CLIENT_ID'))
+    .addOption(opt('--oauth-client-secret <secret>', 'OIDC client secret', 'OAUTH_CLIENT_SECRET'))
+    .addOption(opt('--oauth-authorize-url <url>', 'OIDC authorization endpoint', 'OAUTH_AUTHORIZE_URL'))
+    .addOption(opt('--oauth-token-url <url>', 'OIDC token endpoint', 'OAUTH_TOKEN_URL'))
+    .addOption(opt('--oauth-userinfo-url <url>', 'OIDC userinfo endpoint', 'OAUTH_USERINFO_URL'))
+    .addOption(opt('--oauth-scopes <scopes>', 'OIDC scopes', 'OAUTH_SCOPES').default('openid email profile'))
+    .addOption(opt('--oauth-id-field <field>', 'claim holding the subject', 'OAUTH_ID_FIELD').default('sub'))
+    .addOption(opt('--oauth-email-field <field>', 'claim holding the email', 'OAUTH_EMAIL_FIELD').default('email'))
+    .addOption(opt('--oauth-name-field <field>', 'claim holding the display name', 'OAUTH_NAME_FIELD').default('name'))
+    .addOption(opt('--oauth-avatar-field <field>', 'claim holding the avatar URL', 'OAUTH_AVATAR_FIELD').default('picture'))
+    .addOption(opt('--login-key-ttl <duration>', 'validity of keys issued by browser login').argParser(duration).default(90 * 86400, '90d'))
+    .addOption(opt('--auth-failure-limit <n>', 'failed authentications per client IP per minute before 429').argParser(int('--auth-failure-limit', 1, 1_000_000)).default(100))
+    .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
+    .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
+    .showHelpAfterError()
+    .allowExcessArguments(false);
+}
+
+type Opts = Record<string, unknown>;
+const str = (v: unknown): string | null => (typeof v === 'string' && v !== '' ? v : null);
+
+/** Cross-flag rules that commander cannot express; throws with a message for the operator. */
+export function configFromOptions(o: Opts): Config {
+  const github =
+    str(o.githubClientId) || str(o.githubClientSecret)
+      ? {
+          clientId: required(o.githubClientId, '--github-client-id'),
+          clientSecret: required(o.githubClientSecret, '--github-client-secret'),
+          webUrl: String(o.githubUrl).replace(/\/$/, ''),
+          apiUrl: String(o.githubApiUrl).replace(/\/$/, ''),
+        }
+      : null;
+  const oidcFlags = ['oauthProviderName', 'oauthClientId', 'oauthAuthorizeUrl', 'oauthTokenUrl'];
+  const oidc = oidcFlags.some((k) => str(o[k]))
+    ? {
+        name: required(o.oauthProviderName, '--oauth-provider-name'),
+        clientId: required(o.oauthClientId, '--oauth-client-id'),
+        clientSecret: str(o.oauthClientSecret) ?? '',
+        authorizeUrl: required(o.oauthAuthorizeUrl, '--oauth-authorize-url'),
+        tokenUrl: required(o.oauthTokenUrl, '--oauth-token-url'),
+        userinfoUrl: str(o.oauthUserinfoUrl),
+        scopes: String(o.oauthScopes),
+        idField: String(o.oauthIdField),
+        emailField: String(o.oauthEmailField),
+        nameField: String(o.oauthNameField),
+        avatarField: String(o.oauthAvatarField),
+      }
+    : null;
+  if (oidc && !/^[a-z0-9][a-z0-9-]{0,31}$/.test(oidc.name)) {
+    throw new Error(`--oauth-provider-name must be a lowercase name like "okta" (a-z, 0-9, -), got "${oidc.name}"`);
+  }
+  if (oidc?.name === 'github') throw new Error('--oauth-provider-name "github" is the built-in provider; choose another name');
+  const baseUrlFlag = str(o.baseUrl);
+  if ((github || oidc) && !baseUrlFlag) {
+    throw new Error('--base-url (or BASE_URL) is required when an OAuth provider is configured: it forms the callback URL');
+  }
+  const port = o.port as number;
+  const domain = String(o.domain).toLowerCase();
+  const baseUrl = (baseUrlFlag ?? `http://${domain}:${port}`).replace(/\/$/, '');
+  try {
+    new URL(baseUrl);
+  } catch {
+    throw new Error(`--base-url must be an absolute URL, got "${baseUrl}"`);
+  }
+  return Object.freeze({
+    host: String(o.host),
+    port,
+    domain,
+    baseUrl,
+    databaseUrl: str(o.databaseUrl),
+    dataDir: String(o.dataDir),
+    workers: o.workers as number,
+    tcpPortRange: o.tcpPortRange as Config['tcpPortRange'],
+    seedApiKey: Boolean(o.seedApiKey),
+    initialAdminEmail: str(o.initialAdminEmail)?.toLowerCase() ?? null,
+    github,
+    oidc,
+    loginKeyTtlSecs: o.loginKeyTtl as number,
+    logLevel: String(o.logLevel),
+    authFailureLimit: o.authFailureLimit as number,
+    shutdownTimeoutMs: o.shutdownTimeout as number,
+  });
+}
+
+function required(v: unknown, flag: string): string {
+  const s = str(v);
+  if (!s) throw new Error(`${flag} is required with the other options of its provider`);
+  return s;
+}
+
+/** Parses argv (without node and script) and the environment into a Config, or exits with usage. */
+export function parseConfig(argv: string[]): Config {
+  const cmd = buildServerCommand();
+  cmd.parse(argv, { from: 'user' });
+  try {
+    return configFromOptions(cmd.opts());
+  } catch (err) {
+    cmd.error(`error: ${(err as Error).message}`, { exitCode: 2 });
+  }
+}

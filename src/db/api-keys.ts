@@ -1,0 +1,65 @@
+import type { Sql } from './sql.js';
+import { iso, isoRequired } from './sql.js';
+import type { ApiKey } from '../api/schemas.js';
+import type { Scope } from '../auth/scopes.js';
+
+interface KeyRow {
+  id: string;
+  name: string;
+  key_prefix: string;
+  scopes: Scope[];
+  created_at: Date;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+}
+
+export function toApiKey(r: KeyRow): ApiKey {
+  return {
+    id: r.id,
+    name: r.name,
+    key_prefix: r.key_prefix,
+    scopes: r.scopes,
+    created_at: isoRequired(r.created_at),
+    expires_at: iso(r.expires_at),
+    revoked_at: iso(r.revoked_at),
+  };
+}
+
+const COLUMNS = 'id, name, key_prefix, scopes, created_at, expires_at, revoked_at';
+
+/** Active and expired keys of a user, newest first; revoked ones are left out. */
+export async function listKeys(sql: Sql, userId: string): Promise<ApiKey[]> {
+  const rows = await sql<KeyRow[]>`select ${sql.unsafe(COLUMNS)} from api_keys
+    where user_id = ${userId} and revoked_at is null order by created_at desc, id desc`;
+  return rows.map(toApiKey);
+}
+
+export interface NewKey {
+  userId: string;
+  name: string;
+  prefix: string;
+  hash: string;
+  scopes: Scope[];
+  expiresAt: Date | null;
+}
+
+export async function insertKey(sql: Sql, k: NewKey): Promise<ApiKey> {
+  const [r] = await sql<KeyRow[]>`insert into api_keys (user_id, name, key_prefix, key_hash, scopes, expires_at)
+    values (${k.userId}, ${k.name}, ${k.prefix}, ${k.hash}, ${sql.array(k.scopes)}, ${k.expiresAt})
+    returning ${sql.unsafe(COLUMNS)}`;
+  return toApiKey(r!);
+}
+
+/** Revokes the caller's own active key; null when it is not theirs or already revoked. */
+export async function revokeKey(sql: Sql, userId: string, id: string): Promise<ApiKey | null> {
+  const [r] = await sql<KeyRow[]>`update api_keys set revoked_at = now()
+    where id = ${id} and user_id = ${userId} and revoked_at is null returning ${sql.unsafe(COLUMNS)}`;
+  return r ? toApiKey(r) : null;
+}
+
+/** Revokes the active key of that name (seed and login keys replace their predecessor). */
+export async function revokeByName(sql: Sql, userId: string, name: string): Promise<string[]> {
+  const rows = await sql<{ id: string }[]>`update api_keys set revoked_at = now()
+    where user_id = ${userId} and name = ${name} and revoked_at is null returning id`;
+  return rows.map((r) => r.id);
+}

@@ -1,0 +1,70 @@
+import type { Sql } from './sql.js';
+import { iso, isoRequired } from './sql.js';
+import type { User } from '../api/schemas.js';
+import type { Role } from '../auth/scopes.js';
+
+interface UserRow {
+  id: string;
+  email: string;
+  name: string;
+  avatar_url: string | null;
+  role: Role;
+  metadata: Record<string, unknown> | null;
+  created_at: Date;
+  updated_at: Date;
+  deactivated_at: Date | null;
+}
+
+export function toUser(r: UserRow): User {
+  return {
+    id: r.id,
+    email: r.email,
+    name: r.name,
+    avatar_url: r.avatar_url,
+    role: r.role,
+    metadata: r.metadata ?? {},
+    created_at: isoRequired(r.created_at),
+    updated_at: isoRequired(r.updated_at),
+    deactivated_at: iso(r.deactivated_at),
+  };
+}
+
+export async function getUser(sql: Sql, id: string): Promise<User | null> {
+  const [r] = await sql<UserRow[]>`select * from users where id = ${id}`;
+  return r ? toUser(r) : null;
+}
+
+export async function listUsers(sql: Sql, limit: number): Promise<User[]> {
+  const rows = await sql<UserRow[]>`select * from users order by created_at desc, id desc limit ${limit}`;
+  return rows.map(toUser);
+}
+
+export async function setUserRole(sql: Sql, id: string, role: Role): Promise<User | null> {
+  const [r] = await sql<UserRow[]>`update users set role = ${role}, updated_at = now() where id = ${id} returning *`;
+  return r ? toUser(r) : null;
+}
+
+export async function setUserDeactivated(sql: Sql, id: string, deactivated: boolean): Promise<User | null> {
+  const [r] = deactivated
+    ? await sql<UserRow[]>`update users set deactivated_at = coalesce(deactivated_at, now()), updated_at = now() where id = ${id} returning *`
+    : await sql<UserRow[]>`update users set deactivated_at = null, updated_at = now() where id = ${id} returning *`;
+  return r ? toUser(r) : null;
+}
+
+/** Admins who can still act: role admin and not deactivated. */
+export async function countActiveAdmins(sql: Sql): Promise<number> {
+  const [r] = await sql<{ n: number }[]>`select count(*)::int as n from users where role = 'admin' and deactivated_at is null`;
+  return r!.n;
+}
+
+/** Creates the user once (by email) or returns the existing one; used by --seed-api-key. */
+export async function ensureUser(sql: Sql, email: string, name: string, role: Role): Promise<User> {
+  const [found] = await sql<UserRow[]>`select * from users where lower(email) = lower(${email}) order by created_at limit 1`;
+  if (found) {
+    if (found.role === role && !found.deactivated_at) return toUser(found);
+    const [r] = await sql<UserRow[]>`update users set role = ${role}, deactivated_at = null, updated_at = now() where id = ${found.id} returning *`;
+    return toUser(r!);
+  }
+  const [r] = await sql<UserRow[]>`insert into users (email, name, role) values (${email}, ${name}, ${role}) returning *`;
+  return toUser(r!);
+}

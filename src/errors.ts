@@ -1,0 +1,70 @@
+// The one table of error codes: code → HTTP status and fixed title (decisions.md "Responses").
+export const PROBLEMS = {
+  'bad-request': { status: 400, title: 'Bad Request' },
+  unauthorized: { status: 401, title: 'Unauthorized' },
+  forbidden: { status: 403, title: 'Forbidden' },
+  'not-found': { status: 404, title: 'Not Found' },
+  'method-not-allowed': { status: 405, title: 'Method Not Allowed' },
+  conflict: { status: 409, title: 'Conflict' },
+  'payload-too-large': { status: 413, title: 'Payload Too Large' },
+  'unsupported-media-type': { status: 415, title: 'Unsupported Media Type' },
+  'too-many-requests': { status: 429, title: 'Too Many Requests' },
+  internal: { status: 500, title: 'Internal Server Error' },
+  'bad-gateway': { status: 502, title: 'Bad Gateway' },
+  unavailable: { status: 503, title: 'Service Unavailable' },
+  'gateway-timeout': { status: 504, title: 'Gateway Timeout' },
+} as const;
+
+export type ProblemCode = keyof typeof PROBLEMS;
+
+export interface FieldError {
+  field: string;
+  message: string;
+}
+
+/** A coded error: handlers throw these; the HTTP adapter turns them into problem+json. */
+export class ApiError extends Error {
+  constructor(
+    readonly code: ProblemCode,
+    readonly detail: string,
+    readonly errors?: FieldError[],
+    readonly headers?: Record<string, string>,
+  ) {
+    super(`${code}: ${detail}`);
+  }
+}
+
+export interface Problem {
+  type: string;
+  title: string;
+  status: number;
+  detail: string;
+  errors?: FieldError[];
+}
+
+export function problemOf(code: ProblemCode, detail: string, errors?: FieldError[]): Problem {
+  const p = PROBLEMS[code];
+  const body: Problem = { type: `/problems/${code}`, title: p.title, status: p.status, detail };
+  if (errors && errors.length > 0) body.errors = errors;
+  return body;
+}
+
+/** Errors that cross threads travel as plain {code, detail}. */
+export interface CodedError {
+  code: string;
+  detail: string;
+}
+
+export function toCodedError(err: unknown): CodedError {
+  if (err instanceof ApiError) return { code: err.code, detail: err.detail };
+  return { code: 'internal', detail: err instanceof Error ? err.message : String(err) };
+}
+
+export function fromCodedError(e: CodedError): ApiError {
+  const code = (e.code in PROBLEMS ? e.code : 'internal') as ProblemCode;
+  return new ApiError(code, e.detail);
+}
+
+export function assertNever(x: never): never {
+  throw new Error(`unexpected message: ${JSON.stringify(x)}`);
+}

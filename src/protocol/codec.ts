@@ -1,0 +1,14 @@
+import { Packr } from 'msgpackr';
+
+// The one msgpack codec for everything that crosses a thread or the tunnel wire.
+// Plain maps (no record extension) so any msgpack peer can read the frames; Buffers
+// and Uint8Arrays travel as bin without copying on decode.
+const packr = new Packr({ useRecords: false, moreTypes: false, int64AsType: 'number' });
+
+export function encode(value: unknown): Buffer {
+  return packr.pack(value);
+}
+
+export function decode<T = unknown>(bytes: Uint8Array): T {
+  return packr.unpack(bytes) as T;
+}

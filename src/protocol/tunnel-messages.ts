@@ -1,0 +1,83 @@
+// Messages of the tunnel data plane between shards and the main thread's RegistryActor /
+// StatsActor (and between shards over the mesh). Part of the ShardToMain / MainToShard
+// unions in protocol/messages.ts; main.ts hands every message listed here to the registry.
+//
+//   shard ──tunnel-admit (ask)──────▶ RegistryActor ──tunnel-route (tell, every shard)──▶ shards
+//   shard ──tunnel-stats (tell, ≤250 ms)──▶ RegistryActor ──▶ StatsActor ──one upsert/s──▶ sessions
+//   shard ──tunnel-down (tell)──────▶ RegistryActor (session closed with final counters)
+//   shard A ◀──TunnelMesh (tell, MessagePort mesh)──▶ shard B   (public HTTP landing on B for A's tunnel)
+import type { Principal } from './messages.js';
+import type { ResetCode, ResponseHead, StreamHead } from './frames.js';
+
+/** Counters of one session since the last report (decisions.md "Counters"). */
+export interface StatsDelta {
+  sessionId: string;
+  bytesIn: number;
+  bytesOut: number;
+  requests: number;
+}
+
+/** shard → main (RegistryActor). */
+export type TunnelShardToMain =
+  /** Tunnels visible to the principal (admins: all). */
+  | { type: 'tunnels-list'; principal: Principal; teamIds: string[] }
+  /** One live tunnel by id, or null. */
+  | { type: 'tunnels-get'; id: string }
+  /** Close one live tunnel for good (API delete); answers when closed. */
+  | { type: 'tunnels-close'; id: string; reason: string }
+  /** Close every live tunnel of a user (deactivated) or of a team (deleted). */
+  | { type: 'tunnels-close-owner'; userId: string | null; teamId: string | null; reason: string }
+  /** Admit a tunnel registered on this shard; answers TunnelAdmitted or throws a coded error
+   *  (conflict, bad-request, forbidden). `id` null: pick a random free one. */
+  | {
+      type: 'tunnel-admit';
+      userId: string;
+      tunnelType: 'http' | 'tcp';
+      id: string | null;
+      teamId: string | null;
+      remotePort: number | null;
+      clientIp: string | null;
+    }
+  /** A tunnel of this shard ended (client gone, stopped, closed); `last` holds its final counters. */
+  | { type: 'tunnel-down'; id: string; sessionId: string; last: StatsDelta | null }
+  /** Merged counter deltas of this shard's sessions (sent at most every 250 ms). */
+  | { type: 'tunnel-stats'; deltas: StatsDelta[] }
+  /** Every live tunnel's shard (a shard asks this once at start); answers TunnelRoute[]. */
+  | { type: 'tunnel-routes' };
+
+/** Answer to tunnel-admit. */
+export interface TunnelAdmitted {
+  id: string;
+  sessionId: string;
+  /** public URL: http://<id>.<domain>:<port> or tcp://<host>:<port> */
+  url: string;
+}
+
+export interface TunnelRoute {
+  id: string;
+  shard: number;
+}
+
+/** main → shard. */
+export type TunnelMainToShard =
+  /** Close a tunnel owned by this shard; `permanent` tells the client not to reconnect.
+   *  With `sessionId`, only that registration (a same-user takeover must not close the new one). */
+  | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string }
+  /** Where a live tunnel lives now (`shard` null: gone). Sent to every shard. */
+  | { type: 'tunnel-route'; id: string; shard: number | null };
+
+/** shard ↔ shard over the mesh: one public HTTP stream whose visitor is on the ingress shard
+ *  and whose tunnel is on the owner shard. `xid` is chosen by the ingress shard. */
+export type TunnelMesh =
+  /** ingress → owner: a visitor request for `tunnelId`. */
+  | { type: 'x-open'; xid: number; tunnelId: string; head: StreamHead }
+  /** owner → ingress: the response head. */
+  | { type: 'x-response'; xid: number; head: ResponseHead }
+  /** both: body bytes (request body toward the owner, response body toward the ingress). */
+  | { type: 'x-data'; xid: number; bytes: Uint8Array }
+  /** both: end of body in the sender's direction. */
+  | { type: 'x-end'; xid: number }
+  /** both: the stream is aborted. */
+  | { type: 'x-reset'; xid: number; code: ResetCode }
+  /** both: the sender's side consumed `bytes` of what it received (end-to-end credit). */
+  | { type: 'x-credit'; xid: number; bytes: number };

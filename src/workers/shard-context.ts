@@ -1,0 +1,22 @@
+import type { TemplatedApp } from '@trufflesuite/uws-js-unofficial';
+import type { Sql } from '../db/sql.js';
+import type { Config } from '../config.js';
+import type { Logger } from '../log.js';
+import type { Mailbox } from '../actors/actor.js';
+import type { MainToShard, ShardToMain, Principal } from '../protocol/messages.js';
+import type { HttpServer } from '../http/uws.js';
+import type { Uws } from '../http/uws-loader.js';
+
+/** Everything a feature installed on a shard may use. One per shard worker thread. */
+export interface ShardContext {
+  index: number;
+  config: Config;
+  log: Logger;
+  sql: Sql;
+  uws: Uws;
+  app: TemplatedApp;
+  http: HttpServer;
+  main: Mailbox<ShardToMain, MainToShard>;
+  /** Resolves `Authorization` to a principal or throws ApiError(401/429); `ip` counts failures. */
+  authenticate(authorization: string | undefined, ip: string): Promise<Principal>;
+}

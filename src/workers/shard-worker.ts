@@ -1,0 +1,98 @@
+import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
+import type { us_listen_socket } from '@trufflesuite/uws-js-unofficial';
+import { loadUws } from '../http/uws-loader.js';
+import { Inflight, problemReply, route, type HttpServer } from '../http/uws.js';
+import { Mailbox, type PortLike } from '../actors/actor.js';
+import type { MainToShard, ShardToMain } from '../protocol/messages.js';
+import { connect } from '../db/sql.js';
+import { createLogger } from '../log.js';
+import { Authenticator } from '../auth/authenticate.js';
+import { installApi } from '../api/router.js';
+import { installHealth } from '../api/health.js';
+import { installTunnels } from '../tunnel/shard.js';
+import { installOauth } from '../auth/oauth/routes.js';
+import type { ShardContext } from './shard-context.js';
+import type { Config } from '../config.js';
+import { assertNever } from '../errors.js';
+
+//   main thread ◀──Mailbox(parentPort)──▶ this shard: one uWS App on the shared port
+//   other shards ◀──mesh MessagePorts──▶ tunnel data plane (tunnel/shard.ts)
+//
+// Thread entry of a shard worker: builds the shard's context, installs the API, health,
+// OAuth and tunnel routes, listens, then reports `ready` with the port.
+
+export interface ShardWorkerData {
+  index: number;
+  config: Config;
+  databaseUrl: string;
+  /** Port to listen on (0 for the first shard: the kernel picks; the others reuse it). */
+  port: number;
+}
+
+const { index, config, databaseUrl, port } = workerData as ShardWorkerData;
+const SQL_POOL_PER_SHARD = 4;
+const MAX_API_BODY_BYTES = 64 * 1024;
+const VERIFY_TIMEOUT_MS = 15_000;
+
+const log = createLogger(config.logLevel, { shard: index });
+const { uws, from } = loadUws();
+const main = new Mailbox<ShardToMain, MainToShard>(parentPort as unknown as PortLike);
+const sql = connect(databaseUrl, { max: SQL_POOL_PER_SHARD, applicationName: `burrowd-shard-${index}` });
+const app = uws.App();
+const http: HttpServer = { app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
+const auth = new Authenticator({
+  sql,
+  verify: (hash, secret) => main.ask<boolean>({ type: 'verify-secret', hash, secret }, VERIFY_TIMEOUT_MS),
+  reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
+});
+const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
+
+const tunnels = installTunnels(ctx);
+http.dispatch = tunnels.dispatch;
+installHealth(ctx);
+installApi(ctx);
+if (config.github || config.oidc) installOauth(ctx);
+route(http, 'any', '/*', 0, (req) => problemReply('not-found', `no such endpoint: ${req.method} ${req.path}`));
+
+let listenSocket: us_listen_socket | null = null;
+
+main.onAttach((a) => {
+  if (a.attach === 'peer') tunnels.onPeer(Number(a.meta.shard), a.port as MessagePort);
+});
+
+main.handle(async (msg) => {
+  switch (msg.type) {
+    case 'auth-invalidate':
+      auth.invalidate(msg.keyIds, msg.userIds);
+      return {};
+    case 'ip-blocked':
+      auth.block(msg.ip, msg.untilMs);
+      return {};
+    case 'drain':
+      return drain(msg.timeoutMs);
+    case 'tunnel-close':
+      return tunnels.onMain(msg);
+    default:
+      return assertNever(msg);
+  }
+});
+
+async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
+  http.inflight.draining = true;
+  if (listenSocket) uws.us_listen_socket_close(listenSocket);
+  listenSocket = null;
+  const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain()]);
+  await sql.end({ timeout: 2 });
+  return { idle };
+}
+
+app.listen(config.host, port, (s) => {
+  if (!s) {
+    log.fatal({ host: config.host, port }, 'cannot listen (port in use or not permitted)');
+    process.exit(1);
+  }
+  listenSocket = s;
+  const actual = uws.us_socket_local_port(s as never);
+  log.debug({ port: actual, uws: from }, 'shard listening');
+  main.tell({ type: 'ready', port: actual });
+});
