@@ -1,4 +1,6 @@
 import type { Logger } from '../log.js';
+import type { Sql } from '../db/sql.js';
+import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
 import type { TunnelShardToMain, TunnelMainToShard } from '../protocol/tunnel-messages.js';
 import { ApiError, assertNever } from '../errors.js';
@@ -26,7 +28,18 @@ export class RegistryActor {
   constructor(
     private readonly log: Logger,
     private readonly shards: ShardDirectory,
+    private readonly sql: Sql,
+    private readonly config: Config,
   ) {}
+
+  /** Start-up: sessions left open by a crash are closed at their last flush. */
+  async start(): Promise<void> {
+    void this.config;
+    await this.sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null`;
+  }
+
+  /** Shutdown: final flush of counters (the stats actor's job). */
+  async stop(): Promise<void> {}
 
   handle(_fromShard: number, msg: TunnelShardToMain): unknown {
     switch (msg.type) {
