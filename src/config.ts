@@ -30,7 +30,9 @@ export interface Config {
   host: string;
   port: number;
   domain: string;
+  /** Public address; when not given it follows the port the server actually listens on. */
   baseUrl: string;
+  baseUrlExplicit: boolean;
   databaseUrl: string | null;
   dataDir: string;
   workers: number;
@@ -43,6 +45,8 @@ export interface Config {
   logLevel: string;
   authFailureLimit: number;
   shutdownTimeoutMs: number;
+  /** Tests only: enables the route that crashes a shard. */
+  faultInjection: boolean;
 }
 
 function int(name: string, min: number, max: number) {
@@ -110,6 +114,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--login-key-ttl <duration>', 'validity of keys issued by browser login').argParser(duration).default(90 * 86400, '90d'))
     .addOption(opt('--auth-failure-limit <n>', 'failed authentications per client IP per minute before 429').argParser(int('--auth-failure-limit', 1, 1_000_000)).default(100))
     .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
+    .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .showHelpAfterError()
     .allowExcessArguments(false);
@@ -166,6 +171,7 @@ export function configFromOptions(o: Opts): Config {
     port,
     domain,
     baseUrl,
+    baseUrlExplicit: baseUrlFlag !== null,
     databaseUrl: str(o.databaseUrl),
     dataDir: String(o.dataDir),
     workers: o.workers as number,
@@ -178,6 +184,7 @@ export function configFromOptions(o: Opts): Config {
     logLevel: String(o.logLevel),
     authFailureLimit: o.authFailureLimit as number,
     shutdownTimeoutMs: o.shutdownTimeout as number,
+    faultInjection: Boolean(o.faultInjection),
   });
 }
 
@@ -195,5 +202,11 @@ export function parseConfig(argv: string[]): Config {
     return configFromOptions(cmd.opts());
   } catch (err) {
     cmd.error(`error: ${(err as Error).message}`, { exitCode: 2 });
+    throw err;
   }
+}
+
+/** The config once the listening port is known (--port 0 picks one at start-up). */
+export function withPort(config: Config, port: number): Config {
+  return Object.freeze({ ...config, port, baseUrl: config.baseUrlExplicit ? config.baseUrl : `http://${config.domain}:${port}` });
 }

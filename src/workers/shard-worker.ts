@@ -1,7 +1,7 @@
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { us_listen_socket } from '@trufflesuite/uws-js-unofficial';
 import { loadUws } from '../http/uws-loader.js';
-import { Inflight, problemReply, route, type HttpServer } from '../http/uws.js';
+import { closeApp, Inflight, problemReply, route, type HttpServer } from '../http/uws.js';
 import { Mailbox, type PortLike } from '../actors/actor.js';
 import type { MainToShard, ShardToMain } from '../protocol/messages.js';
 import { connect } from '../db/sql.js';
@@ -13,7 +13,6 @@ import { installTunnels } from '../tunnel/shard.js';
 import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from './shard-context.js';
 import type { Config } from '../config.js';
-import { assertNever } from '../errors.js';
 
 //   main thread ◀──Mailbox(parentPort)──▶ this shard: one uWS App on the shared port
 //   other shards ◀──mesh MessagePorts──▶ tunnel data plane (tunnel/shard.ts)
@@ -56,6 +55,26 @@ route(http, 'any', '/*', 0, (req) => problemReply('not-found', `no such endpoint
 
 let listenSocket: us_listen_socket | null = null;
 
+// A crash ends this thread only (the supervisor restarts it): close uWS first, because a
+// thread that exits with uWS sockets open aborts the whole process.
+function crash(err: unknown): never {
+  log.fatal({ err }, 'shard crashed');
+  closeApp(app);
+  process.exit(1);
+}
+process.on('uncaughtException', crash);
+process.on('unhandledRejection', crash);
+
+if (config.faultInjection) {
+  // Tests only (hidden --fault-injection): lets a test crash this shard for real.
+  route(http, 'post', '/__fault/crash-shard', 0, () => {
+    setImmediate(() => {
+      throw new Error('fault injection: shard crash requested');
+    });
+    return { status: 202, body: String(index) };
+  });
+}
+
 main.onAttach((a) => {
   if (a.attach === 'peer') tunnels.onPeer(Number(a.meta.shard), a.port as MessagePort);
 });
@@ -70,10 +89,9 @@ main.handle(async (msg) => {
       return {};
     case 'drain':
       return drain(msg.timeoutMs);
-    case 'tunnel-close':
-      return tunnels.onMain(msg);
     default:
-      return assertNever(msg);
+      // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
+      return tunnels.onMain(msg);
   }
 });
 
@@ -83,12 +101,16 @@ async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
   listenSocket = null;
   const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain()]);
   await sql.end({ timeout: 2 });
+  // Closes every socket of this App. A worker whose uWS loop still has sockets must not
+  // end: Node aborts the whole process on thread exit with open uv handles.
+  closeApp(app);
   return { idle };
 }
 
 app.listen(config.host, port, (s) => {
   if (!s) {
     log.fatal({ host: config.host, port }, 'cannot listen (port in use or not permitted)');
+    closeApp(app);
     process.exit(1);
   }
   listenSocket = s;
