@@ -1,0 +1,36 @@
+// Exit codes (decisions.md "CLI") and the one error type commands throw. main.ts prints a
+// CliError as `error: <title>: <detail>` plus `hint: ...` on stderr and exits with its code.
+
+export const EXIT = {
+  ok: 0,
+  error: 1,
+  usage: 2,
+  auth: 3, // 401 / 403
+  notFound: 4,
+  conflict: 5,
+  unreachable: 6,
+} as const;
+
+export type ExitCode = (typeof EXIT)[keyof typeof EXIT];
+
+export class CliError extends Error {
+  constructor(
+    readonly exitCode: ExitCode,
+    readonly title: string,
+    readonly detail: string,
+    readonly hint?: string,
+    /** HTTP status when the error came from the API. */
+    readonly status?: number,
+  ) {
+    super(`${title}: ${detail}`);
+  }
+}
+
+/** The exit code for an API error status. */
+export function exitCodeForStatus(status: number): ExitCode {
+  if (status === 401 || status === 403) return EXIT.auth;
+  if (status === 404) return EXIT.notFound;
+  if (status === 409) return EXIT.conflict;
+  if (status === 400 || status === 413 || status === 415) return EXIT.usage;
+  return EXIT.error;
+}

@@ -1,0 +1,219 @@
+import type { EventEmitter } from 'node:events';
+import { Command, InvalidArgumentError } from 'commander';
+import { ApiClient, unreachable } from './client.js';
+import { act, examples, positiveInt, UUID_RE } from './common.js';
+import { CliError, EXIT, type ExitCode } from './errors.js';
+import { ExposeScreen } from './expose-screen.js';
+import type { ConnectionEvent, RequestEvent } from './expose-stats.js';
+import { resolveTeam } from './teams.js';
+import type { User } from './types.js';
+
+// burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
+// the tunnel client library (src/tunnel/client.ts) and show what passes through it.
+
+/** The tunnel client library's API (src/tunnel/client.ts), as this command uses it. */
+interface TunnelClientOptions {
+  server: string;
+  token: string;
+  type: 'http' | 'tcp';
+  local: { host: string; port: number };
+  id?: string;
+  teamId?: string;
+  remotePort?: number;
+}
+interface TunnelClientLike extends EventEmitter {
+  start(): Promise<{ id: string; url: string }>;
+  stop(): Promise<void>;
+}
+interface TunnelModule {
+  TunnelClient: new (opts: TunnelClientOptions) => TunnelClientLike;
+  TunnelRefused: new (...args: never[]) => Error & { code: string; permanent: boolean };
+}
+
+/** Loaded on first use so management commands never pay for the tunnel code. */
+async function loadTunnelModule(): Promise<TunnelModule> {
+  const specifier = '../tunnel/client.js';
+  return (await import(specifier)) as TunnelModule;
+}
+
+export interface LocalTarget {
+  host: string;
+  port: number;
+}
+
+/** "3000", "192.168.1.5:8080", "[::1]:8080", "http://localhost:3000" → host and port. */
+export function parseLocal(v: string): LocalTarget {
+  const fail = () => new InvalidArgumentError(`expected a port (3000) or host:port (127.0.0.1:3000), got "${v}"`);
+  const port = (s: string) => {
+    const n = Number(s);
+    if (!/^\d+$/.test(s) || n < 1 || n > 65535) throw fail();
+    return n;
+  };
+  let s = v.trim();
+  const url = /^[a-z]+:\/\/(.*?)\/?$/i.exec(s);
+  if (url) s = url[1]!;
+  if (/^\d+$/.test(s)) return { host: 'localhost', port: port(s) };
+  const v6 = /^\[([0-9a-f:.]+)\]:(\d+)$/i.exec(s);
+  if (v6) return { host: v6[1]!, port: port(v6[2]!) };
+  const hp = /^([A-Za-z0-9.-]+):(\d+)$/.exec(s);
+  if (hp) return { host: hp[1]!, port: port(hp[2]!) };
+  throw fail();
+}
+
+/** A permanent refusal's code → the CLI's exit code (same table as API errors). */
+export function exitCodeForRefusal(code: string): ExitCode {
+  const c = code.toLowerCase();
+  if (c.includes('unauthorized') || c.includes('forbidden') || c === 'auth') return EXIT.auth;
+  if (c.includes('not-found') || c.includes('not_found')) return EXIT.notFound;
+  if (c.includes('conflict') || c.includes('taken') || c.includes('in-use')) return EXIT.conflict;
+  if (c.includes('bad-request') || c.includes('invalid')) return EXIT.usage;
+  return EXIT.error;
+}
+
+function refusalHint(code: ExitCode, opts: { id?: string }): string {
+  switch (code) {
+    case EXIT.auth:
+      return 'the key is not valid for tunnels: it needs the `tunnels` scope (`burrow whoami`, `burrow keys create NAME --scopes tunnels`)';
+    case EXIT.conflict:
+      return opts.id ? `the id "${opts.id}" is taken: pick another --id, or omit it for a random one` : 'try again, or pick an --id';
+    case EXIT.notFound:
+      return 'check --team with `burrow teams list`';
+    case EXIT.usage:
+      return 'ids are 3-63 characters of a-z, 0-9 and -, starting and ending with a letter or digit';
+    default:
+      return 'the server refused the tunnel; its reason is above';
+  }
+}
+
+interface ExposeOptions {
+  id?: string;
+  team?: string;
+  remotePort?: number;
+  quiet?: boolean;
+}
+
+function exposeAction(type: 'http' | 'tcp') {
+  return act<ExposeOptions>(async (ctx, rawLocal) => {
+    let local: LocalTarget;
+    try {
+      local = parseLocal(rawLocal);
+    } catch (e) {
+      throw new CliError(EXIT.usage, 'invalid target', (e as Error).message, `e.g. \`burrow ${type} 3000\``);
+    }
+    const target = ctx.target();
+    if (!target.token) {
+      throw new CliError(EXIT.auth, 'not logged in', `no API key for ${target.server}`, 'run `burrow login`, pass --token KEY or set BURROW_TOKEN');
+    }
+    const api = new ApiClient(target);
+    const teamId = ctx.opts.team ? (UUID_RE.test(ctx.opts.team) ? ctx.opts.team : (await resolveTeam(api, ctx.opts.team)).id) : undefined;
+
+    const { TunnelClient, TunnelRefused } = await loadTunnelModule();
+    const screen = new ExposeScreen(
+      { type, url: null, local: `${type}://${local.host.includes(':') ? `[${local.host}]` : local.host}:${local.port}`, account: null, state: 'connecting', stateDetail: null },
+      { quiet: Boolean(ctx.opts.quiet), json: ctx.json },
+    );
+    const client = new TunnelClient({
+      server: target.server,
+      token: target.token,
+      type,
+      local,
+      id: ctx.opts.id,
+      teamId,
+      remotePort: ctx.opts.remotePort,
+    });
+
+    let registeredOnce = false;
+    let finish: (code: ExitCode) => void = () => undefined;
+    const done = new Promise<ExitCode>((resolve) => (finish = resolve));
+    let failure: CliError | null = null;
+
+    client.on('registered', (r: { id: string; url: string }) => {
+      screen.registered(r.id, r.url, !registeredOnce);
+      if (registeredOnce) screen.note('reconnected');
+      registeredOnce = true;
+    });
+    client.on('request', (e: RequestEvent) => screen.request(e));
+    client.on('connection', (e: ConnectionEvent) => screen.connection(e));
+    client.on('open-streams', (n: number) => screen.openStreams(n));
+    client.on('reconnecting', (r: { attempt: number; delayMs: number; reason: string }) => screen.reconnecting(r.attempt, r.delayMs, r.reason));
+    client.on('closed', (c: { permanent: boolean; code: string; reason: string }) => {
+      if (!c.permanent) return;
+      screen.setState('closed', c.reason);
+      const code = exitCodeForRefusal(c.code ?? '');
+      failure = new CliError(code === EXIT.ok ? EXIT.error : code, 'tunnel closed', c.reason || c.code, c.code === 'deleted' ? 'it was closed through the API (`burrow tunnels delete`) and will not reconnect' : refusalHint(code, ctx.opts));
+      finish(failure.exitCode);
+    });
+    client.on('error', () => undefined); // failures arrive as 'closed' / start() rejections
+
+    screen.start();
+    try {
+      const info = await client.start();
+      if (!registeredOnce) {
+        screen.registered(info.id, info.url, true);
+        registeredOnce = true;
+      }
+    } catch (e) {
+      screen.stop();
+      if (e instanceof TunnelRefused) {
+        const code = exitCodeForRefusal(e.code);
+        throw new CliError(code, 'tunnel refused', e.message, refusalHint(code, ctx.opts));
+      }
+      throw unreachable(target.server, e);
+    }
+
+    // Who this is, for the status block; a failure here only leaves the line out.
+    if (screen.tty && !ctx.json) {
+      api.get<User>('/me').then(
+        (me) => (screen.info.account = `${me.email} (${me.role})`),
+        () => undefined,
+      );
+    }
+
+    const stopOnSignal = () => finish(EXIT.ok);
+    process.once('SIGINT', stopOnSignal);
+    process.once('SIGTERM', stopOnSignal);
+    const code = await done;
+    process.removeListener('SIGINT', stopOnSignal);
+    process.removeListener('SIGTERM', stopOnSignal);
+    await client.stop().catch(() => undefined);
+    screen.stop();
+    if (!ctx.json) screen.summary();
+    if (failure) throw failure;
+    process.exitCode = code;
+  });
+}
+
+export function registerExpose(program: Command): void {
+  const common = (cmd: Command) =>
+    cmd
+      .option('--id <name>', 'ask for this tunnel id (the first label of the public host name)')
+      .option('--team <team>', 'bind the tunnel to a team (id or name) so its members see it')
+      .option('-q, --quiet', 'no per-request lines');
+
+  examples(
+    common(
+      program
+        .command('http')
+        .description('expose a local HTTP service at a public URL')
+        .argument('<target>', 'local port (3000) or host:port (192.168.1.5:8080)'),
+    ).action(exposeAction('http')),
+    [
+      'burrow http 3000',
+      'burrow http 3000 --id myapp          # http://myapp.<domain>',
+      'burrow http 192.168.1.5:8080 --team web',
+      '# in CI: the URL is the first line of stdout',
+      'burrow http 3000 --quiet | head -1',
+    ],
+  );
+
+  examples(
+    common(
+      program
+        .command('tcp')
+        .description('expose a local TCP service at a public host:port')
+        .argument('<target>', 'local port (22) or host:port')
+        .option('--remote-port <n>', 'ask for this public port (within the server --tcp-port-range)', positiveInt('--remote-port', 65535)),
+    ).action(exposeAction('tcp')),
+    ['burrow tcp 22', 'burrow tcp 5432 --remote-port 25432', 'burrow tcp db.internal:5432 --team ops'],
+  );
+}

@@ -1,0 +1,138 @@
+import { Command, InvalidArgumentError } from 'commander';
+import { act, examples, pickOne } from './common.js';
+import { CliError, EXIT } from './errors.js';
+import { err, formatAge, formatTime, out, printJson, printTable } from './output.js';
+import type { ApiKey, ApiScope, CreatedKey } from './types.js';
+
+// burrow keys create|list|revoke
+
+const SCOPES: readonly ApiScope[] = ['tunnels', 'management'];
+
+export function parseScopes(v: string): ApiScope[] {
+  const scopes = v
+    .split(',')
+    .map((s) => s.trim())
+    .filter(Boolean);
+  if (scopes.length === 0) throw new InvalidArgumentError('give at least one scope: tunnels, management');
+  for (const s of scopes) {
+    if (!(SCOPES as readonly string[]).includes(s)) throw new InvalidArgumentError(`unknown scope "${s}" (scopes: tunnels, management)`);
+  }
+  return [...new Set(scopes)] as ApiScope[];
+}
+
+const UNIT_SECS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86400, w: 7 * 86400, y: 365 * 86400 };
+
+/** "30d", "12h", "2w" → now + that; or an ISO 8601 date-time (a bare date means its UTC midnight). */
+export function parseExpires(v: string, now = Date.now()): string {
+  const m = /^(\d+)\s*([smhdwy])$/.exec(v.trim());
+  if (m) {
+    const secs = Number(m[1]) * UNIT_SECS[m[2]!]!;
+    if (secs <= 0) throw new InvalidArgumentError('the expiry must be in the future');
+    return new Date(now + secs * 1000).toISOString();
+  }
+  const t = Date.parse(v);
+  if (!/^\d{4}-\d{2}-\d{2}/.test(v) || Number.isNaN(t)) {
+    throw new InvalidArgumentError(`expected a duration like 30d, 12h, 2w or a date-time like 2027-01-31T00:00:00Z, got "${v}"`);
+  }
+  if (t <= now) throw new InvalidArgumentError(`${v} is in the past`);
+  return new Date(t).toISOString();
+}
+
+export function keyStatus(k: ApiKey, now = Date.now()): 'active' | 'expired' | 'revoked' {
+  if (k.revoked_at) return 'revoked';
+  if (k.expires_at && new Date(k.expires_at).getTime() <= now) return 'expired';
+  return 'active';
+}
+
+export function registerKeys(program: Command): void {
+  const keys = program.command('keys').description('create, list and revoke your API keys');
+  examples(keys, ['burrow keys create ci --scopes tunnels --expires 30d', 'burrow keys list', 'burrow keys revoke 3f2a']);
+
+  const create = keys
+    .command('create')
+    .description('create an API key; it is printed once and never shown again')
+    .argument('<name>', 'a name for the key, unique among your active keys (e.g. ci, laptop)')
+    .option('--scopes <list>', 'comma-separated scopes: tunnels, management (default: both)', parseScopes)
+    .option('--expires <when>', 'a duration (30d, 12h, 2w) or a date-time (2027-01-31T00:00:00Z); default: never')
+    .action(
+      act<{ scopes?: ApiScope[]; expires?: string }>(async (ctx, name) => {
+        // Parsed here, not as an argParser, so "30d" is relative to the moment of the request.
+        let expires_at: string | null = null;
+        if (ctx.opts.expires !== undefined) {
+          try {
+            expires_at = parseExpires(ctx.opts.expires);
+          } catch (e) {
+            throw usage(`--expires: ${(e as Error).message}`);
+          }
+        }
+        const created = await ctx.client().post<CreatedKey>(
+          '/keys',
+          { name, scopes: ctx.opts.scopes ?? null, expires_at },
+          { hints: { 409: `you already have an active key named "${name}": pick another name or \`burrow keys revoke ${name}\``, 403: 'a key can only create keys with a subset of its own scopes' } },
+        );
+        if (ctx.json) return printJson(created);
+        const k = created.info;
+        // The key alone on stdout (so `KEY=$(burrow keys create ci)` works); the rest on stderr.
+        err.line(
+          `${err.paint('green', '✓')} created key ${err.paint('bold', k.name)} (${k.key_prefix}) · scopes ${k.scopes.join(', ')} · expires ${k.expires_at ? formatTime(k.expires_at) : 'never'}`,
+        );
+        out.line(created.key);
+        err.line(err.paint('yellow', 'warning: this is the only time the key is shown; store it now (e.g. as a CI secret)'));
+      }),
+    );
+  examples(create, [
+    'burrow keys create laptop',
+    'burrow keys create ci --scopes tunnels --expires 30d',
+    'burrow keys create deploy --expires 2027-01-31T00:00:00Z',
+    '# keep only the key:',
+    'KEY=$(burrow keys create ci --scopes tunnels 2>/dev/null)',
+  ]);
+
+  const list = keys
+    .command('list')
+    .alias('ls')
+    .description('list your active and expired keys, newest first')
+    .action(
+      act(async (ctx) => {
+        const rows = await ctx.client().get<ApiKey[]>('/keys');
+        if (ctx.json) return printJson(rows);
+        printTable(
+          rows,
+          [
+            { header: 'ID', value: (k) => k.id.slice(0, 8) },
+            { header: 'PREFIX', value: (k) => k.key_prefix },
+            { header: 'NAME', value: (k) => k.name },
+            { header: 'SCOPES', value: (k) => k.scopes.join(',') },
+            { header: 'CREATED', value: (k) => formatAge(k.created_at) },
+            { header: 'EXPIRES', value: (k) => (k.expires_at ? formatTime(k.expires_at) : 'never') },
+            { header: 'STATUS', value: (k) => keyStatus(k), style: (k) => (keyStatus(k) === 'active' ? 'green' : 'red') },
+          ],
+          'no keys: create one with `burrow keys create NAME`',
+        );
+      }),
+    );
+  examples(list, ['burrow keys list', 'burrow keys list --json | jq -r ".[].name"']);
+
+  const revoke = keys
+    .command('revoke')
+    .description('revoke a key: it stops working at once')
+    .argument('<key>', 'the key id, a unique prefix of it, its key prefix (bk_…) or its name')
+    .action(
+      act(async (ctx, ref) => {
+        const client = ctx.client();
+        let id = ref;
+        if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(ref)) {
+          const all = await client.get<ApiKey[]>('/keys');
+          id = pickOne(all, ref, 'key', 'burrow keys list', (k) => [k.key_prefix, k.name]).id;
+        }
+        const res = await client.delete<object>(`/keys/${encodeURIComponent(id)}`, { hints: { 404: 'no such key of yours; `burrow keys list` lists them' } });
+        if (ctx.json) return printJson(res);
+        out.line(`${out.paint('green', '✓')} revoked key ${id}`);
+      }),
+    );
+  examples(revoke, ['burrow keys revoke 3f2a9c1e', 'burrow keys revoke ci', 'burrow keys revoke bk_AbC123xyz789']);
+}
+
+function usage(detail: string): CliError {
+  return new CliError(EXIT.usage, 'invalid option', detail, 'see `burrow keys create --help`');
+}

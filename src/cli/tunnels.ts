@@ -1,0 +1,85 @@
+import { Command } from 'commander';
+import { act, examples } from './common.js';
+import { details, formatBytes, formatDuration, out, printJson, printTable } from './output.js';
+import type { Tunnel } from './types.js';
+
+// burrow tunnels list|get|delete: the live tunnels you own, your teams' tunnels, or all (admins).
+
+const NOT_FOUND = 'no such live tunnel visible to you; `burrow tunnels list` lists them';
+
+export function registerTunnels(program: Command): void {
+  const tunnels = program.command('tunnels').description('list, inspect and close live tunnels');
+  examples(tunnels, ['burrow tunnels list', 'burrow tunnels get myapp', 'burrow tunnels delete myapp']);
+
+  examples(
+    tunnels
+      .command('list')
+      .alias('ls')
+      .description('list live tunnels visible to you')
+      .action(
+        act(async (ctx) => {
+          const rows = await ctx.client().get<Tunnel[]>('/tunnels');
+          if (ctx.json) return printJson(rows);
+          printTable(
+            rows,
+            [
+              { header: 'ID', value: (t) => t.id },
+              { header: 'TYPE', value: (t) => t.tunnel_type },
+              { header: 'PORT', value: (t) => (t.remote_port === null ? '-' : String(t.remote_port)), align: 'right' },
+              { header: 'TEAM', value: (t) => (t.team_id ? t.team_id.slice(0, 8) : '-') },
+              { header: 'UPTIME', value: (t) => formatDuration(t.uptime_secs) },
+              { header: 'REQUESTS', value: (t) => String(t.stats.requests), align: 'right' },
+              { header: 'IN', value: (t) => formatBytes(t.stats.bytes_in), align: 'right' },
+              { header: 'OUT', value: (t) => formatBytes(t.stats.bytes_out), align: 'right' },
+            ],
+            'no live tunnels: start one with `burrow http 3000`',
+          );
+        }),
+      ),
+    ['burrow tunnels list', 'burrow tunnels list --json'],
+  );
+
+  examples(
+    tunnels
+      .command('get')
+      .description('show one tunnel')
+      .argument('<id>', 'tunnel id (the first label of its host name)')
+      .action(
+        act(async (ctx, id) => {
+          const t = await ctx.client().get<Tunnel>(`/tunnels/${encodeURIComponent(id)}`, { hints: { 404: NOT_FOUND } });
+          if (ctx.json) return printJson(t);
+          out.line(
+            details([
+              ['id', t.id],
+              ['type', t.tunnel_type],
+              ['remote port', t.remote_port === null ? '-' : String(t.remote_port)],
+              ['owner', t.owner_id],
+              ['team', t.team_id ?? '-'],
+              ['uptime', formatDuration(t.uptime_secs)],
+              ['requests', String(t.stats.requests)],
+              ['bytes in', formatBytes(t.stats.bytes_in)],
+              ['bytes out', formatBytes(t.stats.bytes_out)],
+            ]),
+          );
+        }),
+      ),
+    ['burrow tunnels get myapp'],
+  );
+
+  examples(
+    tunnels
+      .command('delete')
+      .description('close a tunnel; its client is told why and does not reconnect')
+      .argument('<id>', 'tunnel id')
+      .action(
+        act(async (ctx, id) => {
+          const res = await ctx.client().delete<object>(`/tunnels/${encodeURIComponent(id)}`, {
+            hints: { 404: NOT_FOUND, 403: "only the tunnel's owner, an owner of its team, or an admin can close it" },
+          });
+          if (ctx.json) return printJson(res);
+          out.line(`${out.paint('green', '✓')} closed tunnel ${id}`);
+        }),
+      ),
+    ['burrow tunnels delete myapp'],
+  );
+}

@@ -1,0 +1,88 @@
+import { Command } from 'commander';
+import { act, examples, parseChoice, positiveInt } from './common.js';
+import { out, formatAge, printJson, printTable } from './output.js';
+import { resolveUserId } from './teams.js';
+import type { Role, User } from './types.js';
+
+// burrow users list|deactivate|reactivate|set-role (admin only on the server side).
+
+const ROLES: readonly Role[] = ['admin', 'member'];
+const ADMIN_HINT = 'user management needs an admin key with the `management` scope';
+
+export function userStatus(u: User): 'active' | 'deactivated' {
+  return u.deactivated_at ? 'deactivated' : 'active';
+}
+
+export function registerUsers(program: Command): void {
+  const users = program.command('users').description('manage users (admins)');
+  examples(users, ['burrow users list', 'burrow users set-role bob@example.com admin', 'burrow users deactivate bob@example.com']);
+
+  examples(
+    users
+      .command('list')
+      .alias('ls')
+      .description('list users, newest first')
+      .option('--limit <n>', 'at most this many (1-1000, default 50)', positiveInt('--limit', 1000))
+      .action(
+        act<{ limit?: number }>(async (ctx) => {
+          const rows = await ctx.client().get<User[]>('/users', { query: { limit: ctx.opts.limit }, hints: { 403: ADMIN_HINT } });
+          if (ctx.json) return printJson(rows);
+          printTable(
+            rows,
+            [
+              { header: 'ID', value: (u) => u.id },
+              { header: 'EMAIL', value: (u) => u.email },
+              { header: 'NAME', value: (u) => u.name ?? '-' },
+              { header: 'ROLE', value: (u) => u.role, style: (u) => (u.role === 'admin' ? 'cyan' : undefined) },
+              { header: 'STATUS', value: userStatus, style: (u) => (u.deactivated_at ? 'red' : 'green') },
+              { header: 'CREATED', value: (u) => formatAge(u.created_at) },
+            ],
+            'no users',
+          );
+        }),
+      ),
+    ['burrow users list', 'burrow users list --limit 500 --json'],
+  );
+
+  for (const [verb, effect] of [
+    ['deactivate', 'their keys stop working at once and their live tunnels close (keys are kept)'],
+    ['reactivate', 'their keys work again'],
+  ] as const) {
+    examples(
+      users
+        .command(verb)
+        .description(`${verb} a user: ${effect}`)
+        .argument('<user>', 'user id or email')
+        .action(
+          act(async (ctx, ref) => {
+            const client = ctx.client();
+            const id = await resolveUserId(client, ref);
+            const u = await client.post<User>(`/users/${id}/${verb}`, undefined, {
+              hints: { 403: ADMIN_HINT, 409: 'you cannot deactivate yourself, nor the last admin', 404: 'no such user; `burrow users list`' },
+            });
+            if (ctx.json) return printJson(u);
+            out.line(`${out.paint('green', '✓')} ${u.email} is ${userStatus(u)}`);
+          }),
+        ),
+      [`burrow users ${verb} bob@example.com`, `burrow users ${verb} 5b1c2d3e-0000-4000-8000-000000000001`],
+    );
+  }
+
+  examples(
+    users
+      .command('set-role')
+      .description("set a user's role")
+      .argument('<user>', 'user id or email')
+      .argument('<role>', 'admin or member', parseChoice('role', ROLES))
+      .action(
+        act<Record<string, unknown>, [string, Role]>(async (ctx, ref, role) => {
+          const client = ctx.client();
+          const id = await resolveUserId(client, ref);
+          const u = await client.put<User>(`/users/${id}/role`, { role }, { hints: { 403: ADMIN_HINT, 409: 'the server keeps at least one admin', 404: 'no such user; `burrow users list`' } });
+          if (ctx.json) return printJson(u);
+          out.line(`${out.paint('green', '✓')} ${u.email} is now ${u.role}`);
+        }),
+      ),
+    ['burrow users set-role bob@example.com admin'],
+  );
+}
