@@ -23,7 +23,9 @@ export interface Painter {
 /** A colouring function bound to one stream's capability (stdout and stderr may differ). */
 export function painter(stream: Stream): Painter {
   const enabled = colourEnabled(stream);
-  const paint = ((style: Style, text: string) => (enabled ? styleText(style, text) : text)) as Painter;
+  // validateStream: false because the decision is made here, per stream (Node's own check looks
+  // at process.stdout only, which is wrong for stderr output).
+  const paint = ((style: Style, text: string) => (enabled ? styleText(style, text, { validateStream: false }) : text)) as Painter;
   paint.enabled = enabled;
   return paint;
 }

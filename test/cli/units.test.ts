@@ -1,0 +1,210 @@
+// Pure pieces of the CLI: config precedence and file mode, parsing of flags, output formatting,
+// and the expose screen's numbers. Server-backed behaviour is in the other suites.
+import { statSync, readFileSync, writeFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { configPath, loadConfig, resolveTarget, saveConfig, setContextToken, DEFAULT_SERVER } from '../../src/cli/config.js';
+import { CliError, EXIT } from '../../src/cli/errors.js';
+import { ExposeStats } from '../../src/cli/expose-stats.js';
+import { renderBlock, summaryLine } from '../../src/cli/expose-screen.js';
+import { exitCodeForRefusal, parseLocal } from '../../src/cli/expose.js';
+import { keyStatus, parseExpires, parseScopes } from '../../src/cli/keys.js';
+import { formatAge, formatBytes, formatDuration, formatMs, painter, table, tokenPrefix, visibleLength } from '../../src/cli/output.js';
+import { tempDir } from './harness.js';
+
+const KEY_A = 'bk_AAAAAAAAAAAA_' + 'a'.repeat(43);
+const KEY_B = 'bk_BBBBBBBBBBBB_' + 'b'.repeat(43);
+const dirs: (() => void)[] = [];
+
+function freshConfigHome(): string {
+  const t = tempDir();
+  dirs.push(t.remove);
+  process.env.XDG_CONFIG_HOME = t.dir;
+  delete process.env.BURROW_SERVER;
+  delete process.env.BURROW_TOKEN;
+  return t.dir;
+}
+
+test.after(() => dirs.forEach((r) => r()));
+
+test('configPath follows XDG_CONFIG_HOME', () => {
+  const home = freshConfigHome();
+  assert.is(configPath(), join(home, 'burrow', 'config.json'));
+});
+
+test('saveConfig writes mode 0600 in a 0700 directory, atomically (no temp files left)', () => {
+  const home = freshConfigHome();
+  saveConfig({ currentContext: 'a', contexts: { a: { server: 'http://a:1', token: KEY_A } } });
+  assert.is(statSync(configPath()).mode & 0o777, 0o600);
+  assert.is(statSync(join(home, 'burrow')).mode & 0o777, 0o700);
+  saveConfig({ currentContext: 'a', contexts: { a: { server: 'http://a:2', token: KEY_A } } });
+  assert.is(loadConfig().contexts.a!.server, 'http://a:2');
+  assert.equal(
+    (readFileSync(configPath(), 'utf8').match(/"server"/g) ?? []).length,
+    1,
+  );
+});
+
+test('resolveTarget: flag > env > context file; default server without any', () => {
+  freshConfigHome();
+  assert.equal(resolveTarget({}), { server: DEFAULT_SERVER, token: null, contextName: null });
+  saveConfig({ currentContext: 'a', contexts: { a: { server: 'http://a:1', token: KEY_A }, b: { server: 'http://b:1', token: KEY_B } } });
+  assert.equal(resolveTarget({}), { server: 'http://a:1', token: KEY_A, contextName: 'a' });
+  assert.equal(resolveTarget({ context: 'b' }), { server: 'http://b:1', token: KEY_B, contextName: 'b' });
+  process.env.BURROW_TOKEN = 'env-token';
+  process.env.BURROW_SERVER = 'http://env:1';
+  assert.equal(resolveTarget({}), { server: 'http://env:1', token: 'env-token', contextName: 'a' });
+  assert.equal(resolveTarget({ server: 'http://flag:1', token: 'flag-token' }), { server: 'http://flag:1', token: 'flag-token', contextName: 'a' });
+  delete process.env.BURROW_SERVER;
+  delete process.env.BURROW_TOKEN;
+});
+
+test("resolveTarget never sends a context's key to another server", () => {
+  freshConfigHome();
+  saveConfig({ currentContext: 'a', contexts: { a: { server: 'http://a:1', token: KEY_A } } });
+  assert.is(resolveTarget({ server: 'http://elsewhere:1' }).token, null);
+  assert.is(resolveTarget({ server: 'http://a:1/' }).token, KEY_A); // same server, trailing slash
+});
+
+test('resolveTarget: an unknown --context is a usage error', () => {
+  freshConfigHome();
+  try {
+    resolveTarget({ context: 'nope' });
+    assert.unreachable();
+  } catch (e) {
+    assert.instance(e, CliError);
+    assert.is((e as CliError).exitCode, EXIT.usage);
+  }
+});
+
+test('setContextToken: creates "default" and makes it current; later updates the same context', () => {
+  freshConfigHome();
+  setContextToken(null, 'http://s:1', KEY_A);
+  assert.equal(loadConfig(), { currentContext: 'default', contexts: { default: { server: 'http://s:1', token: KEY_A } } });
+  setContextToken(null, 'http://s:1', KEY_B);
+  assert.is(loadConfig().contexts.default!.token, KEY_B);
+  setContextToken(null, 'http://other:2', KEY_A); // another server: its own context, now current
+  const cfg = loadConfig();
+  assert.is(cfg.contexts.default!.server, 'http://s:1');
+  assert.is(cfg.currentContext, 'other-2');
+  assert.equal(cfg.contexts['other-2'], { server: 'http://other:2', token: KEY_A });
+  setContextToken('default', 'http://s:1', null); // logout of a named context
+  assert.is(loadConfig().contexts.default!.token, null);
+  assert.is(statSync(configPath()).mode & 0o777, 0o600);
+});
+
+test('loadConfig tolerates a hand-edited file and rejects broken JSON with a hint', () => {
+  const home = freshConfigHome();
+  mkdirSync(join(home, 'burrow'), { recursive: true });
+  writeFileSync(configPath(), JSON.stringify({ currentContext: 'gone', contexts: { a: { server: 'http://a:1' }, bad: 3 } }));
+  assert.equal(loadConfig(), { currentContext: null, contexts: { a: { server: 'http://a:1', token: null } } });
+  writeFileSync(configPath(), '{oops');
+  try {
+    loadConfig();
+    assert.unreachable();
+  } catch (e) {
+    assert.match((e as CliError).hint ?? '', 'config.json');
+  }
+});
+
+test('parseScopes and parseExpires', () => {
+  assert.equal(parseScopes('tunnels'), ['tunnels']);
+  assert.equal(parseScopes('tunnels, management,tunnels'), ['tunnels', 'management']);
+  assert.throws(() => parseScopes('admin'), /unknown scope/);
+  const now = Date.parse('2026-01-01T00:00:00Z');
+  assert.is(parseExpires('30d', now), '2026-01-31T00:00:00.000Z');
+  assert.is(parseExpires('12h', now), '2026-01-01T12:00:00.000Z');
+  assert.is(parseExpires('2027-02-03T04:05:06Z', now), '2027-02-03T04:05:06.000Z');
+  assert.throws(() => parseExpires('2020-01-01T00:00:00Z', now), /past/);
+  assert.throws(() => parseExpires('soon', now), /duration/);
+  assert.throws(() => parseExpires('0d', now), /future/);
+});
+
+test('keyStatus', () => {
+  const base = { id: 'x', name: 'n', key_prefix: 'bk_', scopes: [], created_at: '2026-01-01T00:00:00Z' } as const;
+  const now = Date.parse('2026-06-01T00:00:00Z');
+  assert.is(keyStatus({ ...base, scopes: [], expires_at: null, revoked_at: null }, now), 'active');
+  assert.is(keyStatus({ ...base, scopes: [], expires_at: '2026-05-01T00:00:00Z', revoked_at: null }, now), 'expired');
+  assert.is(keyStatus({ ...base, scopes: [], expires_at: null, revoked_at: '2026-05-01T00:00:00Z' }, now), 'revoked');
+});
+
+test('parseLocal: port, host:port, [v6]:port, URL; bad input throws', () => {
+  assert.equal(parseLocal('3000'), { host: 'localhost', port: 3000 });
+  assert.equal(parseLocal('192.168.1.5:8080'), { host: '192.168.1.5', port: 8080 });
+  assert.equal(parseLocal('[::1]:80'), { host: '::1', port: 80 });
+  assert.equal(parseLocal('http://localhost:3000/'), { host: 'localhost', port: 3000 });
+  for (const bad of ['0', '70000', 'host', 'host:', ':80', 'a b:1']) assert.throws(() => parseLocal(bad), /expected a port/);
+});
+
+test('exitCodeForRefusal maps refusal codes onto the exit code table', () => {
+  assert.is(exitCodeForRefusal('unauthorized'), EXIT.auth);
+  assert.is(exitCodeForRefusal('forbidden'), EXIT.auth);
+  assert.is(exitCodeForRefusal('conflict'), EXIT.conflict);
+  assert.is(exitCodeForRefusal('not-found'), EXIT.notFound);
+  assert.is(exitCodeForRefusal('bad-request'), EXIT.usage);
+  assert.is(exitCodeForRefusal('deleted'), EXIT.error);
+});
+
+test('formatBytes / formatDuration / formatMs / formatAge / tokenPrefix', () => {
+  assert.is(formatBytes(0), '0 B');
+  assert.is(formatBytes(1023), '1023 B');
+  assert.is(formatBytes(1536), '1.50 KiB');
+  assert.is(formatBytes(10 * 1024 * 1024), '10.0 MiB');
+  assert.is(formatBytes(300 * 1024 ** 3), '300 GiB');
+  assert.is(formatBytes(null), '-');
+  assert.is(formatDuration(5), '5s');
+  assert.is(formatDuration(192), '3m 12s');
+  assert.is(formatDuration(7500), '2h 5m');
+  assert.is(formatDuration(4 * 86400 + 3 * 3600), '4d 3h');
+  assert.is(formatMs(12.4), '12ms');
+  assert.is(formatMs(1250), '1.25s');
+  const now = Date.parse('2026-01-10T00:00:00Z');
+  assert.is(formatAge('2026-01-09T23:57:00Z', now), '3m ago');
+  assert.is(formatAge('2026-02-09T00:00:00Z', now), 'in 30d');
+  assert.is(tokenPrefix(KEY_A), 'bk_AAAAAAAAAAAA…');
+  assert.not.match(tokenPrefix('some-other-secret-token'), 'secret');
+});
+
+test('table aligns columns on visible width and keeps colour codes out of the width', () => {
+  const plain = painter({ isTTY: false } as NodeJS.WriteStream);
+  const rows = [
+    { a: 'x', b: 'long value' },
+    { a: 'longer', b: 'y' },
+  ];
+  const text = table(rows, [{ header: 'A', value: (r) => r.a }, { header: 'B', value: (r) => r.b }], plain);
+  assert.is(text, 'A        B\nx        long value\nlonger   y');
+  assert.is(visibleLength('\x1b[32mok\x1b[39m'), 2);
+});
+
+test('NO_COLOR disables colour even when forced by a TTY', () => {
+  process.env.NO_COLOR = '1';
+  const p = painter({ isTTY: true } as NodeJS.WriteStream);
+  assert.is(p.enabled, false);
+  assert.is(p('red', 'x'), 'x');
+  delete process.env.NO_COLOR;
+  const saved = process.env.FORCE_COLOR;
+  delete process.env.FORCE_COLOR;
+  const q = painter({ isTTY: true } as NodeJS.WriteStream);
+  if (process.env.TERM !== 'dumb') assert.is(q('red', 'x'), '\x1b[31mx\x1b[39m');
+  if (saved !== undefined) process.env.FORCE_COLOR = saved;
+});
+
+test('ExposeStats: nearest-rank p50/p90 and counters', () => {
+  const s = new ExposeStats(0);
+  assert.is(s.percentile(50), null);
+  for (let ms = 1; ms <= 10; ms++) s.addRequest({ method: 'GET', path: '/', status: 200, durationMs: ms, bytesIn: 1, bytesOut: 10 });
+  assert.is(s.percentile(50), 5);
+  assert.is(s.percentile(90), 9);
+  assert.is(s.requests, 10);
+  assert.is(s.bytesOut, 100);
+  const plain = painter({ isTTY: false } as NodeJS.WriteStream);
+  const block = renderBlock({ type: 'http', url: 'http://abc.localhost:8080', local: 'http://localhost:3000', account: 'a@b.c (admin)', state: 'online', stateDetail: null }, s, plain, 65_000).join('\n');
+  assert.match(block, /Session Status\s+online/);
+  assert.match(block, /Forwarding\s+http:\/\/abc\.localhost:8080 → http:\/\/localhost:3000/);
+  assert.match(block, /Requests\s+total 10\s+p50 5ms\s+p90 9ms/);
+  assert.match(block, /Uptime\s+1m 5s/);
+  assert.match(summaryLine({ type: 'http', url: 'http://abc.localhost:8080', local: '', account: null, state: 'closed', stateDetail: null }, s, 65_000), /10 requests \(p50 5ms, p90 9ms\)/);
+});
+
+test.run();
