@@ -1,13 +1,22 @@
+import { randomBytes, randomUUID } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
-import type { TunnelShardToMain, TunnelMainToShard } from '../protocol/tunnel-messages.js';
+import type { StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
+import { randomTunnelId, tunnelIdProblem } from '../protocol/frames.js';
 import { ApiError, assertNever } from '../errors.js';
+import { StatsActor } from './stats.js';
 
 // RegistryActor (main thread): the single owner of "which live tunnel has which id, on
 // which shard". Runs on main's event loop, so each message is handled to completion
-// before the next: admission is race-free without locks.
+// before the next: admission is race-free without locks (the one await, the team check,
+// is followed by a fresh conflict check).
+//
+//   shard ──tunnel-admit──▶ admit: id rules, team membership, conflict / same-user takeover
+//                           ──▶ StatsActor.open(session) ──▶ tunnel-route to every shard
+//   shard ──tunnel-down───▶ StatsActor.close(session, final counters) ──▶ tunnel-route null
+//   API   ──tunnels-close─▶ owning shard: tunnel-close (permanent: the client must not return)
 
 export interface ShardDirectory {
   tell(shard: number, msg: TunnelMainToShard): void;
@@ -15,33 +24,41 @@ export interface ShardDirectory {
 }
 
 interface Entry {
-  info: Omit<TunnelInfo, 'uptime_secs'>;
+  info: Omit<TunnelInfo, 'uptime_secs' | 'stats'>;
   shard: number;
+  sessionId: string;
   registeredAtMs: number;
 }
 
 const CLOSE_TIMEOUT_MS = 5_000;
+const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export class RegistryActor {
   private readonly tunnels = new Map<string, Entry>();
+  readonly stats: StatsActor;
 
   constructor(
     private readonly log: Logger,
     private readonly shards: ShardDirectory,
     private readonly sql: Sql,
     private readonly config: Config,
-  ) {}
+  ) {
+    this.stats = new StatsActor(log.child({ actor: 'stats' }), sql);
+  }
 
   /** Start-up: sessions left open by a crash are closed at their last flush. */
   async start(): Promise<void> {
-    void this.config;
     await this.sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null`;
+    this.stats.start();
   }
 
-  /** Shutdown: final flush of counters (the stats actor's job). */
-  async stop(): Promise<void> {}
+  /** Shutdown: every session ends; final flush of counters. */
+  async stop(): Promise<void> {
+    this.tunnels.clear();
+    await this.stats.stop();
+  }
 
-  handle(_fromShard: number, msg: TunnelShardToMain): unknown {
+  handle(fromShard: number, msg: TunnelShardToMain): unknown {
     switch (msg.type) {
       case 'tunnels-list':
         return this.list(msg.principal, msg.teamIds);
@@ -51,18 +68,94 @@ export class RegistryActor {
         return this.close(msg.id, msg.reason);
       case 'tunnels-close-owner':
         return this.closeOwner(msg.userId, msg.teamId, msg.reason);
+      case 'tunnel-admit':
+        return this.admit(fromShard, msg);
+      case 'tunnel-down':
+        return this.down(msg.id, msg.sessionId, msg.last);
+      case 'tunnel-stats':
+        for (const d of msg.deltas) this.stats.add(d);
+        return undefined;
+      case 'tunnel-routes':
+        return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard }));
       default:
         return assertNever(msg);
     }
   }
 
-  /** A shard died: its tunnels are gone. */
+  /** A shard died: its tunnels are gone; their sessions close with the last counters heard. */
   shardDown(shard: number): void {
-    for (const [id, e] of this.tunnels) if (e.shard === shard) this.tunnels.delete(id);
+    for (const [id, e] of this.tunnels) {
+      if (e.shard !== shard) continue;
+      this.tunnels.delete(id);
+      this.stats.close(e.sessionId);
+      this.broadcast({ type: 'tunnel-route', id, shard: null });
+    }
+  }
+
+  private broadcast(msg: TunnelMainToShard): void {
+    for (let i = 0; i < this.config.workers; i++) {
+      try {
+        this.shards.tell(i, msg);
+      } catch (err) {
+        this.log.debug({ err, shard: i }, 'shard not reachable for a route update');
+      }
+    }
+  }
+
+  private publicUrl(type: 'http' | 'tcp', id: string, port: number | null): string {
+    const base = new URL(this.config.baseUrl);
+    if (type === 'tcp') return `tcp://${base.hostname}:${port}`;
+    return `${base.protocol}//${id}.${this.config.domain}${base.port ? `:${base.port}` : ''}`;
+  }
+
+  private async admit(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
+    if (m.id !== null) {
+      const problem = tunnelIdProblem(m.id, this.config.domain);
+      if (problem) throw new ApiError('bad-request', problem);
+    }
+    if (m.teamId !== null) {
+      if (!UUID_RE.test(m.teamId)) throw new ApiError('bad-request', `team id "${m.teamId}" is not a uuid`);
+      const rows = await this.sql`select 1 from team_members where team_id = ${m.teamId} and user_id = ${m.userId}`;
+      if (rows.length === 0) throw new ApiError('forbidden', `you are not a member of team ${m.teamId}`);
+    }
+    let id = m.id;
+    if (id === null) {
+      do id = randomTunnelId(randomBytes);
+      while (this.tunnels.has(id) || tunnelIdProblem(id, this.config.domain));
+    }
+    const old = this.tunnels.get(id);
+    if (old && old.info.owner_id !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+    if (old) {
+      // Same user: a reconnect whose old connection is stale (or a second client). The new
+      // registration wins; the old one is told so and must not come back.
+      // Its session closes when that shard reports tunnel-down with the final counters.
+      this.tunnels.delete(id);
+      this.shards.tell(old.shard, { type: 'tunnel-close', tunnelId: id, reason: 'taken over by a newer connection with the same tunnel id', permanent: true, sessionId: old.sessionId });
+    }
+    const sessionId = randomUUID();
+    this.tunnels.set(id, {
+      info: { id, owner_id: m.userId, team_id: m.teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType },
+      shard,
+      sessionId,
+      registeredAtMs: Date.now(),
+    });
+    this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId: m.teamId, clientIp: m.clientIp });
+    this.broadcast({ type: 'tunnel-route', id, shard });
+    return { id, sessionId, url: this.publicUrl(m.tunnelType, id, m.remotePort) };
+  }
+
+  private down(id: string, sessionId: string, last: StatsDelta | null): void {
+    if (last) this.stats.add(last);
+    this.stats.close(sessionId);
+    const e = this.tunnels.get(id);
+    if (e && e.sessionId === sessionId) {
+      this.tunnels.delete(id);
+      this.broadcast({ type: 'tunnel-route', id, shard: null });
+    }
   }
 
   private view(e: Entry): TunnelInfo {
-    return { ...e.info, uptime_secs: (Date.now() - e.registeredAtMs) / 1000 };
+    return { ...e.info, uptime_secs: Math.floor((Date.now() - e.registeredAtMs) / 1000), stats: this.stats.totals(e.sessionId) };
   }
 
   private list(p: Principal, teamIds: string[]): TunnelInfo[] {
@@ -84,8 +177,14 @@ export class RegistryActor {
   private async close(id: string, reason: string): Promise<Record<string, never>> {
     const e = this.tunnels.get(id);
     if (!e) throw new ApiError('not-found', `no live tunnel "${id}"`);
-    this.tunnels.delete(id);
-    await this.shards.ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true }, CLOSE_TIMEOUT_MS);
+    // The entry goes when the shard reports tunnel-down (with the final counters).
+    await this.shards.ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: e.sessionId }, CLOSE_TIMEOUT_MS);
+    const still = this.tunnels.get(id);
+    if (still === e) {
+      this.tunnels.delete(id);
+      this.stats.close(e.sessionId);
+      this.broadcast({ type: 'tunnel-route', id, shard: null });
+    }
     return {};
   }
 

@@ -67,7 +67,8 @@ export type TunnelMainToShard =
   | { type: 'tunnel-route'; id: string; shard: number | null };
 
 /** shard ↔ shard over the mesh: one public HTTP stream whose visitor is on the ingress shard
- *  and whose tunnel is on the owner shard. `xid` is chosen by the ingress shard. */
+ *  and whose tunnel is on the owner shard. `xid` is chosen by the ingress shard; messages toward
+ *  the ingress carry it negated (both shards number their own visitors from 1). */
 export type TunnelMesh =
   /** ingress → owner: a visitor request for `tunnelId`. */
   | { type: 'x-open'; xid: number; tunnelId: string; head: StreamHead }

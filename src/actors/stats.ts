@@ -1,0 +1,188 @@
+import type { Logger } from '../log.js';
+import type { Sql } from '../db/sql.js';
+import type { StatsDelta } from '../protocol/tunnel-messages.js';
+
+// StatsActor (main thread): the one writer of the `sessions` table.
+//
+//   shards ──tunnel-stats deltas (≤ 250 ms)──▶ RegistryActor ──▶ StatsActor.add
+//   every FLUSH_INTERVAL_MS: one multi-row upsert of every changed session
+//
+// It keeps each live session's *totals* and writes absolute values (not increments), so a
+// write that failed, or succeeded without our hearing of it (connection lost mid-reply), is
+// simply repeated: nothing is lost while PostgreSQL is away and nothing is counted twice when
+// it returns. A session row is created by the first flush after registration (the upsert), so
+// registering a tunnel never waits for the database.
+
+export const FLUSH_INTERVAL_MS = 1_000;
+/** 12 parameters a row; PostgreSQL takes at most 65535 parameters per statement. */
+const MAX_ROWS_PER_STATEMENT = 5_000;
+
+export interface SessionOpen {
+  id: string;
+  userId: string;
+  tunnelId: string;
+  tunnelType: 'http' | 'tcp';
+  teamId: string | null;
+  clientIp: string | null;
+}
+
+interface Row extends SessionOpen {
+  connectedAt: Date;
+  disconnectedAt: Date | null;
+  bytesIn: number;
+  bytesOut: number;
+  requests: number;
+  /** bumped on every change; a flush clears `dirty` only if no change came in meanwhile */
+  version: number;
+  flushedVersion: number;
+}
+
+export class StatsActor {
+  private readonly rows = new Map<string, Row>();
+  private timer: NodeJS.Timeout | null = null;
+  private flushing: Promise<void> | null = null;
+  private failing = false;
+
+  constructor(
+    private readonly log: Logger,
+    private readonly sql: Sql,
+  ) {}
+
+  start(): void {
+    this.timer = setInterval(() => void this.flush(), FLUSH_INTERVAL_MS);
+    this.timer.unref();
+  }
+
+  open(s: SessionOpen): void {
+    this.rows.set(s.id, { ...s, connectedAt: new Date(), disconnectedAt: null, bytesIn: 0, bytesOut: 0, requests: 0, version: 1, flushedVersion: 0 });
+  }
+
+  add(d: StatsDelta): void {
+    const r = this.rows.get(d.sessionId);
+    if (!r) return;
+    r.bytesIn += d.bytesIn;
+    r.bytesOut += d.bytesOut;
+    r.requests += d.requests;
+    r.version++;
+  }
+
+  close(sessionId: string, at = new Date()): void {
+    const r = this.rows.get(sessionId);
+    if (!r || r.disconnectedAt) return;
+    r.disconnectedAt = at;
+    r.version++;
+  }
+
+  /** Live totals of a session (for /tunnels stats). */
+  totals(sessionId: string): { bytes_in: number; bytes_out: number; requests: number } {
+    const r = this.rows.get(sessionId);
+    return { bytes_in: r?.bytesIn ?? 0, bytes_out: r?.bytesOut ?? 0, requests: r?.requests ?? 0 };
+  }
+
+  /** One upsert of every changed session; overlapping calls share the write in flight. */
+  flush(): Promise<void> {
+    if (this.flushing) return this.flushing;
+    this.flushing = this.write().finally(() => {
+      this.flushing = null;
+    });
+    return this.flushing;
+  }
+
+  private async write(): Promise<void> {
+    // Live sessions are written every interval even when idle: last_flush_at is where a crash
+    // would close them (decisions.md: "flushed at least every second while live").
+    const changed = [...this.rows.values()].filter((r) => r.version !== r.flushedVersion || !r.disconnectedAt);
+    if (changed.length === 0) return;
+    const now = new Date();
+    const snapshot = changed.map((r) => ({ row: r, version: r.version, values: valuesOf(r, now) }));
+    try {
+      for (let i = 0; i < snapshot.length; i += MAX_ROWS_PER_STATEMENT) {
+        await this.upsert(snapshot.slice(i, i + MAX_ROWS_PER_STATEMENT).map((s) => s.values));
+      }
+      if (this.failing) this.log.info({ sessions: changed.length }, 'session counters written again');
+      this.failing = false;
+      for (const s of snapshot) this.written(s.row, s.version);
+    } catch (err) {
+      if (isDataError(err)) {
+        // One bad row (say its user was deleted) must not hold every other row back forever.
+        for (const s of snapshot) {
+          try {
+            await this.upsert([s.values]);
+            this.written(s.row, s.version);
+          } catch (e) {
+            if (!isDataError(e)) return this.outage(e);
+            this.log.error({ err: e, session: s.row.id }, 'session row rejected by the database; dropping it');
+            this.rows.delete(s.row.id);
+          }
+        }
+        return;
+      }
+      this.outage(err);
+    }
+  }
+
+  private outage(err: unknown): void {
+    if (!this.failing) this.log.warn({ err: (err as Error).message }, 'cannot write session counters; keeping them until the database answers');
+    this.failing = true;
+  }
+
+  private written(r: Row, version: number): void {
+    r.flushedVersion = version;
+    if (r.disconnectedAt && r.version === version) this.rows.delete(r.id);
+  }
+
+  private async upsert(values: ReturnType<typeof valuesOf>[]): Promise<void> {
+    const sql = this.sql as unknown as import('postgres').Sql;
+    await sql`
+      insert into sessions ${sql(values, 'id', 'user_id', 'tunnel_id', 'tunnel_type', 'team_id', 'client_ip', 'connected_at', 'disconnected_at', 'last_flush_at', 'bytes_in', 'bytes_out', 'requests')}
+      on conflict (id) do update set
+        bytes_in = excluded.bytes_in,
+        bytes_out = excluded.bytes_out,
+        requests = excluded.requests,
+        disconnected_at = excluded.disconnected_at,
+        last_flush_at = excluded.last_flush_at`;
+  }
+
+  /** Shutdown: every live session ends now; write until done or `timeoutMs` passed. */
+  async stop(timeoutMs = 5_000): Promise<void> {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = null;
+    const now = new Date();
+    for (const r of this.rows.values()) this.close(r.id, now);
+    const deadline = Date.now() + timeoutMs;
+    while (this.pending() > 0 && Date.now() < deadline) {
+      await this.flush();
+      if (this.pending() > 0) await new Promise((r) => setTimeout(r, 200));
+    }
+    if (this.pending() > 0) this.log.error({ sessions: this.pending() }, 'session counters could not be written before shutdown');
+  }
+
+  pending(): number {
+    let n = 0;
+    for (const r of this.rows.values()) if (r.version !== r.flushedVersion) n++;
+    return n;
+  }
+}
+
+function valuesOf(r: Row, now: Date) {
+  return {
+    id: r.id,
+    user_id: r.userId,
+    tunnel_id: r.tunnelId,
+    tunnel_type: r.tunnelType,
+    team_id: r.teamId,
+    client_ip: r.clientIp,
+    connected_at: r.connectedAt,
+    disconnected_at: r.disconnectedAt,
+    last_flush_at: now,
+    bytes_in: r.bytesIn,
+    bytes_out: r.bytesOut,
+    requests: r.requests,
+  };
+}
+
+/** Integrity / data errors (SQLSTATE classes 22, 23): the row is at fault, not the connection. */
+function isDataError(err: unknown): boolean {
+  const code = (err as { code?: string })?.code;
+  return typeof code === 'string' && /^2[23]/.test(code);
+}

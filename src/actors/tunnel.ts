@@ -1,0 +1,170 @@
+import type { Refusal, ResetCode, ResponseHead, StreamHead } from '../protocol/frames.js';
+import type { StatsDelta } from '../protocol/tunnel-messages.js';
+import type { Downstream, Upstream } from '../tunnel/stream.js';
+
+// TunnelActor: one registered tunnel, living on the shard that holds its control connection.
+// It owns the tunnel's streams and counters. Everything runs on the shard's event loop, so
+// its state needs no locks; other shards reach it only through mesh messages (tunnel/mesh.ts).
+//
+//   visitor adapter ─Upstream─▶ TunnelStream ─frames─▶ control connection ─▶ client
+//                  ◀Downstream─ TunnelStream ◀frames── control connection ◀── client
+
+/** What a tunnel needs from its control connection. */
+export interface StreamCarrier {
+  /** Opens stream `sid` on the wire; false when the connection cannot take more streams. */
+  openStream(stream: TunnelStream, head: StreamHead): boolean;
+  sendData(sid: number, bytes: Uint8Array): void;
+  sendEnd(sid: number): void;
+  sendReset(sid: number, code: ResetCode): void;
+  sendCredit(sid: number, bytes: number): void;
+  sendClosed(tunnelId: string, why: Refusal): void;
+  forget(sid: number): void;
+}
+
+export interface TunnelSpec {
+  id: string;
+  type: 'http' | 'tcp';
+  userId: string;
+  teamId: string | null;
+  sessionId: string;
+  url: string;
+  remotePort: number | null;
+}
+
+/** One stream of a tunnel: relays between a visitor adapter and the wire, counting bytes. */
+export class TunnelStream implements Upstream {
+  sid = 0;
+  private visitorEnded = false;
+  private clientEnded = false;
+  private done = false;
+
+  constructor(
+    readonly tunnel: TunnelActor,
+    private readonly carrier: StreamCarrier,
+    readonly down: Downstream,
+  ) {}
+
+  // ---- Upstream: visitor → client ----
+  data(bytes: Uint8Array): void {
+    if (this.done) return;
+    this.tunnel.count(bytes.byteLength, 0);
+    this.carrier.sendData(this.sid, bytes);
+  }
+  end(): void {
+    if (this.done || this.visitorEnded) return;
+    this.visitorEnded = true;
+    this.carrier.sendEnd(this.sid);
+    if (this.clientEnded) this.finish();
+  }
+  reset(code: ResetCode): void {
+    if (this.done) return;
+    this.carrier.sendReset(this.sid, code);
+    this.finish();
+  }
+  credit(bytes: number): void {
+    if (!this.done) this.carrier.sendCredit(this.sid, bytes);
+  }
+
+  // ---- frames from the client ----
+  onResponse(head: ResponseHead): void {
+    if (!this.done) this.down.response(head);
+  }
+  onData(bytes: Uint8Array): void {
+    if (this.done) return;
+    this.tunnel.count(0, bytes.byteLength);
+    this.down.data(bytes);
+  }
+  onEnd(): void {
+    if (this.done || this.clientEnded) return;
+    this.clientEnded = true;
+    this.down.end();
+    if (this.visitorEnded) this.finish();
+  }
+  onReset(code: ResetCode): void {
+    if (this.done) return;
+    this.finish();
+    this.down.reset(code);
+  }
+  onCredit(bytes: number): void {
+    if (!this.done) this.down.credit(bytes);
+  }
+
+  /** The tunnel or its connection is going away. */
+  abort(code: ResetCode): void {
+    if (this.done) return;
+    this.finish();
+    this.down.reset(code);
+  }
+
+  private finish(): void {
+    this.done = true;
+    this.carrier.forget(this.sid);
+    this.tunnel.streams.delete(this);
+  }
+}
+
+export class TunnelActor {
+  readonly streams = new Set<TunnelStream>();
+  readonly registeredAtMs = Date.now();
+  /** Counters since the last report to the StatsActor. */
+  private delta: StatsDelta;
+  private dirty = false;
+  closed = false;
+  /** Extra teardown (the TCP listener of a tcp tunnel). */
+  onClose: (() => void) | null = null;
+
+  constructor(
+    readonly spec: TunnelSpec,
+    private readonly carrier: StreamCarrier,
+    private readonly markDirty: (t: TunnelActor) => void,
+  ) {
+    this.delta = { sessionId: spec.sessionId, bytesIn: 0, bytesOut: 0, requests: 0 };
+  }
+
+  get id(): string {
+    return this.spec.id;
+  }
+
+  /** A new visitor stream (HTTP request or TCP connection); null when the connection is full. */
+  openStream(head: StreamHead, down: Downstream): TunnelStream | null {
+    if (this.closed) return null;
+    const s = new TunnelStream(this, this.carrier, down);
+    if (!this.carrier.openStream(s, head)) return null;
+    this.streams.add(s);
+    this.delta.requests++;
+    this.touch();
+    return s;
+  }
+
+  count(bytesIn: number, bytesOut: number): void {
+    this.delta.bytesIn += bytesIn;
+    this.delta.bytesOut += bytesOut;
+    this.touch();
+  }
+
+  private touch(): void {
+    if (!this.dirty) {
+      this.dirty = true;
+      this.markDirty(this);
+    }
+  }
+
+  /** Counters since the last call (null when nothing changed). */
+  takeDelta(): StatsDelta | null {
+    if (!this.dirty) return null;
+    const d = this.delta;
+    this.delta = { sessionId: this.spec.sessionId, bytesIn: 0, bytesOut: 0, requests: 0 };
+    this.dirty = false;
+    return d;
+  }
+
+  /** Ends every stream; `why` (when given) tells the client. Returns the final counters. */
+  close(why: Refusal | null): StatsDelta | null {
+    if (this.closed) return null;
+    this.closed = true;
+    for (const s of [...this.streams]) s.abort('closing');
+    this.onClose?.();
+    if (why) this.carrier.sendClosed(this.id, why);
+    return this.takeDelta();
+  }
+}

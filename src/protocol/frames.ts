@@ -1,0 +1,277 @@
+import { decode, encode } from './codec.js';
+
+// The tunnel wire protocol: frames on the control WebSocket (`GET /tunnel/v1/connect`).
+//
+//   burrow client                              burrowd shard
+//   ── Hello {v} ─────────────────────────────▶            (first frame, version check)
+//   ◀──────────────────────────────── Welcome {v}          (or Fatal + close)
+//   ── Open reqId {type,id?,teamId?,...} ────▶             (any number of tunnels per connection)
+//   ◀─────────────── Opened reqId {id,url,remotePort}      (or Refused reqId {code,message,permanent})
+//   ◀── StreamOpen sid tunnelId head                       (a visitor request / TCP connection)
+//   ── Response sid {status,headers} ─────────▶            (http only)
+//   ◀─▶ Data sid bytes / End sid / Reset sid / Credit sid n (both ways)
+//   ◀─▶ Ping n / Pong n                                     (heartbeats, both ways)
+//   ◀── Closed tunnelId {code,reason,permanent}            (deleted by an admin, taken over, ...)
+//
+// Every WebSocket message is exactly one frame: a msgpack array whose first element is the
+// frame type. Arrays (not maps) keep the hot Data frame at 3 bytes of overhead plus the
+// bin header, and any msgpack library can read them. Stream ids are chosen by the server
+// (it opens every stream), unique per control connection.
+//
+// Flow control: each stream direction starts with INITIAL_WINDOW_BYTES of credit. A sender
+// may have at most that many Data bytes unacknowledged; the receiver sends Credit as it
+// hands bytes on to their destination (socket write accepted, not merely received), so a
+// slow visitor or a slow local service stalls only its own stream, never the connection.
+
+export const PROTOCOL_VERSION = 1;
+
+/** Frame type numbers (first array element). */
+export const F = {
+  /** c→s [1, {v, agent}] first frame; the server refuses another version with Fatal 'version'. */
+  Hello: 1,
+  /** s→c [2, {v, heartbeatMs}] hello accepted. */
+  Welcome: 2,
+  /** c→s [3, reqId, OpenRequest] register a tunnel on this connection. */
+  Open: 3,
+  /** s→c [4, reqId, Opened] tunnel registered: its id and public URL. */
+  Opened: 4,
+  /** s→c [5, reqId, Refusal] tunnel not registered (conflict, bad id, forbidden team...). */
+  Refused: 5,
+  /** s→c [6, tunnelId, Refusal] a live tunnel ended; `permanent` means do not re-register. */
+  Closed: 6,
+  /** c→s [7, tunnelId] the client gives a tunnel up (stop). */
+  Close: 7,
+  /** s→c [8, sid, tunnelId, StreamHead] a new visitor stream (HTTP request or TCP connection). */
+  StreamOpen: 8,
+  /** c→s [9, sid, ResponseHead] the local service's response head (http streams only). */
+  Response: 9,
+  /** both [10, sid, bytes] stream payload; costs its length in credit. */
+  Data: 10,
+  /** both [11, sid] no more Data in this direction (end of body / TCP half-close). */
+  End: 11,
+  /** both [12, sid, code] abort the stream in both directions (code: ResetCode). */
+  Reset: 12,
+  /** both [13, sid, bytes] the receiver consumed `bytes`: the sender may send that many more. */
+  Credit: 13,
+  /** both [14, n] heartbeat; answer with Pong n. */
+  Ping: 14,
+  /** both [15, n] heartbeat answer. */
+  Pong: 15,
+  /** s→c [16, Refusal] the whole connection is refused or ended (then the socket closes). */
+  Fatal: 16,
+} as const;
+
+/** Why a stream was reset; the server maps them to public status codes. */
+export type ResetCode =
+  /** the local service refused the connection or failed before a response (→ 502) */
+  | 'local-unreachable'
+  /** the local service did not answer in time (→ 504) */
+  | 'local-timeout'
+  /** the visitor went away */
+  | 'visitor-gone'
+  /** the peer broke the protocol (credit overrun, frame out of order) */
+  | 'protocol'
+  /** the tunnel or connection is closing */
+  | 'closing'
+  /** (between shards) the tunnel is not on the shard the request was routed to (→ 404) */
+  | 'no-tunnel'
+  /** too many streams on the connection (→ 503) */
+  | 'busy';
+
+/** Codes of Refused / Closed / Fatal; the client treats `permanent` ones as final. */
+export type RefusalCode = 'unauthorized' | 'forbidden' | 'conflict' | 'bad-request' | 'version' | 'not-found' | 'unavailable' | 'deleted' | 'taken-over' | 'internal';
+
+export interface Hello {
+  v: number;
+  agent: string;
+}
+export interface Welcome {
+  v: number;
+  heartbeatMs: number;
+}
+export interface OpenRequest {
+  type: 'http' | 'tcp';
+  /** requested id (http and tcp); random when absent */
+  id?: string | null;
+  teamId?: string | null;
+  /** tcp: requested public port; any free one of --tcp-port-range when absent */
+  remotePort?: number | null;
+}
+export interface Opened {
+  id: string;
+  url: string;
+  remotePort: number | null;
+}
+export interface Refusal {
+  code: RefusalCode;
+  message: string;
+  permanent: boolean;
+}
+/** http: method, target (path + query), headers as a flat [name, value, ...] list in arrival order. */
+export interface HttpHead {
+  kind: 'http';
+  method: string;
+  target: string;
+  headers: string[];
+  /** true when the visitor asked for a WebSocket upgrade */
+  upgrade: boolean;
+}
+export interface TcpHead {
+  kind: 'tcp';
+  /** visitor address "ip:port" */
+  remote: string;
+}
+export type StreamHead = HttpHead | TcpHead;
+export interface ResponseHead {
+  status: number;
+  /** flat [name, value, ...] with the local service's case and order, hop-by-hop removed */
+  headers: string[];
+}
+
+export type Frame =
+  | [typeof F.Hello, Hello]
+  | [typeof F.Welcome, Welcome]
+  | [typeof F.Open, number, OpenRequest]
+  | [typeof F.Opened, number, Opened]
+  | [typeof F.Refused, number, Refusal]
+  | [typeof F.Closed, string, Refusal]
+  | [typeof F.Close, string]
+  | [typeof F.StreamOpen, number, string, StreamHead]
+  | [typeof F.Response, number, ResponseHead]
+  | [typeof F.Data, number, Uint8Array]
+  | [typeof F.End, number]
+  | [typeof F.Reset, number, ResetCode]
+  | [typeof F.Credit, number, number]
+  | [typeof F.Ping, number]
+  | [typeof F.Pong, number]
+  | [typeof F.Fatal, Refusal];
+
+// ---- limits ---------------------------------------------------------------------------
+
+/** Largest WebSocket message either side accepts; bigger closes the connection (1009). */
+export const MAX_FRAME_BYTES = 1024 * 1024;
+/** Largest Data payload a sender puts in one frame (bodies are split to this). */
+export const MAX_DATA_BYTES = 256 * 1024;
+/** Credit each stream direction starts with. 1 MiB keeps a loopback stream at full speed
+ *  (bandwidth × RTT is tiny there) while bounding memory per stalled stream. */
+export const INITIAL_WINDOW_BYTES = 1024 * 1024;
+/** A receiver returns credit once it consumed this much, so Credit frames stay rare. */
+export const CREDIT_BATCH_BYTES = 128 * 1024;
+/** Request / response head size limit (sum of header names and values). */
+export const MAX_HEAD_BYTES = 64 * 1024;
+/** Both sides send Ping this often... */
+export const HEARTBEAT_INTERVAL_MS = 5_000;
+/** ...and drop a connection that sent nothing for this long (a half-open TCP connection). */
+export const HEARTBEAT_TIMEOUT_MS = 15_000;
+/** Live streams per control connection; more are answered 503 at the edge. */
+export const MAX_STREAMS_PER_CONNECTION = 4096;
+/** Tunnels per control connection. */
+export const MAX_TUNNELS_PER_CONNECTION = 64;
+/** The server waits this long for the hello after the upgrade. */
+export const HELLO_TIMEOUT_MS = 10_000;
+/** The local service must send a response head within this (else 504). */
+export const RESPONSE_HEAD_TIMEOUT_MS = 60_000;
+
+// ---- codec ----------------------------------------------------------------------------
+
+export class FrameError extends Error {}
+
+export function encodeFrame(frame: Frame): Buffer {
+  return encode(frame);
+}
+
+/** Allocation-light helpers for the hot frames. */
+export function dataFrame(sid: number, bytes: Uint8Array): Buffer {
+  return encode([F.Data, sid, bytes]);
+}
+
+const isInt = (x: unknown): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0;
+const isStr = (x: unknown): x is string => typeof x === 'string';
+const isObj = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null && !Array.isArray(x) && !(x instanceof Uint8Array);
+const isStrList = (x: unknown): x is string[] => Array.isArray(x) && x.length % 2 === 0 && x.every(isStr);
+
+function refusalOk(x: unknown): boolean {
+  return isObj(x) && isStr(x.code) && isStr(x.message) && typeof x.permanent === 'boolean';
+}
+
+function headOk(x: unknown): boolean {
+  if (!isObj(x)) return false;
+  if (x.kind === 'tcp') return isStr(x.remote);
+  return x.kind === 'http' && isStr(x.method) && isStr(x.target) && isStrList(x.headers) && typeof x.upgrade === 'boolean';
+}
+
+/**
+ * Decodes one frame and checks its shape (never trust the peer). Bin payloads are views into
+ * `bytes`: consume them before `bytes` is reused (uWS reuses message buffers after the callback).
+ */
+export function decodeFrame(bytes: Uint8Array): Frame {
+  if (bytes.byteLength > MAX_FRAME_BYTES) throw new FrameError(`frame of ${bytes.byteLength} bytes is over ${MAX_FRAME_BYTES}`);
+  let f: unknown;
+  try {
+    f = decode(bytes);
+  } catch (err) {
+    throw new FrameError(`not msgpack: ${(err as Error).message}`);
+  }
+  if (!Array.isArray(f) || !isInt(f[0])) throw new FrameError('frame is not an array starting with its type');
+  const a = f as unknown[];
+  const ok = ((): boolean => {
+    switch (a[0]) {
+      case F.Hello:
+        return a.length === 2 && isObj(a[1]) && isInt(a[1].v);
+      case F.Welcome:
+        return a.length === 2 && isObj(a[1]) && isInt(a[1].v) && isInt(a[1].heartbeatMs);
+      case F.Open:
+        return a.length === 3 && isInt(a[1]) && isObj(a[2]) && (a[2].type === 'http' || a[2].type === 'tcp');
+      case F.Opened:
+        return a.length === 3 && isInt(a[1]) && isObj(a[2]) && isStr(a[2].id) && isStr(a[2].url);
+      case F.Refused:
+        return a.length === 3 && isInt(a[1]) && refusalOk(a[2]);
+      case F.Closed:
+        return a.length === 3 && isStr(a[1]) && refusalOk(a[2]);
+      case F.Close:
+        return a.length === 2 && isStr(a[1]);
+      case F.StreamOpen:
+        return a.length === 4 && isInt(a[1]) && isStr(a[2]) && headOk(a[3]);
+      case F.Response:
+        return a.length === 3 && isInt(a[1]) && isObj(a[2]) && isInt(a[2].status) && isStrList(a[2].headers);
+      case F.Data:
+        return a.length === 3 && isInt(a[1]) && a[2] instanceof Uint8Array;
+      case F.End:
+        return a.length === 2 && isInt(a[1]);
+      case F.Reset:
+        return a.length === 3 && isInt(a[1]) && isStr(a[2]);
+      case F.Credit:
+        return a.length === 3 && isInt(a[1]) && isInt(a[2]);
+      case F.Ping:
+      case F.Pong:
+        return a.length === 2 && isInt(a[1]);
+      case F.Fatal:
+        return a.length === 2 && refusalOk(a[1]);
+      default:
+        return false;
+    }
+  })();
+  if (!ok) throw new FrameError(`malformed frame of type ${String(a[0])}`);
+  return f as Frame;
+}
+
+// ---- tunnel ids (decisions.md "Tunnels") ----------------------------------------------
+
+const ID_RE = /^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$/;
+export const RESERVED_IDS = ['api', 'www', 'admin', 'auth', 'app', 'static', 'status', 'mail'] as const;
+
+/** Why `id` cannot be a tunnel id, or null when it can. */
+export function tunnelIdProblem(id: string, domain: string): string | null {
+  if (!ID_RE.test(id)) return `tunnel id "${id}" must be 3-63 characters of a-z, 0-9 and "-", starting and ending with a letter or digit`;
+  const firstLabel = domain.split('.')[0];
+  if ((RESERVED_IDS as readonly string[]).includes(id) || id === firstLabel) return `tunnel id "${id}" is reserved`;
+  return null;
+}
+
+const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
+export function randomTunnelId(random: (n: number) => Uint8Array): string {
+  const bytes = random(8);
+  let s = '';
+  for (const b of bytes) s += ALPHABET[b % ALPHABET.length];
+  return s;
+}

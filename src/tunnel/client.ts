@@ -1,0 +1,512 @@
+import { EventEmitter } from 'node:events';
+import http from 'node:http';
+import net from 'node:net';
+import {
+  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, INITIAL_WINDOW_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
+  RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
+  type Frame, type HttpHead, type OpenRequest, type Refusal, type ResetCode, type TcpHead,
+} from '../protocol/frames.js';
+import { responseHeaders } from './headers.js';
+import { WsClient, WsRefused } from './ws-client.js';
+
+// The client half of the tunnel protocol (used by `burrow http|tcp`, src/cli/).
+//
+//   TunnelClient ──control WebSocket (ws-client.ts)──▶ burrowd
+//     Hello → Welcome → Open → Opened{id,url}
+//     StreamOpen(http) → http.request to the local service (keep-alive agent) → Response/Data/End
+//     StreamOpen(tcp)  → net.connect to the local service → Data/End both ways
+//   connection lost / heartbeat silent → reconnect with capped exponential backoff + jitter,
+//   re-registering the same id; a permanent refusal (bad key, id taken, deleted) ends it.
+
+export interface TunnelClientOptions {
+  /** http(s)://host:port of burrowd */
+  server: string;
+  token: string;
+  type: 'http' | 'tcp';
+  local: { host: string; port: number };
+  id?: string;
+  teamId?: string;
+  remotePort?: number;
+}
+
+export class TunnelRefused extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+    readonly permanent: boolean,
+  ) {
+    super(message);
+    this.name = 'TunnelRefused';
+  }
+}
+
+const CONNECT_TIMEOUT_MS = 10_000;
+const BACKOFF_FIRST_MS = 250;
+const BACKOFF_MAX_MS = 30_000;
+const AGENT = `burrow-client/${PROTOCOL_VERSION}`;
+
+/** Maps a refused upgrade's HTTP status to a refusal. */
+function refusalOfStatus(status: number, body: string): TunnelRefused {
+  let detail = body;
+  try {
+    detail = (JSON.parse(body) as { detail?: string }).detail ?? body;
+  } catch {
+    /* not problem+json */
+  }
+  const msg = detail || `the server answered HTTP ${status}`;
+  if (status === 401) return new TunnelRefused('unauthorized', msg, true);
+  if (status === 403) return new TunnelRefused('forbidden', msg, true);
+  if (status === 404) return new TunnelRefused('not-found', `${msg} (is this a burrowd server?)`, true);
+  if (status === 429) return new TunnelRefused('too-many-requests', msg, false);
+  return new TunnelRefused('unavailable', msg, false);
+}
+
+interface Sender {
+  send(frame: Frame): void;
+  sendData(sid: number, bytes: Uint8Array): void;
+}
+
+/** One stream on the client: a visitor's HTTP request or TCP connection toward the local service. */
+abstract class ClientStream {
+  /** Response / TCP bytes we may still send before the server returns credit. */
+  protected window = INITIAL_WINDOW_BYTES;
+  protected paused = false;
+  protected unreported = 0;
+  done = false;
+  bytesIn = 0;
+  bytesOut = 0;
+  readonly startedMs = Date.now();
+
+  constructor(
+    readonly sid: number,
+    protected readonly out: Sender,
+    protected readonly onFinish: (s: ClientStream) => void,
+  ) {}
+
+  abstract onData(bytes: Buffer): void;
+  abstract onEnd(): void;
+  abstract onReset(code: ResetCode): void;
+  protected abstract pauseSource(): void;
+  protected abstract resumeSource(): void;
+
+  onCredit(bytes: number): void {
+    this.window += bytes;
+    if (this.paused && this.window > 0) {
+      this.paused = false;
+      this.resumeSource();
+    }
+  }
+
+  /** Bytes from the local service toward the visitor. */
+  protected forward(chunk: Buffer): void {
+    if (this.done) return;
+    this.bytesOut += chunk.length;
+    this.out.sendData(this.sid, chunk);
+    this.window -= chunk.length;
+    if (this.window <= 0 && !this.paused) {
+      this.paused = true;
+      this.pauseSource();
+    }
+  }
+
+  /** A write to the local service finished (ok) or queued: return credit accordingly. */
+  protected wrote(n: number, ok: boolean): void {
+    if (ok) this.out.send([F.Credit, this.sid, n]);
+    else this.unreported += n;
+  }
+  protected drained(): void {
+    if (this.unreported > 0 && !this.done) this.out.send([F.Credit, this.sid, this.unreported]);
+    this.unreported = 0;
+  }
+
+  protected reset(code: ResetCode): void {
+    if (this.done) return;
+    this.out.send([F.Reset, this.sid, code]);
+    this.finish();
+  }
+
+  protected finish(): void {
+    if (this.done) return;
+    this.done = true;
+    this.onFinish(this);
+  }
+
+  abstract abort(): void;
+}
+
+class HttpStream extends ClientStream {
+  private readonly req: http.ClientRequest;
+  private res: http.IncomingMessage | null = null;
+  private upgraded: net.Socket | null = null;
+  private status = 0;
+  private sentEnd = false;
+  private gotEnd = false;
+  private readonly headTimer: NodeJS.Timeout;
+
+  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, local: { host: string; port: number }, agent: http.Agent) {
+    super(sid, out, onFinish);
+    this.req = http.request({ host: local.host, port: local.port, method: head.method, path: head.target, headers: head.headers, agent: head.upgrade ? false : agent, setHost: false });
+    this.req.on('socket', (s: net.Socket) => s.setNoDelay(true));
+    this.headTimer = setTimeout(() => {
+      this.reset('local-timeout');
+      this.req.destroy();
+    }, RESPONSE_HEAD_TIMEOUT_MS);
+    this.req.on('error', () => {
+      clearTimeout(this.headTimer);
+      this.reset(this.res || this.upgraded ? 'closing' : 'local-unreachable');
+    });
+    this.req.on('drain', () => this.drained());
+    this.req.on('response', (res) => this.onResponse(res));
+    this.req.on('upgrade', (res, socket: net.Socket, rest: Buffer) => this.onUpgrade(res, socket, rest));
+  }
+
+  private onResponse(res: http.IncomingMessage): void {
+    clearTimeout(this.headTimer);
+    if (this.done) return void res.destroy();
+    this.res = res;
+    this.status = res.statusCode ?? 502;
+    this.out.send([F.Response, this.sid, { status: this.status, headers: responseHeaders(res.rawHeaders) }]);
+    res.on('data', (chunk: Buffer) => this.forward(chunk));
+    res.on('end', () => {
+      if (this.done) return;
+      this.sentEnd = true;
+      this.out.send([F.End, this.sid]);
+      if (this.gotEnd) this.finish();
+    });
+    res.on('error', () => this.reset('closing'));
+  }
+
+  /** 101: from now on raw bytes both ways (WebSocket or any other upgraded protocol). */
+  private onUpgrade(res: http.IncomingMessage, socket: net.Socket, rest: Buffer): void {
+    clearTimeout(this.headTimer);
+    if (this.done) return void socket.destroy();
+    socket.setNoDelay(true);
+    this.upgraded = socket;
+    this.status = 101;
+    this.out.send([F.Response, this.sid, { status: 101, headers: res.rawHeaders }]);
+    if (rest.length) this.forward(rest);
+    socket.on('data', (chunk: Buffer) => this.forward(chunk));
+    socket.on('drain', () => this.drained());
+    socket.on('end', () => {
+      if (this.done) return;
+      this.sentEnd = true;
+      this.out.send([F.End, this.sid]);
+      if (this.gotEnd) this.finish();
+    });
+    socket.on('error', () => this.reset('closing'));
+    socket.on('close', () => this.reset('closing'));
+  }
+
+  onData(bytes: Buffer): void {
+    if (this.done) return;
+    this.bytesIn += bytes.length;
+    if (this.upgraded) this.wrote(bytes.length, this.upgraded.write(bytes));
+    else this.wrote(bytes.length, this.req.write(bytes));
+  }
+  onEnd(): void {
+    if (this.done) return;
+    this.gotEnd = true;
+    if (this.upgraded) this.upgraded.end();
+    else this.req.end();
+    if (this.sentEnd) this.finish();
+  }
+  onReset(_code: ResetCode): void {
+    if (this.done) return;
+    this.finish();
+    this.abort();
+  }
+  abort(): void {
+    clearTimeout(this.headTimer);
+    this.done = true;
+    this.upgraded?.destroy();
+    this.res?.destroy();
+    this.req.destroy();
+  }
+  protected pauseSource(): void {
+    (this.upgraded ?? this.res)?.pause();
+  }
+  protected resumeSource(): void {
+    (this.upgraded ?? this.res)?.resume();
+  }
+  get statusCode(): number {
+    return this.status;
+  }
+  protected override finish(): void {
+    clearTimeout(this.headTimer);
+    super.finish();
+  }
+}
+
+class TcpStream extends ClientStream {
+  private readonly sock: net.Socket;
+  private connected = false;
+  private sentEnd = false;
+  private gotEnd = false;
+
+  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: TcpHead, local: { host: string; port: number }) {
+    super(sid, out, onFinish);
+    this.sock = net.connect({ host: local.host, port: local.port, noDelay: true, allowHalfOpen: true });
+    this.sock.on('connect', () => (this.connected = true));
+    this.sock.on('data', (chunk: Buffer) => this.forward(chunk));
+    this.sock.on('drain', () => this.drained());
+    this.sock.on('end', () => {
+      if (this.done) return;
+      this.sentEnd = true;
+      this.out.send([F.End, this.sid]);
+      if (this.gotEnd) this.finish();
+    });
+    this.sock.on('error', () => this.reset(this.connected ? 'closing' : 'local-unreachable'));
+    this.sock.on('close', () => {
+      if (!this.done && !(this.sentEnd && this.gotEnd)) this.reset('closing');
+    });
+  }
+  onData(bytes: Buffer): void {
+    if (this.done) return;
+    this.bytesIn += bytes.length;
+    this.wrote(bytes.length, this.sock.write(bytes));
+  }
+  onEnd(): void {
+    if (this.done) return;
+    this.gotEnd = true;
+    this.sock.end();
+    if (this.sentEnd) this.finish();
+  }
+  onReset(): void {
+    if (this.done) return;
+    this.finish();
+    this.abort();
+  }
+  abort(): void {
+    this.done = true;
+    this.sock.destroy();
+  }
+  protected pauseSource(): void {
+    this.sock.pause();
+  }
+  protected resumeSource(): void {
+    this.sock.resume();
+  }
+}
+
+export interface TunnelClientEvents {
+  registered: [{ id: string; url: string }];
+  request: [{ method: string; path: string; status: number; durationMs: number; bytesIn: number; bytesOut: number }];
+  connection: [{ remote: string; durationMs: number; bytesIn: number; bytesOut: number }];
+  'open-streams': [number];
+  reconnecting: [{ attempt: number; delayMs: number; reason: string }];
+  closed: [{ permanent: boolean; code: string; reason: string }];
+}
+
+export class TunnelClient extends EventEmitter<TunnelClientEvents> {
+  private ws: WsClient | null = null;
+  private readonly streams = new Map<number, ClientStream>();
+  private readonly agent: http.Agent;
+  private registered: { id: string; url: string; remotePort: number | null } | null = null;
+  private stopped = false;
+  private attempt = 0;
+  private reconnectTimer: NodeJS.Timeout | null = null;
+  private heartbeatTimer: NodeJS.Timeout | null = null;
+  private lastSeenMs = 0;
+  private nextReq = 1;
+  private first: { resolve: (v: { id: string; url: string }) => void; reject: (e: Error) => void } | null = null;
+  private readonly sender: Sender = {
+    send: (frame) => this.send(frame),
+    sendData: (sid, bytes) => {
+      for (let off = 0; off < bytes.byteLength; off += MAX_DATA_BYTES) {
+        const part = bytes.byteLength <= MAX_DATA_BYTES ? bytes : bytes.subarray(off, off + MAX_DATA_BYTES);
+        this.ws?.send(dataFrame(sid, part));
+      }
+    },
+  };
+
+  constructor(private readonly opts: TunnelClientOptions) {
+    super();
+    this.agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
+  }
+
+  start(): Promise<{ id: string; url: string }> {
+    return new Promise((resolve, reject) => {
+      this.first = { resolve, reject };
+      void this.connect();
+    });
+  }
+
+  async stop(): Promise<void> {
+    if (this.stopped) return;
+    this.stopped = true;
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    const ws = this.ws;
+    if (ws && this.registered) this.send([F.Close, this.registered.id]);
+    this.teardown();
+    if (ws) {
+      const closed = new Promise<void>((r) => ws.once('close', () => r()));
+      ws.close(1000, 'client stopped');
+      await closed;
+    }
+    this.agent.destroy();
+    this.emit('closed', { permanent: true, code: 'stopped', reason: 'stopped by the client' });
+  }
+
+  private send(frame: Frame): void {
+    this.ws?.send(encodeFrame(frame));
+  }
+
+  private wsUrl(): string {
+    const u = new URL(this.opts.server);
+    u.pathname = `${u.pathname.replace(/\/$/, '')}/tunnel/v1/connect`;
+    return u.toString();
+  }
+
+  private async connect(): Promise<void> {
+    let ws: WsClient;
+    try {
+      ws = await WsClient.connect(this.wsUrl(), { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT }, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS);
+    } catch (err) {
+      if (this.stopped) return;
+      const refusal = err instanceof WsRefused ? refusalOfStatus(err.status, err.body) : new TunnelRefused('unreachable', `cannot reach ${this.opts.server}: ${(err as Error).message}`, false);
+      return this.lost(refusal);
+    }
+    if (this.stopped) return ws.destroy();
+    this.ws = ws;
+    this.lastSeenMs = Date.now();
+    ws.on('message', (m) => this.onMessage(m));
+    ws.on('close', (code, reason) => {
+      if (this.ws !== ws) return;
+      this.teardown();
+      this.lost(new TunnelRefused('connection-lost', `control connection closed (${code}${reason ? `: ${reason}` : ''})`, false));
+    });
+    this.heartbeatTimer = setInterval(() => {
+      if (Date.now() - this.lastSeenMs > HEARTBEAT_TIMEOUT_MS) {
+        ws.destroy();
+        return;
+      }
+      this.send([F.Ping, Date.now()]);
+    }, HEARTBEAT_INTERVAL_MS);
+    this.heartbeatTimer.unref();
+    this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
+    const req: OpenRequest = {
+      type: this.opts.type,
+      id: this.registered?.id ?? this.opts.id ?? null,
+      teamId: this.opts.teamId ?? null,
+      remotePort: this.registered?.remotePort ?? this.opts.remotePort ?? null,
+    };
+    this.send([F.Open, this.nextReq++, req]);
+  }
+
+  /** Ends the current connection's state (streams die with it). */
+  private teardown(): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = null;
+    for (const s of this.streams.values()) s.abort();
+    if (this.streams.size) {
+      this.streams.clear();
+      this.emit('open-streams', 0);
+    }
+    const ws = this.ws;
+    this.ws = null;
+    ws?.destroy();
+  }
+
+  /** The connection ended or was refused: give up (permanent) or try again later. */
+  private lost(why: TunnelRefused): void {
+    if (this.stopped) return;
+    if (why.permanent || (this.first && !this.registered && why.code === 'unreachable')) {
+      return this.end(why);
+    }
+    const attempt = ++this.attempt;
+    const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (attempt - 1));
+    const delayMs = Math.round(cap / 2 + (Math.random() * cap) / 2);
+    this.emit('reconnecting', { attempt, delayMs, reason: why.message });
+    this.reconnectTimer = setTimeout(() => void this.connect(), delayMs);
+  }
+
+  private end(why: TunnelRefused): void {
+    this.stopped = true;
+    if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.teardown();
+    this.agent.destroy();
+    if (this.first) {
+      this.first.reject(why);
+      this.first = null;
+    }
+    this.emit('closed', { permanent: why.permanent, code: why.code, reason: why.message });
+  }
+
+  private refused(r: Refusal): void {
+    const err = new TunnelRefused(r.code, r.message, r.permanent);
+    this.teardown();
+    this.lost(err);
+  }
+
+  private onMessage(m: Buffer): void {
+    this.lastSeenMs = Date.now();
+    let frame: Frame;
+    try {
+      frame = decodeFrame(m);
+    } catch (err) {
+      this.ws?.close(1002, (err as FrameError).message);
+      return;
+    }
+    switch (frame[0]) {
+      case F.Welcome:
+      case F.Pong:
+        return;
+      case F.Ping:
+        return this.send([F.Pong, frame[1]]);
+      case F.Opened: {
+        const o = frame[2];
+        this.registered = { id: o.id, url: o.url, remotePort: o.remotePort ?? null };
+        this.attempt = 0;
+        this.emit('registered', { id: o.id, url: o.url });
+        if (this.first) {
+          this.first.resolve({ id: o.id, url: o.url });
+          this.first = null;
+        }
+        return;
+      }
+      case F.Refused:
+        return this.refused(frame[2]);
+      case F.Closed:
+        return this.refused(frame[2]);
+      case F.Fatal:
+        return this.refused(frame[1]);
+      case F.StreamOpen:
+        return this.openStream(frame[1], frame[3]);
+      case F.Data:
+        return this.streams.get(frame[1])?.onData(frame[2] as Buffer);
+      case F.End:
+        return this.streams.get(frame[1])?.onEnd();
+      case F.Reset:
+        return this.streams.get(frame[1])?.onReset(frame[2]);
+      case F.Credit:
+        return this.streams.get(frame[1])?.onCredit(frame[2]);
+      case F.Hello:
+      case F.Open:
+      case F.Close:
+      case F.Response:
+        this.ws?.close(1002, `frame type ${frame[0]} is client-to-server only`);
+        return;
+      default:
+        return frame satisfies never;
+    }
+  }
+
+  private openStream(sid: number, head: HttpHead | TcpHead): void {
+    const onFinish = (s: ClientStream): void => {
+      if (this.streams.get(s.sid) === s) this.streams.delete(s.sid);
+      this.emit('open-streams', this.streams.size);
+      const durationMs = Date.now() - s.startedMs;
+      if (s instanceof HttpStream) {
+        this.emit('request', { method: s.head.method, path: s.head.target, status: s.statusCode, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
+      } else if (s instanceof TcpStream) {
+        this.emit('connection', { remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
+      }
+    };
+    const s =
+      head.kind === 'http'
+        ? new HttpStream(sid, this.sender, onFinish, head, this.opts.local, this.agent)
+        : new TcpStream(sid, this.sender, onFinish, head, this.opts.local);
+    this.streams.set(sid, s);
+    this.emit('open-streams', this.streams.size);
+  }
+}

@@ -1,0 +1,321 @@
+import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
+import { ApiError, assertNever } from '../errors.js';
+import { scopeAllows } from '../auth/scopes.js';
+import { problemOf } from '../errors.js';
+import { remoteIp, statusLine } from '../http/uws.js';
+import type { Principal } from '../protocol/messages.js';
+import type { StatsDelta } from '../protocol/tunnel-messages.js';
+import type { Logger } from '../log.js';
+import {
+  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
+  HEARTBEAT_INTERVAL_MS, HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
+  type Frame, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
+} from '../protocol/frames.js';
+import type { StreamCarrier, TunnelActor, TunnelStream } from '../actors/tunnel.js';
+import type { ShardContext } from '../workers/shard-context.js';
+
+// The control WebSocket `GET /tunnel/v1/connect` (one per `burrow` client).
+//
+//   upgrade: Bearer key → ctx.authenticate → scope `tunnels` (401/403 before upgrading)
+//   open → wait for Hello (HELLO_TIMEOUT_MS) → Welcome → Open* → TunnelActors (shard.ts)
+//   every frame: decodeFrame (shape-checked); a malformed one closes this connection only
+//
+// A ControlConnection is the StreamCarrier of its tunnels: it numbers streams, turns stream
+// calls into frames and routes the client's frames back to the streams.
+
+export interface ConnData {
+  principal: Principal;
+  ip: string;
+  conn: ControlConnection | null;
+}
+
+/** What the control connection needs from the shard. */
+export interface ControlHost {
+  ctx: ShardContext;
+  log: Logger;
+  /** Registers a tunnel (registry admission, TCP listener); answers Opened or throws ApiError. */
+  open(conn: ControlConnection, req: OpenRequest): Promise<{ id: string; url: string; remotePort: number | null }>;
+  /** The client gave a tunnel up, or the connection ended: forget it and report. */
+  ended(actor: TunnelActor, last: StatsDelta | null): void;
+  connections: Set<ControlConnection>;
+}
+
+const WS_NORMAL = 1000;
+const WS_GOING_AWAY = 1001;
+const WS_PROTOCOL_ERROR = 1002;
+const WS_POLICY = 1008;
+
+export class ControlConnection implements StreamCarrier {
+  readonly tunnels = new Map<string, TunnelActor>();
+  private readonly streams = new Map<number, TunnelStream>();
+  private nextSid = 1;
+  private helloDone = false;
+  private closed = false;
+  lastSeenMs = Date.now();
+  private readonly helloTimer: NodeJS.Timeout;
+  /** Frame waiting for a cork callback (avoids a closure per frame). */
+  private pending: Uint8Array | null = null;
+  private readonly corkedSend = (): void => {
+    const r = this.ws.send(this.pending!, true);
+    if (r === 2) this.fail('the client does not read its control connection');
+  };
+
+  constructor(
+    readonly ws: WebSocket<ConnData>,
+    private readonly host: ControlHost,
+    readonly principal: Principal,
+    readonly ip: string,
+  ) {
+    this.helloTimer = setTimeout(() => {
+      if (!this.helloDone) this.fatal({ code: 'bad-request', message: `no hello within ${HELLO_TIMEOUT_MS} ms`, permanent: false });
+    }, HELLO_TIMEOUT_MS);
+  }
+
+  // ---- sending ----
+  private sendRaw(bytes: Uint8Array): void {
+    if (this.closed) return;
+    this.pending = bytes;
+    this.ws.cork(this.corkedSend);
+    this.pending = null;
+  }
+  send(frame: Frame): void {
+    this.sendRaw(encodeFrame(frame));
+  }
+
+  openStream(stream: TunnelStream, head: StreamHead): boolean {
+    if (this.closed || this.streams.size >= MAX_STREAMS_PER_CONNECTION) return false;
+    const sid = this.nextSid++;
+    stream.sid = sid;
+    this.streams.set(sid, stream);
+    this.send([F.StreamOpen, sid, stream.tunnel.id, head]);
+    return true;
+  }
+  sendData(sid: number, bytes: Uint8Array): void {
+    for (let off = 0; off < bytes.byteLength; off += MAX_DATA_BYTES) {
+      const part = off === 0 && bytes.byteLength <= MAX_DATA_BYTES ? bytes : bytes.subarray(off, off + MAX_DATA_BYTES);
+      this.sendRaw(dataFrame(sid, part));
+    }
+  }
+  sendEnd(sid: number): void {
+    this.send([F.End, sid]);
+  }
+  sendReset(sid: number, code: ResetCode): void {
+    this.send([F.Reset, sid, code]);
+  }
+  sendCredit(sid: number, bytes: number): void {
+    this.send([F.Credit, sid, bytes]);
+  }
+  sendClosed(tunnelId: string, why: Refusal): void {
+    this.send([F.Closed, tunnelId, why]);
+  }
+  forget(sid: number): void {
+    this.streams.delete(sid);
+  }
+
+  // ---- receiving ----
+  onMessage(message: ArrayBuffer): void {
+    this.lastSeenMs = Date.now();
+    let frame: Frame;
+    try {
+      frame = decodeFrame(new Uint8Array(message));
+    } catch (err) {
+      this.host.log.warn({ ip: this.ip, err: (err as Error).message }, 'malformed control frame: closing the connection');
+      this.fatal({ code: 'bad-request', message: (err as FrameError).message, permanent: false }, WS_PROTOCOL_ERROR);
+      return;
+    }
+    if (!this.helloDone && frame[0] !== F.Hello) {
+      this.fatal({ code: 'bad-request', message: 'the first frame must be a hello', permanent: true }, WS_PROTOCOL_ERROR);
+      return;
+    }
+    switch (frame[0]) {
+      case F.Hello:
+        return this.onHello(frame[1].v);
+      case F.Open:
+        return void this.onOpen(frame[1], frame[2]);
+      case F.Close: {
+        const t = this.tunnels.get(frame[1]);
+        if (t) {
+          this.tunnels.delete(t.id);
+          this.host.ended(t, t.close(null));
+        }
+        return;
+      }
+      case F.Response:
+        return this.streams.get(frame[1])?.onResponse(frame[2]);
+      case F.Data: {
+        const s = this.streams.get(frame[1]);
+        if (s) s.onData(frame[2]);
+        return;
+      }
+      case F.End:
+        return this.streams.get(frame[1])?.onEnd();
+      case F.Reset:
+        return this.streams.get(frame[1])?.onReset(frame[2]);
+      case F.Credit:
+        return this.streams.get(frame[1])?.onCredit(frame[2]);
+      case F.Ping:
+        return this.send([F.Pong, frame[1]]);
+      case F.Pong:
+        return;
+      case F.Welcome:
+      case F.Opened:
+      case F.Refused:
+      case F.Closed:
+      case F.StreamOpen:
+      case F.Fatal:
+        this.fatal({ code: 'bad-request', message: `frame type ${frame[0]} is server-to-client only`, permanent: false }, WS_PROTOCOL_ERROR);
+        return;
+      default:
+        return assertNever(frame);
+    }
+  }
+
+  private onHello(v: number): void {
+    if (this.helloDone) return;
+    if (v !== PROTOCOL_VERSION) {
+      const what = v < PROTOCOL_VERSION ? 'upgrade the burrow client' : 'upgrade burrowd (the server)';
+      this.fatal({ code: 'version', message: `protocol version ${v} is not supported (server speaks ${PROTOCOL_VERSION}): ${what}`, permanent: true }, WS_POLICY);
+      return;
+    }
+    this.helloDone = true;
+    clearTimeout(this.helloTimer);
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: HEARTBEAT_INTERVAL_MS }]);
+  }
+
+  private async onOpen(reqId: number, req: OpenRequest): Promise<void> {
+    if (this.tunnels.size >= MAX_TUNNELS_PER_CONNECTION) {
+      this.send([F.Refused, reqId, { code: 'bad-request', message: `at most ${MAX_TUNNELS_PER_CONNECTION} tunnels per connection`, permanent: true }]);
+      return;
+    }
+    try {
+      const opened = await this.host.open(this, req);
+      if (this.closed) return;
+      this.send([F.Opened, reqId, opened]);
+    } catch (err) {
+      if (this.closed) return;
+      this.send([F.Refused, reqId, refusalOf(err)]);
+    }
+  }
+
+  /** Registers a tunnel admitted for this connection (called by the shard after admission). */
+  adopt(actor: TunnelActor): void {
+    this.tunnels.set(actor.id, actor);
+  }
+
+  /** Drop a tunnel from this connection after the shard closed it (delete, takeover). */
+  drop(actor: TunnelActor): void {
+    if (this.tunnels.get(actor.id) === actor) this.tunnels.delete(actor.id);
+  }
+
+  ping(nowMs: number, timeoutMs: number): void {
+    if (nowMs - this.lastSeenMs > timeoutMs) {
+      this.host.log.info({ ip: this.ip }, 'control connection silent: closing it');
+      this.closed = true;
+      this.ws.close();
+      return;
+    }
+    this.send([F.Ping, nowMs]);
+  }
+
+  /** Ends the connection after telling the client why. */
+  fatal(why: Refusal, code = WS_NORMAL): void {
+    if (this.closed) return;
+    this.send([F.Fatal, why]);
+    this.closed = true;
+    this.ws.end(code, why.message.slice(0, 120));
+  }
+
+  private fail(reason: string): void {
+    if (this.closed) return;
+    this.host.log.warn({ ip: this.ip, reason }, 'closing control connection');
+    this.closed = true;
+    this.ws.close();
+  }
+
+  /** uWS close handler: the socket is gone; end every tunnel (clients reconnect). */
+  onClosed(): void {
+    this.closed = true;
+    clearTimeout(this.helloTimer);
+    for (const t of this.tunnels.values()) this.host.ended(t, t.close(null));
+    this.tunnels.clear();
+    this.streams.clear();
+  }
+
+  /** Shutdown: tell the client to come back later, then close. */
+  goAway(): void {
+    this.fatal({ code: 'unavailable', message: 'the server is shutting down', permanent: false }, WS_GOING_AWAY);
+  }
+}
+
+export function refusalOf(err: unknown): Refusal {
+  if (err instanceof ApiError) {
+    const transient = err.code === 'unavailable' || err.code === 'internal';
+    const code = (['unauthorized', 'forbidden', 'conflict', 'bad-request', 'not-found', 'unavailable'] as const).find((c) => c === err.code) ?? 'internal';
+    return { code, message: err.detail, permanent: !transient };
+  }
+  return { code: 'internal', message: 'the server failed to register the tunnel', permanent: false };
+}
+
+/** Registers the control WebSocket route on this shard's uWS app. */
+export function installControlRoute(host: ControlHost): void {
+  const { ctx } = host;
+  ctx.app.ws<ConnData>('/tunnel/v1/connect', {
+    maxPayloadLength: MAX_FRAME_BYTES,
+    // Heartbeats are ours (Ping frames both ways, see shard.ts); uWS's idle timer is a
+    // backstop for a client that stopped sending anything at all.
+    idleTimeout: 32,
+    sendPingsAutomatically: false,
+    maxBackpressure: 64 * 1024 * 1024,
+    compression: 0,
+    upgrade: (res, req, context) => upgrade(host, res, req, context),
+    open: (ws) => {
+      const d = ws.getUserData();
+      d.conn = new ControlConnection(ws, host, d.principal, d.ip);
+      host.connections.add(d.conn);
+    },
+    message: (ws, message) => ws.getUserData().conn?.onMessage(message),
+    close: (ws) => {
+      const conn = ws.getUserData().conn;
+      if (!conn) return;
+      host.connections.delete(conn);
+      conn.onClosed();
+    },
+  });
+}
+
+function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context: us_socket_context_t): void {
+  // req is only valid synchronously: copy what the async auth needs.
+  const authorization = req.getHeader('authorization');
+  const key = req.getHeader('sec-websocket-key');
+  const protocol = req.getHeader('sec-websocket-protocol');
+  const extensions = req.getHeader('sec-websocket-extensions');
+  const ip = remoteIp(res);
+  let aborted = false;
+  res.onAborted(() => {
+    aborted = true;
+  });
+  const refuse = (status: number, code: string, detail: string, headers: Record<string, string> = {}): void => {
+    if (aborted) return;
+    res.cork(() => {
+      res.writeStatus(statusLine(status));
+      res.writeHeader('content-type', 'application/problem+json');
+      for (const [k, v] of Object.entries(headers)) res.writeHeader(k, v);
+      res.end(JSON.stringify(problemOf(code as never, detail)), true);
+    });
+  };
+  host.ctx.authenticate(authorization || undefined, ip).then(
+    (principal) => {
+      if (!scopeAllows('tunnels', principal.scopes)) return refuse(403, 'forbidden', 'this key lacks the "tunnels" scope');
+      if (aborted) return;
+      res.cork(() => res.upgrade<ConnData>({ principal, ip, conn: null }, key, protocol, extensions, context));
+    },
+    (err: unknown) => {
+      if (err instanceof ApiError) {
+        const status = { unauthorized: 401, 'too-many-requests': 429 }[err.code as string] ?? 503;
+        return refuse(status, err.code, err.detail, { 'www-authenticate': 'Bearer', ...err.headers });
+      }
+      host.log.error({ err }, 'control connection authentication failed');
+      refuse(503, 'unavailable', 'authentication is unavailable');
+    },
+  );
+}

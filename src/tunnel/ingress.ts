@@ -1,0 +1,271 @@
+import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
+import { STATUS_CODES } from 'node:http';
+import { problemOf, type ProblemCode } from '../errors.js';
+import { remoteIp } from '../http/uws.js';
+import { INITIAL_WINDOW_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
+import { requestHeaders } from './headers.js';
+import type { Downstream, Upstream } from './stream.js';
+
+// Public HTTP ingress: a visitor request for <id>.<domain> on this shard's uWS app.
+//
+//   uWS res/req ─▶ HttpVisitor ─Upstream─▶ TunnelStream (tunnel on this shard)
+//                                      └─▶ MeshUpstream (tunnel on another shard, tunnel/mesh.ts)
+//
+// uWS rules kept here: `req` is read synchronously; nothing touches `res` after onAborted or
+// after the response ended; every write outside a uWS callback goes through res.cork (one
+// syscall for head and body). Request bodies are paused (res.pause) when the stream's credit
+// runs out; response bytes are reported consumed only once uWS accepted them, so a slow
+// visitor holds back only its own stream.
+
+/** Finds where a request for `tunnelId` goes: an Upstream, or null (unknown tunnel). */
+export type OpenUpstream = (tunnelId: string, head: HttpHead, down: HttpVisitor) => Upstream | null;
+
+const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
+
+const RESET_STATUS: Record<ResetCode, [ProblemCode, string]> = {
+  'local-unreachable': ['bad-gateway', 'the tunnel client could not reach its local service'],
+  'local-timeout': ['gateway-timeout', 'the local service did not answer in time'],
+  'visitor-gone': ['bad-gateway', 'the request was abandoned'],
+  protocol: ['bad-gateway', 'the tunnel client broke the protocol'],
+  closing: ['bad-gateway', 'the tunnel client went away'],
+  'no-tunnel': ['not-found', 'no tunnel is registered for this host'],
+  busy: ['unavailable', 'the tunnel has too many open requests'],
+};
+
+export class HttpVisitor implements Downstream {
+  up: Upstream | null = null;
+  private gone = false;
+  private responded = false;
+  private finished = false;
+  /** Request bytes we may still send before the client returns credit. */
+  private window = INITIAL_WINDOW_BYTES;
+  private paused = false;
+  /** Response framing: declared length (tryEnd) or chunked (write). */
+  private total: number | null = null;
+  /** Response chunks uWS did not take yet (copies: frame buffers die after the callback). */
+  private queue: Buffer[] = [];
+  private queueStart = 0;
+  private unreported = 0;
+  private chunk: Uint8Array | null = null;
+  onDone: (() => void) | null = null;
+
+  private readonly corkedChunk = (): void => this.writeChunk(this.chunk!);
+
+  constructor(
+    private readonly res: HttpResponse,
+    private readonly method: string,
+  ) {}
+
+  // ---- visitor side ----
+  aborted(): void {
+    this.gone = true;
+    if (!this.finished) {
+      this.finished = true;
+      this.up?.reset('visitor-gone');
+      this.onDone?.();
+    }
+  }
+
+  bodyChunk(chunk: ArrayBuffer, isLast: boolean): void {
+    if (this.gone || !this.up) return;
+    if (chunk.byteLength > 0) {
+      this.up.data(new Uint8Array(chunk));
+      this.window -= chunk.byteLength;
+      if (this.window <= 0 && !this.paused && !isLast) {
+        this.paused = true;
+        this.res.pause();
+      }
+    }
+    if (isLast) this.up.end();
+  }
+
+  // ---- Downstream: tunnel → visitor ----
+  credit(bytes: number): void {
+    this.window += bytes;
+    if (this.paused && this.window > 0 && !this.gone) {
+      this.paused = false;
+      this.res.resume();
+    }
+  }
+
+  response(head: ResponseHead): void {
+    if (this.gone || this.responded) return;
+    this.responded = true;
+    let length: number | null = null;
+    const h = head.headers;
+    this.res.cork(() => {
+      this.res.writeStatus(`${head.status} ${STATUS_CODES[head.status] ?? 'Status'}`);
+      for (let i = 0; i < h.length; i += 2) {
+        const lower = h[i]!.toLowerCase();
+        // uWS writes Content-Length (from tryEnd's total) and Date itself.
+        if (lower === 'content-length') {
+          const n = Number(h[i + 1]);
+          if (Number.isSafeInteger(n) && n >= 0) length = n;
+          continue;
+        }
+        if (lower === 'date') continue;
+        this.res.writeHeader(h[i]!, h[i + 1]!);
+      }
+      if (this.method === 'HEAD' || NO_BODY_STATUS(head.status)) {
+        this.res.endWithoutBody(length ?? undefined, false);
+        this.complete();
+      } else if (length === 0) {
+        this.res.end();
+        this.complete();
+      }
+    });
+    this.total = length;
+  }
+
+  data(bytes: Uint8Array): void {
+    if (this.gone || this.finished) {
+      // Still return the credit so the client's window does not leak.
+      this.up?.credit(bytes.byteLength);
+      return;
+    }
+    this.chunk = bytes;
+    this.res.cork(this.corkedChunk);
+    this.chunk = null;
+  }
+
+  private writeChunk(bytes: Uint8Array): void {
+    const n = bytes.byteLength;
+    if (this.total === null) {
+      // Chunked: uWS buffers what the socket does not take; report it once drained.
+      if (this.res.write(bytes)) this.up!.credit(n);
+      else {
+        this.unreported += n;
+        this.armWritable();
+      }
+      return;
+    }
+    if (this.queue.length > 0) {
+      this.queue.push(Buffer.from(bytes));
+      return;
+    }
+    const start = this.res.getWriteOffset();
+    const [ok, done] = this.res.tryEnd(bytes, this.total);
+    if (done) {
+      this.up!.credit(n);
+      this.complete();
+      return;
+    }
+    if (ok) {
+      this.up!.credit(n);
+      return;
+    }
+    // Only part was taken: keep the whole chunk and where it started; onWritable goes on.
+    this.queue.push(Buffer.from(bytes));
+    this.queueStart = start;
+    this.armWritable();
+  }
+
+  private armed = false;
+  private armWritable(): void {
+    if (this.armed) return;
+    this.armed = true;
+    this.res.onWritable((offset) => this.onWritable(offset));
+  }
+
+  private onWritable(offset: number): boolean {
+    if (this.gone || this.finished) return true;
+    if (this.total === null) {
+      const n = this.unreported;
+      this.unreported = 0;
+      if (n > 0) this.up!.credit(n);
+      return true;
+    }
+    while (this.queue.length > 0) {
+      const head = this.queue[0]!;
+      const [ok, done] = this.res.tryEnd(head.subarray(offset - this.queueStart), this.total);
+      if (done) {
+        this.up!.credit(head.byteLength);
+        this.queue.length = 0;
+        this.complete();
+        return true;
+      }
+      if (!ok) return false;
+      this.queue.shift();
+      this.up!.credit(head.byteLength);
+      offset = this.res.getWriteOffset();
+      this.queueStart = offset;
+    }
+    return true;
+  }
+
+  end(): void {
+    if (this.gone || this.finished) return;
+    if (!this.responded) return this.problem('bad-gateway', 'the local service sent no response');
+    if (this.total === null) {
+      this.res.cork(() => this.res.end());
+      this.complete();
+    } else if (this.queue.length === 0) {
+      // The client said "end" before the declared length: the visitor cannot be told
+      // otherwise than by closing the connection.
+      this.res.close();
+      this.complete();
+    }
+    // else: tryEnd completes the response once the queue drains.
+  }
+
+  reset(code: ResetCode): void {
+    if (this.gone || this.finished) return;
+    if (!this.responded) {
+      const [problem, detail] = RESET_STATUS[code];
+      this.problem(problem, detail);
+      return;
+    }
+    this.finished = true;
+    this.gone = true;
+    this.res.close();
+    this.onDone?.();
+  }
+
+  /** Answers a short problem+json (404 unknown tunnel, 502, 504). */
+  problem(code: ProblemCode, detail: string): void {
+    if (this.gone || this.finished) return;
+    this.responded = true;
+    const body = JSON.stringify(problemOf(code, detail));
+    this.res.cork(() => {
+      this.res.writeStatus(`${problemOf(code, '').status} ${STATUS_CODES[problemOf(code, '').status]}`);
+      this.res.writeHeader('content-type', 'application/problem+json');
+      this.res.end(body);
+    });
+    this.complete();
+    // The stream (if any) is over for us; tell the other side.
+    this.up?.reset('visitor-gone');
+  }
+
+  private complete(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.onDone?.();
+  }
+}
+
+/**
+ * Serves one public request. Called from the shard's HostDispatch with the raw uWS objects;
+ * `open` finds the tunnel (local or over the mesh).
+ */
+export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: string, open: OpenUpstream): void {
+  const method = req.getCaseSensitiveMethod();
+  const query = req.getQuery();
+  const target = query ? `${req.getUrl()}?${query}` : req.getUrl();
+  const raw: string[] = [];
+  req.forEach((k, v) => raw.push(k, v));
+  const ip = remoteIp(res);
+  const upgrade = req.getHeader('upgrade') !== '';
+  const contentLength = req.getHeader('content-length');
+  const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
+  const visitor = new HttpVisitor(res, method.toUpperCase());
+  res.onAborted(() => visitor.aborted());
+  const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade };
+  const up = open(tunnelId, head, visitor);
+  if (!up) {
+    visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`);
+    return;
+  }
+  visitor.up = up;
+  if (hasBody) res.onData((chunk, isLast) => visitor.bodyChunk(chunk, isLast));
+  else up.end();
+}

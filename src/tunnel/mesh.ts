@@ -1,0 +1,181 @@
+import type { MessagePort } from 'node:worker_threads';
+import { Mailbox, type PortLike } from '../actors/actor.js';
+import { assertNever } from '../errors.js';
+import type { Logger } from '../log.js';
+import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
+import type { TunnelMesh } from '../protocol/tunnel-messages.js';
+import type { Downstream, Upstream } from './stream.js';
+
+// Cross-shard ingress. The kernel spreads public connections over all shards, but a tunnel's
+// streams live on the shard holding its control connection (the owner). A request landing on
+// another shard (the ingress) becomes mesh messages:
+//
+//   ingress shard                                        owner shard
+//   HttpVisitor ─▶ MeshUpstream ──x-open/x-data/x-end──▶ MeshDownstream ◀─▶ TunnelStream ─▶ client
+//   HttpVisitor ◀─────────── x-response/x-data/x-end/x-reset/x-credit ◀─┘
+//
+// Credit stays end to end (x-credit carries the visitor's and the client's consumption), so the
+// owner never buffers for a slow visitor and the ingress never buffers for a slow client.
+
+/** One peer shard: its mailbox and the streams shared with it in both roles. */
+class Peer {
+  /** streams whose visitor is here (by our xid) */
+  readonly outgoing = new Map<number, Downstream>();
+  /** streams whose tunnel is here (by the peer's xid) */
+  readonly incoming = new Map<number, Incoming>();
+  constructor(readonly mailbox: Mailbox<TunnelMesh, TunnelMesh>) {}
+}
+
+/**
+ * Owner-side proxy of a remote visitor. Messages toward the ingress carry the negated xid:
+ * both shards number their own visitors from 1, so the sign tells which side's stream it is.
+ */
+class Incoming implements Downstream {
+  up: Upstream | null = null;
+  visitorEnded = false;
+  private clientEnded = false;
+  constructor(
+    private readonly peer: Peer,
+    private readonly xid: number,
+  ) {}
+  response(head: ResponseHead): void {
+    this.peer.mailbox.tell({ type: 'x-response', xid: -this.xid, head });
+  }
+  data(bytes: Uint8Array): void {
+    this.peer.mailbox.tell({ type: 'x-data', xid: -this.xid, bytes });
+  }
+  end(): void {
+    this.clientEnded = true;
+    this.peer.mailbox.tell({ type: 'x-end', xid: -this.xid });
+    if (this.visitorEnded) this.peer.incoming.delete(this.xid);
+  }
+  reset(code: ResetCode): void {
+    this.peer.incoming.delete(this.xid);
+    this.peer.mailbox.tell({ type: 'x-reset', xid: -this.xid, code });
+  }
+  credit(bytes: number): void {
+    this.peer.mailbox.tell({ type: 'x-credit', xid: -this.xid, bytes });
+  }
+  /** x-end from the visitor */
+  visitorEnd(): void {
+    this.visitorEnded = true;
+    this.up?.end();
+    if (this.clientEnded) this.peer.incoming.delete(this.xid);
+  }
+}
+
+/** Ingress-side proxy of a remote tunnel stream. */
+class MeshUpstream implements Upstream {
+  constructor(
+    private readonly peer: Peer,
+    private readonly xid: number,
+  ) {}
+  data(bytes: Uint8Array): void {
+    this.peer.mailbox.tell({ type: 'x-data', xid: this.xid, bytes });
+  }
+  end(): void {
+    this.peer.mailbox.tell({ type: 'x-end', xid: this.xid });
+  }
+  reset(code: ResetCode): void {
+    this.peer.outgoing.delete(this.xid);
+    this.peer.mailbox.tell({ type: 'x-reset', xid: this.xid, code });
+  }
+  credit(bytes: number): void {
+    this.peer.mailbox.tell({ type: 'x-credit', xid: this.xid, bytes });
+  }
+}
+
+export class Mesh {
+  private readonly peers = new Map<number, Peer>();
+  private nextXid = 1;
+
+  constructor(
+    private readonly log: Logger,
+    /** Opens a stream on a tunnel of this shard; null when it is not here. */
+    private readonly openLocal: (tunnelId: string, head: HttpHead, down: Downstream) => Upstream | null,
+  ) {}
+
+  /** A (new) port to `shard`. A replaced port means that shard restarted: its streams are lost. */
+  attach(shard: number, port: MessagePort): void {
+    this.detach(shard);
+    const mailbox = new Mailbox<TunnelMesh, TunnelMesh>(port as unknown as PortLike);
+    const peer = new Peer(mailbox);
+    mailbox.handle((msg) => this.receive(peer, msg));
+    this.peers.set(shard, peer);
+  }
+
+  detach(shard: number): void {
+    const old = this.peers.get(shard);
+    if (!old) return;
+    this.peers.delete(shard);
+    old.mailbox.close('peer shard restarted');
+    for (const d of old.outgoing.values()) d.reset('closing');
+    for (const u of old.incoming.values()) u.up?.reset('visitor-gone');
+    old.outgoing.clear();
+    old.incoming.clear();
+  }
+
+  /** Ingress side: a visitor request for a tunnel on `shard`. Null when no port to it exists. */
+  open(shard: number, tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null {
+    const peer = this.peers.get(shard);
+    if (!peer) return null;
+    const xid = this.nextXid++;
+    peer.outgoing.set(xid, down);
+    down.onDone = () => peer.outgoing.delete(xid);
+    peer.mailbox.tell({ type: 'x-open', xid, tunnelId, head });
+    return new MeshUpstream(peer, xid);
+  }
+
+  private receive(peer: Peer, msg: TunnelMesh): void {
+    if (msg.type === 'x-open') {
+      const inc = new Incoming(peer, msg.xid);
+      const up = msg.head.kind === 'http' ? this.openLocal(msg.tunnelId, msg.head, inc) : null;
+      if (!up) {
+        peer.mailbox.tell({ type: 'x-reset', xid: -msg.xid, code: 'no-tunnel' });
+        return;
+      }
+      inc.up = up;
+      peer.incoming.set(msg.xid, inc);
+      return;
+    }
+    if (msg.xid < 0) {
+      // toward a visitor of this shard
+      const out = peer.outgoing.get(-msg.xid);
+      if (!out) return;
+      switch (msg.type) {
+        case 'x-response':
+          return out.response(msg.head);
+        case 'x-data':
+          return out.data(msg.bytes);
+        case 'x-end':
+          return out.end();
+        case 'x-reset':
+          peer.outgoing.delete(-msg.xid);
+          return out.reset(msg.code);
+        case 'x-credit':
+          return out.credit(msg.bytes);
+        default:
+          return assertNever(msg);
+      }
+    }
+    // toward a tunnel of this shard
+    const inc = peer.incoming.get(msg.xid);
+    if (!inc?.up) return;
+    switch (msg.type) {
+      case 'x-data':
+        return inc.up.data(msg.bytes);
+      case 'x-end':
+        return inc.visitorEnd();
+      case 'x-reset':
+        peer.incoming.delete(msg.xid);
+        return inc.up.reset(msg.code);
+      case 'x-credit':
+        return inc.up.credit(msg.bytes);
+      case 'x-response':
+        this.log.warn({ xid: msg.xid }, 'mesh: response toward a tunnel, ignored');
+        return;
+      default:
+        return assertNever(msg);
+    }
+  }
+}

@@ -1,0 +1,34 @@
+import type { ResetCode, ResponseHead } from '../protocol/frames.js';
+
+// A stream has two ends: the visitor side (a uWS HTTP response, a TCP socket, or a proxy for a
+// visitor on another shard) and the tunnel side (a stream on a control connection).
+//
+//   visitor adapter ──Upstream──▶ tunnel side ──frames──▶ burrow client ──▶ local service
+//   visitor adapter ◀─Downstream── tunnel side ◀─frames── burrow client ◀── local service
+//
+// Credit is end to end: the visitor adapter holds the window for request bytes it may send
+// (Downstream.credit grows it), the client holds the window for response bytes; whoever
+// writes bytes out to a socket reports them consumed (Upstream.credit / Credit frames). The
+// tunnel side only relays and counts, so a shard in the middle never buffers.
+
+/** Visitor adapter → tunnel side. Calls must consume `bytes` synchronously. */
+export interface Upstream {
+  /** request body / TCP bytes from the visitor */
+  data(bytes: Uint8Array): void;
+  /** the visitor finished sending (end of body, TCP half-close) */
+  end(): void;
+  /** the visitor is gone or the adapter failed */
+  reset(code: ResetCode): void;
+  /** the visitor received `bytes` more of the response: the client may send that many more */
+  credit(bytes: number): void;
+}
+
+/** Tunnel side → visitor adapter. `data` views are only valid during the call. */
+export interface Downstream {
+  response(head: ResponseHead): void;
+  data(bytes: Uint8Array): void;
+  end(): void;
+  reset(code: ResetCode): void;
+  /** the client consumed `bytes` of the request: the adapter may send that many more */
+  credit(bytes: number): void;
+}
