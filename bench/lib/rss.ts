@@ -1,0 +1,34 @@
+// Resident memory of a set of processes, from /proc (kB granularity). burrowd is one process
+// (its shards are threads), sshd is a listener plus per-connection children: summing the
+// pids a target names covers both shapes.
+import { readFileSync } from 'node:fs';
+import { sleep } from './procs.js';
+
+export function rssKiB(pids: number[]): number {
+  let total = 0;
+  for (const pid of pids) {
+    try {
+      const m = /^VmRSS:\s+(\d+) kB$/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+      if (m) total += Number(m[1]);
+    } catch {
+      /* exited */
+    }
+  }
+  return total;
+}
+
+/**
+ * Waits until the RSS of `pids()` stops moving (two samples SETTLE_STEP_MS apart within 1%),
+ * at most maxMs, and returns the last sample: a figure taken mid-allocation would be noise.
+ */
+export async function settledRssKiB(pids: () => number[], maxMs = 10_000): Promise<number> {
+  const SETTLE_STEP_MS = 1_000;
+  const deadline = Date.now() + maxMs;
+  let last = rssKiB(pids());
+  for (;;) {
+    await sleep(SETTLE_STEP_MS);
+    const now = rssKiB(pids());
+    if (Math.abs(now - last) <= last * 0.01 || Date.now() > deadline) return now;
+    last = now;
+  }
+}

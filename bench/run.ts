@@ -1,0 +1,160 @@
+// burrow's benchmark harness: `npm run bench -- <scenario|all> [flags]`.
+//
+// Every scenario measures three targets in the same run — direct (the load tool straight at
+// the origin), burrow, and `ssh -R` (OpenSSH as the peer) — prints a table with ratios, and
+// writes bench/results/<date>-<scenario>.{json,md} with the environment it ran on.
+// Everything stays on loopback; every process started is ended on exit, error or Ctrl-C.
+import { parseArgs } from 'node:util';
+import { fileURLToPath } from 'node:url';
+import { cleanup, killAllNow } from './lib/procs.js';
+import { ensureTools, type Tool } from './lib/tools.js';
+import { environment } from './lib/env.js';
+import { markdown, writeResult, type ScenarioResult } from './lib/report.js';
+import { openTargets, type Scenario, type Settings } from './lib/context.js';
+import { TARGET_NAMES, type TargetName } from './targets/target.js';
+import { httpScenario } from './scenarios/http.js';
+import { tcpScenario } from './scenarios/tcp.js';
+import { idleScenario } from './scenarios/idle.js';
+import { holScenario } from './scenarios/hol.js';
+
+const SCENARIOS: Scenario[] = [httpScenario, tcpScenario, idleScenario, holScenario];
+const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
+
+const USAGE = `usage: npm run bench -- <scenario> [flags]
+
+scenarios:
+${SCENARIOS.map((s) => `  ${s.name.padEnd(6)} ${s.summary}`).join('\n')}
+  all    every scenario above, in turn
+
+flags:
+  --duration SECS      seconds per measurement (default 10)
+  --warmup SECS        unrecorded warm-up before each measurement (default 2)
+  --connections LIST   keep-alive connection counts for http (default 1,64,256)
+  --counts LIST        idle tunnels / connections for idle (default 1000,10000)
+  --threads N          wrk threads, capped at the connection count (default 1)
+  --targets LIST       subset of direct,burrow,ssh (default all three)
+  --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
+  --workers N          burrowd --workers (default: burrowd's own default, the CPU count)
+  --no-install         never run apt-get; print what to install instead
+  --no-write           print the table only, do not write bench/results/
+
+examples:
+  npm run bench -- http
+  npm run bench -- tcp --duration 5
+  npm run bench -- all --targets direct,ssh`;
+
+function list(v: string, what: string): number[] {
+  const out = v.split(',').map(Number);
+  if (out.some((n) => !Number.isInteger(n) || n < 1)) throw new Error(`--${what}: expected positive integers separated by commas, got "${v}"`);
+  return out;
+}
+
+function positive(v: string, what: string, min = 1, max = 3600): number {
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min || n > max) throw new Error(`--${what}: expected an integer in ${min}..${max}, got "${v}"`);
+  return n;
+}
+
+function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; install: boolean; write: boolean } {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      duration: { type: 'string', default: '10' },
+      warmup: { type: 'string', default: '2' },
+      connections: { type: 'string', default: '1,64,256' },
+      counts: { type: 'string', default: '1000,10000' },
+      threads: { type: 'string', default: '1' },
+      targets: { type: 'string', default: TARGET_NAMES.join(',') },
+      origin: { type: 'string', default: 'nginx' },
+      workers: { type: 'string' },
+      'no-install': { type: 'boolean', default: false },
+      'no-write': { type: 'boolean', default: false },
+      help: { type: 'boolean', short: 'h', default: false },
+    },
+  });
+  if (values.help || positionals.length !== 1) {
+    console.log(USAGE);
+    process.exit(values.help ? 0 : 2);
+  }
+  const name = positionals[0]!;
+  const scenarios = name === 'all' ? SCENARIOS : SCENARIOS.filter((s) => s.name === name);
+  if (scenarios.length === 0) throw new Error(`unknown scenario "${name}"\n\n${USAGE}`);
+  const targets = values.targets.split(',') as TargetName[];
+  const bad = targets.filter((t) => !TARGET_NAMES.includes(t));
+  if (bad.length) throw new Error(`--targets: unknown ${bad.join(', ')} (choose from ${TARGET_NAMES.join(', ')})`);
+  if (values.origin !== 'nginx' && values.origin !== 'node') throw new Error(`--origin: nginx or node, got "${values.origin}"`);
+  const counts = list(values.counts, 'counts');
+  // Each idle connection costs several file descriptors across the processes involved; the
+  // default hard limit here is 20000, so 10k is the bound.
+  if (counts.some((c) => c > 10_000)) throw new Error('--counts: at most 10000 (file-descriptor bound)');
+  return {
+    scenarios,
+    install: !values['no-install'],
+    write: !values['no-write'],
+    settings: {
+      durationSecs: positive(values.duration, 'duration'),
+      warmupSecs: positive(values.warmup, 'warmup', 0, 60),
+      threads: positive(values.threads, 'threads', 1, 64),
+      connections: list(values.connections, 'connections'),
+      idleCounts: counts,
+      origin: values.origin,
+      targets,
+      burrowWorkers: values.workers === undefined ? undefined : positive(values.workers, 'workers', 1, 256),
+    },
+  };
+}
+
+async function runScenario(scenario: Scenario, settings: Settings, install: boolean, write: boolean): Promise<void> {
+  const missingOptional: Tool[] = ensureTools(scenario.required, scenario.optional, install);
+  if (missingOptional.length) console.error(`bench: without ${missingOptional.join(', ')} (optional) — using fallbacks`);
+  const env = environment(repoRoot);
+  console.error(`bench: ${scenario.name} — ${env.cores} cores, ${env.cpuModel}, Node ${env.node}, burrow ${env.burrowCommit}`);
+  const opened = scenario.opensOwnTargets ? { targets: [], info: {} } : await openTargets(settings, repoRoot);
+  const ctx = { settings, repoRoot, ...opened };
+  try {
+    const out = await scenario.run(ctx);
+    const result: ScenarioResult = {
+      scenario: scenario.name,
+      environment: env,
+      settings: {
+        'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)`,
+        ...(scenario.name === 'http' || scenario.name === 'hol' ? { 'wrk threads': settings.threads } : {}),
+        ...(out.settings ?? {}),
+        'burrowd --workers': settings.burrowWorkers ?? 'default (CPU count)',
+      },
+      targets: ctx.info,
+      measurements: out.measurements,
+      notMeasured: out.notMeasured,
+    };
+    const md = markdown(result);
+    console.log(`\n${md}`);
+    if (write) console.error(`bench: wrote ${writeResult(repoRoot, result).join(', ')}`);
+  } finally {
+    await Promise.all(ctx.targets.map((t) => t.close()));
+  }
+}
+
+let interrupted = false;
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.on(sig, () => {
+    if (interrupted) {
+      killAllNow();
+      process.exit(130);
+    }
+    interrupted = true;
+    console.error(`\nbench: ${sig}, stopping every process it started …`);
+    void cleanup().finally(() => process.exit(130));
+  });
+}
+process.on('exit', killAllNow);
+
+try {
+  const { scenarios, settings, install, write } = parse(process.argv.slice(2));
+  for (const s of scenarios) await runScenario(s, settings, install, write);
+  await cleanup();
+} catch (err) {
+  console.error(`bench: ${(err as Error).message}`);
+  await cleanup();
+  process.exitCode = 1;
+}

@@ -1,0 +1,196 @@
+// Memory at rest: server RSS per idle tunnel, and per idle proxied TCP connection, at each
+// count (default 1k then 10k, cumulative: the 10k figure is measured with the first 1k still
+// open). Each part starts fresh server processes so memory retained by one part is not
+// counted as free room by the next. Figures are (settled RSS − RSS before) / count.
+//
+//   tunnels:      burrow: N × TunnelClient (one control connection each) → burrowd
+//                 ssh:    one ssh with N × -R → sshd session
+//   connections:  N sockets from the harness → public port → tunnel → tcp-sink (holds them)
+import { connect, type Socket } from 'node:net';
+import { fileURLToPath } from 'node:url';
+import { startOrigin } from '../lib/origin.js';
+import { start, stop, waitForOutput, type Proc } from '../lib/procs.js';
+import { LOOPBACK, waitForPort } from '../lib/net.js';
+import { settledRssKiB, rssKiB } from '../lib/rss.js';
+import { openTargets, type Context, type Scenario, type ScenarioOutput } from '../lib/context.js';
+import type { Measurement } from '../lib/report.js';
+import type { Target, TargetName } from '../targets/target.js';
+
+/** Connections opened at once: keeps the accept queues (backlog) of every hop from overflowing. */
+const CONNECT_BATCH = 256;
+const CONNECT_TIMEOUT_MS = 10_000;
+
+interface Sample {
+  serverKiBPer: number;
+  clientKiBPer: number;
+  serverTotalMiB: number;
+}
+
+type Table = Map<number, Partial<Record<TargetName, Sample>>>;
+
+export const idleScenario: Scenario = {
+  name: 'idle',
+  summary: 'server RSS per idle tunnel and per idle proxied TCP connection (1k, 10k)',
+  required: ['ssh', 'sshd', 'ssh-keygen'],
+  optional: ['nginx'],
+  opensOwnTargets: true,
+  async run(ctx: Context): Promise<ScenarioOutput> {
+    const counts = [...ctx.settings.idleCounts].sort((a, b) => a - b);
+    const notes: Partial<Record<TargetName, string>> = {};
+    const tunnels: Table = new Map(counts.map((c) => [c, {}]));
+    const conns: Table = new Map(counts.map((c) => [c, {}]));
+
+    // Part 1: idle tunnels.
+    const origin = await startOrigin(ctx.settings.origin);
+    try {
+      await withFreshTargets(ctx, async (t) => {
+        if (!t.openIdleTunnels) return;
+        const base = await settledRssKiB(t.serverPids);
+        let opened = 0;
+        for (const count of counts) {
+          process.stderr.write(`bench: ${count} idle tunnels — ${t.name} … `);
+          try {
+            await t.openIdleTunnels(origin.port, count - opened);
+            opened = count;
+          } catch (err) {
+            notes[t.name] = `${count} idle tunnels: ${(err as Error).message.split('\n')[0]}`;
+            process.stderr.write(`failed: ${(err as Error).message}\n`);
+            return;
+          }
+          const sample = await measure(t, base, count);
+          tunnels.get(count)![t.name] = sample;
+          process.stderr.write(`${sample.serverKiBPer.toFixed(1)} KiB per tunnel (server)\n`);
+        }
+      });
+    } finally {
+      await stop(origin.proc);
+    }
+
+    // Part 2: idle TCP connections through one TCP tunnel.
+    const sinkJs = fileURLToPath(new URL('../origin/tcp-sink.js', import.meta.url));
+    const sink = start('tcp-sink', process.execPath, [sinkJs]);
+    try {
+      const sinkPort = await waitForOutput(sink, 'stdout', (t) => (/^(\d+)\n/.exec(t) ? Number(/^(\d+)\n/.exec(t)![1]) : null), 10_000, 'the sink port');
+      await withFreshTargets(ctx, async (t) => {
+        const sockets: Socket[] = [];
+        try {
+          const ep = await t.expose('tcp', sinkPort);
+          await waitForPort(ep.port, 15_000, `${t.name} tcp tunnel`);
+          // waitForPort's probe connection reached the sink too; let it leave before the baseline.
+          await waitForHeld(sink, 0);
+          const base = await settledRssKiB(t.serverPids);
+          for (const count of counts) {
+            process.stderr.write(`bench: ${count} idle TCP connections — ${t.name} … `);
+            await openSockets(ep.port, count - sockets.length, sockets);
+            // Every connection went all the way through the tunnel to the origin.
+            await waitForHeld(sink, count);
+            const sample = await measure(t, base, count);
+            conns.get(count)![t.name] = sample;
+            process.stderr.write(`${sample.serverKiBPer.toFixed(1)} KiB per connection (server)\n`);
+          }
+        } catch (err) {
+          notes[t.name] = `${notes[t.name] ? `${notes[t.name]}; ` : ''}idle connections: ${(err as Error).message.split('\n')[0]}`;
+          process.stderr.write(`failed: ${(err as Error).message}\n`);
+        } finally {
+          for (const s of sockets) s.destroy();
+          await waitForHeld(sink, 0).catch(() => undefined);
+        }
+      });
+    } finally {
+      await stop(sink);
+    }
+
+    const measurements: Measurement[] = [];
+    const rows = (table: Table, what: string) => {
+      for (const [count, byTarget] of table) {
+        const values = (f: (s: Sample) => number) =>
+          Object.fromEntries(Object.entries(byTarget).map(([k, v]) => [k, f(v as Sample)]));
+        measurements.push(
+          { case: `${count} idle ${what}`, metric: `server KiB per ${what.replace(/s$/, '').replace('TCP ', '')}`, higherIsBetter: false, values: values((s) => s.serverKiBPer), raw: byTarget },
+          { case: `${count} idle ${what}`, metric: `client KiB per ${what.replace(/s$/, '').replace('TCP ', '')}`, higherIsBetter: false, values: values((s) => s.clientKiBPer) },
+          { case: `${count} idle ${what}`, metric: 'server RSS MiB total', higherIsBetter: false, values: values((s) => s.serverTotalMiB) },
+        );
+      }
+    };
+    rows(tunnels, 'tunnels');
+    rows(conns, 'TCP connections');
+    if (measurements[0]) measurements[0].notes = notes;
+    return {
+      measurements,
+      notMeasured: [
+        'direct: there is no tunnel server, so there is nothing to weigh',
+        `counts above 10k: the file-descriptor hard limit here is 20000 and each idle connection holds one per process it crosses`,
+        'kernel socket memory (not in RSS) — the same for every target',
+      ],
+      settings: {
+        method: '(settled server RSS − RSS before any tunnel) ÷ count; counts are cumulative; fresh server processes for each part',
+        'burrow tunnels': 'one TunnelClient (the CLI\'s library) per tunnel, each its own control connection, all in one client process (bench/targets/burrow-farm.ts)',
+        'ssh tunnels': 'one ssh connection carrying N `-R 0:127.0.0.1:<origin>` forwards',
+        connections: `one TCP tunnel per target; the harness opens the sockets ${CONNECT_BATCH} at a time; each counted once the origin (bench/origin/tcp-sink.ts) holds it`,
+      },
+    };
+  },
+};
+
+async function measure(t: Target, baseKiB: number, count: number): Promise<Sample> {
+  const after = await settledRssKiB(t.serverPids);
+  return {
+    serverKiBPer: (after - baseKiB) / count,
+    // Client processes only exist once tunnels are open, so their whole RSS is divided.
+    clientKiBPer: rssKiB(t.clientPids()) / count,
+    serverTotalMiB: after / 1024,
+  };
+}
+
+/** Starts the tunnel targets (not direct) anew, runs fn for each, and closes them. */
+async function withFreshTargets(ctx: Context, fn: (t: Target) => Promise<void>): Promise<void> {
+  const settings = { ...ctx.settings, targets: ctx.settings.targets.filter((t) => t !== 'direct') };
+  const { targets, info } = await openTargets(settings, ctx.repoRoot);
+  Object.assign(ctx.info, info);
+  try {
+    for (const t of targets) await fn(t);
+  } finally {
+    await Promise.all(targets.map((t) => t.close()));
+  }
+}
+
+function openOne(port: number): Promise<Socket> {
+  return new Promise((resolve, reject) => {
+    const s = connect({ host: LOOPBACK, port });
+    const timer = setTimeout(() => {
+      s.destroy();
+      reject(new Error(`connect to :${port} took over ${CONNECT_TIMEOUT_MS} ms`));
+    }, CONNECT_TIMEOUT_MS);
+    s.once('connect', () => {
+      clearTimeout(timer);
+      s.on('error', () => undefined);
+      resolve(s);
+    });
+    s.once('error', (err) => {
+      clearTimeout(timer);
+      reject(err);
+    });
+  });
+}
+
+async function openSockets(port: number, n: number, into: Socket[]): Promise<void> {
+  for (let done = 0; done < n; done += CONNECT_BATCH) {
+    const batch = await Promise.all(Array.from({ length: Math.min(CONNECT_BATCH, n - done) }, () => openOne(port)));
+    into.push(...batch);
+  }
+}
+
+function waitForHeld(sink: Proc, n: number): Promise<true> {
+  return waitForOutput(
+    sink,
+    'stdout',
+    (t) => {
+      const all = [...t.matchAll(/^held (\d+)$/gm)];
+      const last = all.length ? Number(all[all.length - 1]![1]) : 0;
+      // ≥: a readiness probe's connection may still be on its way out.
+      return (n === 0 ? last === 0 : last >= n) ? true : null;
+    },
+    30_000 + n * 5,
+    `the origin to hold ${n} connections`,
+  );
+}

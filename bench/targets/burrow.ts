@@ -1,0 +1,131 @@
+// burrow itself: the real burrowd (dist/src/main.js) on loopback with a fresh embedded
+// database, and one `burrow http|tcp` CLI process (dist/src/cli/main.js) per exposed service.
+//
+//   load tool ──HTTP, Host: <id>.localhost──▶ burrowd :port ══ control WebSocket ══▶ burrow CLI ──▶ origin
+//   load tool ──TCP──▶ burrowd tcp tunnel port ══ control WebSocket ══▶ burrow CLI ──▶ origin
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { start, stop, tempDir, waitForOutput, descendants, type Proc } from '../lib/procs.js';
+import { LOOPBACK } from '../lib/net.js';
+import { Unavailable, type Endpoint, type Target } from './target.js';
+
+const START_TIMEOUT_MS = 30_000;
+const KEY_RE = /\bbk_[A-Za-z0-9]{12}_[A-Za-z0-9]{43}\b/;
+
+export interface BurrowOptions {
+  repoRoot: string;
+  /** --workers for burrowd; undefined keeps burrowd's default (CPU count). */
+  workers?: number;
+}
+
+export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
+  const serverJs = join(opts.repoRoot, 'dist', 'src', 'main.js');
+  const cliJs = join(opts.repoRoot, 'dist', 'src', 'cli', 'main.js');
+  for (const [what, file] of [
+    ['burrowd (src/main.ts)', serverJs],
+    ['the burrow CLI (src/cli/main.ts)', cliJs],
+  ] as const) {
+    if (!existsSync(file)) throw new Unavailable('burrow', `${what} is not built: ${file} missing`);
+  }
+
+  const dataDir = tempDir('burrowd');
+  const args = [serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn'];
+  if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
+  const server = start('burrowd', process.execPath, args);
+
+  let key: string;
+  let port: number;
+  try {
+    // First stdout line: the seeded admin key. A later line says where it listens.
+    key = await waitForOutput(server, 'stdout', (t) => KEY_RE.exec(t.split('\n')[0] ?? '')?.[0], START_TIMEOUT_MS, 'the seeded admin key');
+    port = await waitForOutput(
+      server,
+      'stdout',
+      (t) => {
+        for (const line of t.split('\n').slice(1)) {
+          const m = /(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::\]|\]):(\d{2,5})\b/.exec(line) ?? /\bport (\d{2,5})\b/i.exec(line);
+          if (m) return Number(m[1]);
+        }
+        return null;
+      },
+      START_TIMEOUT_MS,
+      'the listening address',
+    );
+  } catch (err) {
+    await stop(server);
+    throw new Unavailable('burrow', `burrowd did not start: ${(err as Error).message}`);
+  }
+  const serverUrl = `http://${LOOPBACK}:${port}`;
+  // The CLI keeps contexts in a config file; keep it away from the user's own.
+  const home = tempDir('burrow-home');
+  const cliEnv = { ...process.env, HOME: home, XDG_CONFIG_HOME: join(home, '.config'), BURROW_SERVER: '', BURROW_TOKEN: '' };
+  const tunnels: Proc[] = [];
+
+  async function expose(kind: 'http' | 'tcp', originPort: number): Promise<Endpoint> {
+    // 127.0.0.1, not a bare port: the CLI reads a bare port as localhost, which may resolve to
+    // ::1 first while the origins listen on IPv4 only. --quiet: no line per request (ssh -N
+    // prints none either; the output goes to a file anyway, never a pipe).
+    const proc = start(
+      `burrow-${kind}`,
+      process.execPath,
+      [cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key],
+      { env: cliEnv },
+    );
+    tunnels.push(proc);
+    const first = await waitForOutput(
+      proc,
+      'stdout',
+      (t) => (t.includes('\n') ? t.slice(0, t.indexOf('\n')).trim() : null),
+      START_TIMEOUT_MS,
+      'the public URL (first stdout line)',
+    );
+    if (kind === 'http') {
+      // http://<id>.localhost:<port>: drive load at 127.0.0.1:<port> with Host <id>.localhost.
+      const m = /^https?:\/\/([^/:]+)(?::(\d+))?/.exec(first);
+      if (!m) throw new Error(`burrow http printed "${first}", not a URL`);
+      return { port: m[2] ? Number(m[2]) : port, hostHeader: m[1]! };
+    }
+    const m = /^tcp:\/\/[^:]+:(\d+)/.exec(first);
+    if (!m) throw new Error(`burrow tcp printed "${first}", not tcp://host:port`);
+    return { port: Number(m[1]) };
+  }
+
+  async function openIdleTunnels(originPort: number, count: number): Promise<void> {
+    const farmJs = fileURLToPath(new URL('./burrow-farm.js', import.meta.url));
+    if (!existsSync(join(opts.repoRoot, 'dist', 'src', 'tunnel', 'client.js'))) {
+      throw new Error('the tunnel client library (src/tunnel/client.ts) is not built');
+    }
+    const farm = start('burrow-farm', process.execPath, [farmJs, opts.repoRoot, serverUrl, key, String(originPort), String(count)], {
+      env: cliEnv,
+    });
+    tunnels.push(farm);
+    await waitForOutput(
+      farm,
+      'stdout',
+      (t) => {
+        const failed = /^failed (.*)$/m.exec(t);
+        if (failed) throw new Error(`opening ${count} tunnels: ${failed[1]}`);
+        return t.includes(`registered ${count}\n`) ? true : null;
+      },
+      START_TIMEOUT_MS + count * 20,
+      `${count} registered tunnels`,
+    );
+  }
+
+  return {
+    name: 'burrow',
+    describe: `burrowd ${args.slice(1).join(' ').replace(dataDir, '<tmp>')} (embedded database); one \`burrow http|tcp <originPort> --server ${serverUrl.replace(String(port), '<port>')}\` per exposed service`,
+    expose,
+    openIdleTunnels,
+    serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),
+    clientPids: () => tunnels.filter((t) => t.isRunning()).map((t) => t.pid),
+    closeTunnels: async () => {
+      await Promise.all(tunnels.splice(0).map((t) => stop(t)));
+    },
+    close: async () => {
+      await Promise.all(tunnels.splice(0).map((t) => stop(t)));
+      await stop(server, 5_000);
+    },
+  };
+}

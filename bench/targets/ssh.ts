@@ -1,0 +1,127 @@
+// The peer: OpenSSH remote forwarding. Our own sshd on loopback (generated host key, one
+// authorized client key, nothing from /etc/ssh), and one `ssh -N -R 0:127.0.0.1:<origin>`
+// per exposed service, with the AES-GCM cipher (the fastest OpenSSH offers on AES-NI CPUs).
+//
+//   load tool ──TCP──▶ sshd session child (listens on the allocated port)
+//                        ══ one SSH connection (channels multiplexed) ══▶ ssh client ──TCP──▶ origin
+import { mkdirSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { userInfo } from 'node:os';
+import { start, stop, run, tempDir, waitForOutput, descendants, type Proc } from '../lib/procs.js';
+import { freePort, waitForPort, LOOPBACK } from '../lib/net.js';
+import { toolPath } from '../lib/tools.js';
+import { Unavailable, type Target } from './target.js';
+
+export const SSH_CIPHER = 'aes128-gcm@openssh.com';
+const START_TIMEOUT_MS = 10_000;
+
+export async function sshTarget(): Promise<Target> {
+  const sshd = toolPath('sshd');
+  const ssh = toolPath('ssh');
+  const keygen = toolPath('ssh-keygen');
+  if (!sshd || !ssh || !keygen) throw new Unavailable('ssh', 'OpenSSH not installed (apt-get install -y openssh-server openssh-client)');
+
+  const dir = tempDir('ssh');
+  const hostKey = join(dir, 'host_ed25519');
+  const clientKey = join(dir, 'id_ed25519');
+  await run('ssh-keygen', keygen, ['-q', '-t', 'ed25519', '-N', '', '-f', hostKey], START_TIMEOUT_MS);
+  await run('ssh-keygen', keygen, ['-q', '-t', 'ed25519', '-N', '', '-f', clientKey], START_TIMEOUT_MS);
+  writeFileSync(join(dir, 'authorized_keys'), readFileSync(`${clientKey}.pub`));
+  // sshd refuses to start without its privilege-separation directory.
+  if (!existsSync('/run/sshd')) mkdirSync('/run/sshd', { recursive: true, mode: 0o755 });
+
+  const port = await freePort();
+  const config = join(dir, 'sshd_config');
+  writeFileSync(
+    config,
+    [
+      `Port ${port}`,
+      `ListenAddress ${LOOPBACK}`,
+      `HostKey ${hostKey}`,
+      `PidFile ${join(dir, 'sshd.pid')}`,
+      `AuthorizedKeysFile ${join(dir, 'authorized_keys')}`,
+      'StrictModes no',
+      'UsePAM no',
+      'PasswordAuthentication no',
+      'KbdInteractiveAuthentication no',
+      'PubkeyAuthentication yes',
+      'PermitRootLogin prohibit-password',
+      'AllowTcpForwarding yes',
+      'GatewayPorts no',
+      'MaxStartups 200:30:400',
+      'LogLevel ERROR',
+      '',
+    ].join('\n'),
+  );
+  const daemon = start('sshd', sshd, ['-D', '-e', '-f', config]);
+  try {
+    await waitForPort(port, START_TIMEOUT_MS, 'sshd');
+  } catch (err) {
+    await stop(daemon);
+    throw new Unavailable('ssh', `sshd did not start: ${(err as Error).message}\n${daemon.stderr()}`);
+  }
+
+  const user = userInfo().username;
+  const tunnels: Proc[] = [];
+  const version = await run('ssh-version', ssh, ['-V'], START_TIMEOUT_MS);
+
+  /** One ssh connection carrying `count` remote forwards to originPort; resolves their ports. */
+  async function forward(originPort: number, count: number): Promise<number[]> {
+    const forwards = Array.from({ length: count }, () => ['-R', `0:${LOOPBACK}:${originPort}`]).flat();
+    const proc = start('ssh-R', ssh!, [
+      '-N', '-T',
+      '-o', 'BatchMode=yes',
+      '-o', 'StrictHostKeyChecking=no',
+      '-o', 'UserKnownHostsFile=/dev/null',
+      '-o', 'ExitOnForwardFailure=yes',
+      '-o', `Ciphers=${SSH_CIPHER}`,
+      '-o', 'Compression=no',
+      '-o', 'LogLevel=INFO',
+      '-i', clientKey,
+      '-p', String(port),
+      ...forwards,
+      `${user}@${LOOPBACK}`,
+    ]);
+    tunnels.push(proc);
+    // With -R 0:… sshd picks the port and ssh reports it: "Allocated port N for remote forward to …".
+    const ports = await waitForOutput(
+      proc,
+      'stderr',
+      (text) => {
+        const found = [...text.matchAll(/Allocated port (\d+) for remote forward/g)].map((m) => Number(m[1]));
+        return found.length >= count ? found : null;
+      },
+      START_TIMEOUT_MS + count * 5,
+      `${count} allocated remote port(s)`,
+    );
+    for (const p of ports.slice(0, 1)) await waitForPort(p, START_TIMEOUT_MS, 'ssh -R forward');
+    return ports;
+  }
+
+  return {
+    name: 'ssh',
+    describe: `${version.stderr.trim() || version.stdout.trim()}; own sshd on ${LOOPBACK}; ssh -N -o Ciphers=${SSH_CIPHER} -o Compression=no -R 0:127.0.0.1:<origin>, one ssh connection per exposed service`,
+    expose: async (_kind, originPort) => ({ port: (await forward(originPort, 1))[0]! }),
+    openIdleTunnels: async (originPort, count) => {
+      await forward(originPort, count);
+    },
+    serverPids: () => (daemon.isRunning() ? [daemon.pid, ...descendants(daemon.pid)] : []),
+    clientPids: () => tunnels.filter((t) => t.isRunning()).map((t) => t.pid),
+    closeTunnels: async () => {
+      await Promise.all(tunnels.splice(0).map((t) => stop(t)));
+    },
+    close: async () => {
+      await Promise.all(tunnels.splice(0).map((t) => stop(t)));
+      // Session children left their process group; end them before the listener.
+      for (const pid of descendants(daemon.pid)) {
+        try {
+          process.kill(pid, 'SIGTERM');
+        } catch {
+          /* gone */
+        }
+      }
+      await stop(daemon);
+    },
+  };
+}
+

@@ -1,0 +1,44 @@
+// A target is one way of reaching the local origin: straight (direct), through burrow, or
+// through `ssh -R`. Scenarios only see this interface, so every measurement runs the same load
+// tool with the same arguments against each target in turn.
+
+export type TargetName = 'direct' | 'burrow' | 'ssh';
+export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'ssh'];
+
+/** Where the load tool connects: 127.0.0.1:port, with a Host header for burrow's HTTP routing. */
+export interface Endpoint {
+  port: number;
+  hostHeader?: string;
+}
+
+export interface Target {
+  name: TargetName;
+  /** One line for the results: what exactly ran (flags, ciphers, worker count). */
+  describe: string;
+  /** Opens a tunnel (or not, for direct) to a local HTTP or TCP service. */
+  expose(kind: 'http' | 'tcp', originPort: number): Promise<Endpoint>;
+  /**
+   * Opens `count` idle HTTP tunnels to originPort (kept until closeTunnels()), the way a user
+   * with that many tunnels would: burrow one client connection per tunnel (as many `burrow http`
+   * would), ssh one connection carrying `count` -R forwards (one ssh per tunnel would cost a
+   * process pair each). Absent for direct, which has no tunnel.
+   */
+  openIdleTunnels?(originPort: number, count: number): Promise<void>;
+  /** Processes whose memory is "the server side" (burrowd; sshd and its session children). */
+  serverPids(): number[];
+  /** Processes of the tunnel clients (burrow CLI; ssh). */
+  clientPids(): number[];
+  /** Closes every tunnel opened by expose(), keeping the server up. */
+  closeTunnels(): Promise<void>;
+  close(): Promise<void>;
+}
+
+/** A target that could not be started: the reason goes into the table instead of figures. */
+export class Unavailable extends Error {
+  constructor(
+    readonly target: TargetName,
+    reason: string,
+  ) {
+    super(reason);
+  }
+}
