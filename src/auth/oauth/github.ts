@@ -1,0 +1,93 @@
+import * as client from 'openid-client';
+import type { GithubConfig } from '../../config.js';
+import {
+  LoginFailure,
+  cleanEmail,
+  cleanText,
+  clientConfiguration,
+  safeAvatarUrl,
+  type AuthorizeParams,
+  type CallbackChecks,
+  type Identity,
+  type LoginProvider,
+} from './provider.js';
+
+// The built-in GitHub provider: an OAuth app (no OpenID Connect, so no ID token and no nonce).
+// openid-client runs the authorization code + PKCE S256 exchange against
+// {webUrl}/login/oauth/{authorize,access_token}; who logged in comes from the REST API:
+// GET {apiUrl}/user (subject = numeric id, stable across renames) and GET {apiUrl}/user/emails
+// (the primary address and whether GitHub verified it). Both bases are flags so tests can
+// point them at a local fake.
+
+const SCOPES = 'read:user user:email';
+const API_HEADERS = { accept: 'application/vnd.github+json', 'x-github-api-version': '2022-11-28', 'user-agent': 'burrow' };
+
+interface GithubUser {
+  id?: unknown;
+  login?: unknown;
+  name?: unknown;
+  avatar_url?: unknown;
+}
+interface GithubEmail {
+  email?: unknown;
+  primary?: unknown;
+  verified?: unknown;
+}
+
+export class GithubProvider implements LoginProvider {
+  readonly name = 'github';
+  readonly usesNonce = false;
+  private readonly config: client.Configuration;
+  private readonly redirectUri: string;
+
+  constructor(
+    private readonly cfg: GithubConfig,
+    baseUrl: string,
+  ) {
+    this.redirectUri = `${baseUrl}/auth/v1/github/callback`;
+    const authorize = `${cfg.webUrl}/login/oauth/authorize`;
+    const token = `${cfg.webUrl}/login/oauth/access_token`;
+    this.config = clientConfiguration(
+      { issuer: cfg.webUrl, authorization_endpoint: authorize, token_endpoint: token },
+      { '--github-url': cfg.webUrl, '--github-api-url': cfg.apiUrl },
+      cfg.clientId,
+      cfg.clientSecret,
+    );
+  }
+
+  authorizationUrl(p: AuthorizeParams): URL {
+    return client.buildAuthorizationUrl(this.config, {
+      redirect_uri: this.redirectUri,
+      scope: SCOPES,
+      state: p.state,
+      code_challenge: p.codeChallenge,
+      code_challenge_method: 'S256',
+    });
+  }
+
+  async identify(callbackUrl: URL, checks: CallbackChecks): Promise<Identity> {
+    const tokens = await client.authorizationCodeGrant(this.config, callbackUrl, {
+      pkceCodeVerifier: checks.verifier,
+      expectedState: checks.state,
+    });
+    const user = (await this.api(tokens.access_token, '/user')) as GithubUser;
+    const emails = await this.api(tokens.access_token, '/user/emails');
+    const id = user.id;
+    if (typeof id !== 'number' || !Number.isSafeInteger(id)) throw new LoginFailure('GitHub did not say who you are (no user id)', 'server_error');
+    const primary = Array.isArray(emails) ? (emails as GithubEmail[]).find((e) => e && e.primary === true) : undefined;
+    const login = cleanText(user.login, 100);
+    return {
+      subject: String(id),
+      email: cleanEmail(primary?.email),
+      emailVerified: primary?.verified === true,
+      name: cleanText(user.name, 200) ?? login ?? '',
+      avatarUrl: safeAvatarUrl(user.avatar_url),
+    };
+  }
+
+  private async api(accessToken: string, path: string): Promise<unknown> {
+    const res = await client.fetchProtectedResource(this.config, accessToken, new URL(this.cfg.apiUrl + path), 'GET', null, new Headers(API_HEADERS));
+    if (!res.ok) throw new LoginFailure(`GitHub's API answered ${res.status} to GET ${path}`, 'server_error');
+    return res.json();
+  }
+}
