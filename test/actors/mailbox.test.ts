@@ -1,0 +1,86 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { MessageChannel } from 'node:worker_threads';
+import { Mailbox, type PortLike } from '../../src/actors/actor.js';
+import { ApiError } from '../../src/errors.js';
+
+type Msg = { type: 'echo'; v: unknown } | { type: 'fail' } | { type: 'slow' } | { type: 'note'; v: number };
+
+function pair() {
+  const { port1, port2 } = new MessageChannel();
+  const a = new Mailbox<Msg, Msg>(port1 as unknown as PortLike);
+  const b = new Mailbox<Msg, Msg>(port2 as unknown as PortLike);
+  return { a, b, close: () => (port1.close(), port2.close()) };
+}
+
+test('ask answers with the handler value, binary payloads intact', async () => {
+  const { a, b, close } = pair();
+  b.handle((m) => (m.type === 'echo' ? m.v : null));
+  const bytes = Buffer.from([0, 1, 2, 255]);
+  const v = await a.ask<{ s: string; b: Uint8Array; n: number }>({ type: 'echo', v: { s: 'é', b: bytes, n: 2 ** 40 } }, 1000);
+  assert.is(v.s, 'é');
+  assert.equal([...v.b], [0, 1, 2, 255]);
+  assert.is(v.n, 2 ** 40);
+  close();
+});
+
+test('a coded error crosses threads as {code, detail}', async () => {
+  const { a, b, close } = pair();
+  b.handle(() => {
+    throw new ApiError('conflict', 'id taken');
+  });
+  try {
+    await a.ask({ type: 'fail' }, 1000);
+    assert.unreachable();
+  } catch (e) {
+    assert.instance(e, ApiError);
+    assert.is((e as ApiError).code, 'conflict');
+    assert.is((e as ApiError).detail, 'id taken');
+  }
+  close();
+});
+
+test('an unanswered ask fails after its timeout with unavailable', async () => {
+  const { a, b, close } = pair();
+  b.handle(() => new Promise(() => undefined));
+  const t0 = Date.now();
+  try {
+    await a.ask({ type: 'slow' }, 100);
+    assert.unreachable();
+  } catch (e) {
+    assert.is((e as ApiError).code, 'unavailable');
+    assert.ok(Date.now() - t0 >= 95);
+  }
+  close();
+});
+
+test('close fails every outstanding ask at once', async () => {
+  const { a, b, close } = pair();
+  b.handle(() => new Promise(() => undefined));
+  const p = a.ask({ type: 'slow' }, 10_000);
+  a.close('peer died');
+  try {
+    await p;
+    assert.unreachable();
+  } catch (e) {
+    assert.is((e as ApiError).detail, 'peer died');
+  }
+  close();
+});
+
+test('tells arrive in order', async () => {
+  const { a, b, close } = pair();
+  const seen: number[] = [];
+  const done = new Promise<void>((resolve) =>
+    b.handle((m) => {
+      if (m.type === 'note') seen.push(m.v);
+      if (seen.length === 100) resolve();
+    }),
+  );
+  for (let i = 0; i < 100; i++) a.tell({ type: 'note', v: i });
+  await done;
+  assert.equal(seen, [...Array(100).keys()]);
+  close();
+});
+
+test.run();
