@@ -337,12 +337,10 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     const ws = this.ws;
     if (ws && this.registered) this.send([F.Close, this.registered.id]);
+    this.ws = null;
+    // close() flushes the Close frame, sends a WebSocket close and ends the socket.
+    ws?.close(1000, 'client stopped');
     this.teardown();
-    if (ws) {
-      const closed = new Promise<void>((r) => ws.once('close', () => r()));
-      ws.close(1000, 'client stopped');
-      await closed;
-    }
     this.agent.destroy();
     this.emit('closed', { permanent: true, code: 'stopped', reason: 'stopped by the client' });
   }

@@ -1,0 +1,148 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import fc from 'fast-check';
+import {
+  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, FrameError, dataFrame, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, type Frame,
+} from '../../src/protocol/frames.js';
+import { encode } from '../../src/protocol/codec.js';
+import { randomBytes } from 'node:crypto';
+
+// The tunnel wire codec: every frame survives encode → decode, bodies split at arbitrary
+// points reassemble byte-exact, and no input of the peer's makes decodeFrame do anything but
+// return a well-formed frame or throw FrameError.
+
+const sid = fc.integer({ min: 0, max: 2 ** 32 - 1 });
+const str = fc.string({ maxLength: 40 });
+const headers = fc.array(fc.tuple(str, str), { maxLength: 8 }).map((pairs) => pairs.flat());
+const refusal = fc.record({
+  code: fc.constantFrom('unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'deleted'),
+  message: str,
+  permanent: fc.boolean(),
+});
+const bytes = fc.uint8Array({ maxLength: 2048 });
+
+const frame: fc.Arbitrary<Frame> = fc.oneof(
+  fc.record({ v: fc.nat(10), agent: str }).map((h): Frame => [F.Hello, h]),
+  fc.record({ v: fc.nat(10), heartbeatMs: fc.nat() }).map((w): Frame => [F.Welcome, w]),
+  fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.nat(65535)) })).map(([r, o]): Frame => [F.Open, r, o]),
+  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.nat(65535)) })).map(([r, o]): Frame => [F.Opened, r, o]),
+  fc.tuple(sid, refusal).map(([r, x]): Frame => [F.Refused, r, x as never]),
+  fc.tuple(str, refusal).map(([t, x]): Frame => [F.Closed, t, x as never]),
+  str.map((t): Frame => [F.Close, t]),
+  fc.tuple(sid, str, fc.record({ kind: fc.constant('http' as const), method: str, target: str, headers, upgrade: fc.boolean() })).map(([s, t, h]): Frame => [F.StreamOpen, s, t, h]),
+  fc.tuple(sid, str, fc.record({ kind: fc.constant('tcp' as const), remote: str })).map(([s, t, h]): Frame => [F.StreamOpen, s, t, h]),
+  fc.tuple(sid, fc.record({ status: fc.integer({ min: 100, max: 599 }), headers })).map(([s, h]): Frame => [F.Response, s, h]),
+  fc.tuple(sid, bytes).map(([s, b]): Frame => [F.Data, s, b]),
+  sid.map((s): Frame => [F.End, s]),
+  fc.tuple(sid, fc.constantFrom('local-unreachable' as const, 'closing' as const)).map(([s, c]): Frame => [F.Reset, s, c]),
+  fc.tuple(sid, fc.nat()).map(([s, n]): Frame => [F.Credit, s, n]),
+  fc.nat().map((n): Frame => [F.Ping, n]),
+  fc.nat().map((n): Frame => [F.Pong, n]),
+  refusal.map((r): Frame => [F.Fatal, r as never]),
+);
+
+/** Frames compare equal once bin payloads are compared as bytes. */
+function norm(f: unknown): unknown {
+  if (f instanceof Uint8Array) return { bin: [...f] };
+  if (Array.isArray(f)) return f.map(norm);
+  if (f && typeof f === 'object') return Object.fromEntries(Object.entries(f).map(([k, v]) => [k, norm(v)]));
+  return f;
+}
+
+test('every frame round-trips', () => {
+  fc.assert(
+    fc.property(frame, (f) => {
+      assert.equal(norm(decodeFrame(encodeFrame(f))), norm(f));
+    }),
+    { numRuns: 2000 },
+  );
+});
+
+test('a body split at arbitrary points reassembles byte-exact', () => {
+  fc.assert(
+    fc.property(fc.uint8Array({ minLength: 0, maxLength: 20_000 }), fc.array(fc.nat(20_000), { maxLength: 30 }), sid, (body, cuts, s) => {
+      const points = [...new Set(cuts.map((c) => c % (body.length + 1)))].sort((a, b) => a - b);
+      const parts: Uint8Array[] = [];
+      let prev = 0;
+      for (const p of [...points, body.length]) {
+        parts.push(body.subarray(prev, p));
+        prev = p;
+      }
+      const wire = parts.map((p) => dataFrame(s, p));
+      const out = Buffer.concat(
+        wire.map((w) => {
+          // The receiver's buffer is reused after each message: copy what decodeFrame returned.
+          const f = decodeFrame(Buffer.from(w));
+          assert.is(f[0], F.Data);
+          assert.is(f[1], s);
+          return Buffer.from(f[2] as Uint8Array);
+        }),
+      );
+      assert.ok(out.equals(Buffer.from(body)));
+    }),
+    { numRuns: 500 },
+  );
+});
+
+test('arbitrary bytes decode to a valid frame or throw FrameError, nothing else', () => {
+  fc.assert(
+    fc.property(fc.uint8Array({ maxLength: 200 }), (b) => {
+      try {
+        const f = decodeFrame(b);
+        assert.ok(Array.isArray(f));
+      } catch (err) {
+        assert.instance(err, FrameError);
+      }
+    }),
+    { numRuns: 5000 },
+  );
+});
+
+test('truncated frames are refused (a frame is never read past its message)', () => {
+  fc.assert(
+    fc.property(frame, fc.nat(), (f, cut) => {
+      const full = encodeFrame(f);
+      if (full.length < 2) return;
+      const part = full.subarray(0, cut % full.length);
+      try {
+        decodeFrame(part);
+      } catch (err) {
+        assert.instance(err, FrameError);
+        return;
+      }
+      // A prefix may itself be a complete, valid frame only if it decodes to something else entirely.
+    }),
+  );
+});
+
+test('wrong shapes are refused', () => {
+  for (const bad of [
+    [],
+    {},
+    'x',
+    [F.Data, 1, 'not bytes'],
+    [F.Data, -1, Buffer.alloc(1)],
+    [F.Credit, 1],
+    [F.StreamOpen, 1, 'id', { kind: 'http', method: 'GET', target: '/', headers: ['odd'], upgrade: false }],
+    [F.Hello, { v: 'one' }],
+    [99, 1],
+  ]) {
+    assert.throws(() => decodeFrame(encode(bad)), (e: unknown) => e instanceof FrameError, JSON.stringify(bad));
+  }
+});
+
+test('oversized frames are refused before decoding', () => {
+  const big = dataFrame(1, Buffer.alloc(MAX_FRAME_BYTES + 1));
+  assert.throws(() => decodeFrame(big), (e: unknown) => e instanceof FrameError);
+  assert.ok(MAX_DATA_BYTES + 32 < MAX_FRAME_BYTES, 'a full Data frame fits in a message');
+});
+
+test('tunnel ids follow the DNS label rules', () => {
+  for (const ok of ['abc', 'my-app', 'a1b', 'x'.repeat(63)]) assert.is(tunnelIdProblem(ok, 'localhost'), null, ok);
+  for (const bad of ['ab', '-abc', 'abc-', 'ABC', 'a_b', 'x'.repeat(64), 'api', 'www', 'admin', 'auth', 'app', 'static', 'status', 'mail', 'example']) {
+    assert.type(tunnelIdProblem(bad, 'example.com'), 'string', bad);
+  }
+  fc.assert(fc.property(fc.nat(), () => tunnelIdProblem(randomTunnelId(randomBytes), 'localhost') === null));
+});
+
+test.run();
