@@ -88,7 +88,7 @@ export function pickOne<T extends { id: string }>(
   const byPrefix = items.filter((i) => i.id.toLowerCase().startsWith(lower));
   if (byPrefix.length === 1) return byPrefix[0]!;
   if (byPrefix.length > 1 || byName.length > 1) {
-    const ids = (byPrefix.length > 1 ? byPrefix : byName).map((i) => i.id.slice(0, 13)).join(', ');
+    const ids = (byPrefix.length > 1 ? byPrefix : byName).map((i) => i.id).join(', ');
     throw new CliError(EXIT.usage, `ambiguous ${what}`, `"${ref}" matches ${ids}`, `give more characters of the id; \`${listCommand}\` lists them`);
   }
   throw new CliError(EXIT.notFound, `Not Found`, `no ${what} matches "${ref}"`, `\`${listCommand}\` lists them`);

@@ -6,8 +6,10 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { withDeadline } from '../helpers/deadline.js';
 
-export const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+export { CLI } from '../helpers/server.js';
+import { CLI } from '../helpers/server.js';
 
 export interface CliResult {
   code: number | null;
@@ -81,16 +83,6 @@ export function closedPort(): Promise<number> {
   });
 }
 
-export function deadline<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout;
-  return Promise.race([
-    p.finally(() => clearTimeout(timer)),
-    new Promise<T>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`${what}: no result within ${ms} ms`)), ms);
-    }),
-  ]);
-}
-
 /** Poll until `check` returns a value (not undefined), or fail after `ms`. */
 export async function waitFor<T>(check: () => T | undefined, ms: number, what: string): Promise<T> {
   const end = Date.now() + ms;
@@ -105,5 +97,5 @@ export async function waitFor<T>(check: () => T | undefined, ms: number, what: s
 /** Wait for a child to exit (deadline), returning its code. */
 export function exitOf(child: ChildProcess, ms: number, what: string): Promise<number | null> {
   if (child.exitCode !== null) return Promise.resolve(child.exitCode);
-  return deadline(new Promise((resolve) => child.once('exit', (code) => resolve(code))), ms, what);
+  return withDeadline(new Promise((resolve) => child.once('exit', (code) => resolve(code))), ms, what);
 }

@@ -1,0 +1,104 @@
+// The command tree and the top-level error handling of `burrow` (main.ts only runs it). Every
+// failure becomes one `error:` line + a `hint:` line on stderr and an exit code from errors.ts.
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError } from 'commander';
+import { addGlobalOptions, examples } from './common.js';
+import { registerCompletion } from './completion.js';
+import { registerContext } from './context.js';
+import { CliError, EXIT } from './errors.js';
+import { registerExpose } from './expose.js';
+import { registerKeys } from './keys.js';
+import { registerLogin } from './login.js';
+import { err } from './output.js';
+import { registerProfile } from './profile.js';
+import { registerSessions } from './sessions.js';
+import { registerTeams } from './teams.js';
+import { registerTunnels } from './tunnels.js';
+import { registerUsers } from './users.js';
+
+function version(): string {
+  try {
+    return (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+  } catch {
+    return 'unknown';
+  }
+}
+
+export function buildProgram(): Command {
+  const program = new Command('burrow');
+  program
+    .description('burrow: expose local services through your burrowd server, and manage keys, teams and tunnels')
+    .version(version(), '-V, --version')
+    // Set before any subcommand exists: commander copies these settings into each new command.
+    .exitOverride()
+    .configureHelp({ showGlobalOptions: true, sortSubcommands: false })
+    .configureOutput({ outputError: (text, write) => write(err.paint('red', text)) });
+  addGlobalOptions(program);
+  examples(program, [
+    'burrow context create local --server http://localhost:8080 --token "$KEY"',
+    'burrow http 3000',
+    'burrow keys create ci --scopes tunnels --expires 30d',
+    'burrow teams create web && burrow teams add-member web USER_ID',
+    'burrow sessions --limit 10',
+  ]);
+  program.addHelpText('after', '\nExit codes: 0 ok, 1 error, 2 usage, 3 auth (401/403), 4 not found, 5 conflict, 6 server unreachable.');
+
+  registerExpose(program);
+  registerLogin(program);
+  registerProfile(program);
+  registerKeys(program);
+  registerTeams(program);
+  registerUsers(program);
+  registerTunnels(program);
+  registerSessions(program);
+  registerContext(program);
+  registerCompletion(program);
+  return program;
+}
+
+function printError(e: CliError): void {
+  err.line(`${err.paint('red', 'error:')} ${e.title}: ${e.detail}`);
+  if (e.hint) err.line(`${err.paint('dim', 'hint:')} ${e.hint}`);
+}
+
+/** commander's own errors: it already printed the message; add the hint and pick the code. */
+function commanderExit(program: Command, e: CommanderError, args: string[]): number {
+  if (e.code === 'commander.helpDisplayed' || e.code === 'commander.version') return EXIT.ok;
+  if (e.code === 'commander.help') return EXIT.usage; // a group without its subcommand: help was shown
+  // Point at the help of the deepest command the words name (`burrow keys lst` → `burrow keys`).
+  const path: string[] = [];
+  let cmd = program;
+  for (const a of args) {
+    const sub = cmd.commands.find((c) => c.name() === a || c.aliases().includes(a));
+    if (!sub) continue;
+    path.push(sub.name());
+    cmd = sub;
+  }
+  err.line(`${err.paint('dim', 'hint:')} see \`burrow ${path.length ? path.join(' ') + ' ' : ''}--help\``);
+  return EXIT.usage;
+}
+
+export async function main(argv = process.argv): Promise<void> {
+  // `burrow keys list | head -1` closes the pipe early: that is not an error.
+  process.stdout.on('error', (e: NodeJS.ErrnoException) => {
+    if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0);
+    throw e;
+  });
+  const program = buildProgram();
+  try {
+    await program.parseAsync(argv);
+  } catch (e) {
+    if (e instanceof CliError) {
+      printError(e);
+      process.exitCode = e.exitCode;
+    } else if (e instanceof CommanderError) {
+      process.exitCode = commanderExit(program, e, argv.slice(2));
+    } else {
+      const msg = e instanceof Error ? e.message : String(e);
+      printError(new CliError(EXIT.error, 'unexpected failure', msg, 'run again with BURROW_DEBUG=1 for details'));
+      if (process.env.BURROW_DEBUG) console.error(e);
+      process.exitCode = EXIT.error;
+    }
+  }
+}
+
