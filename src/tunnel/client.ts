@@ -27,6 +27,8 @@ export interface TunnelClientOptions {
   id?: string;
   teamId?: string;
   remotePort?: number;
+  /** How long the local service may take to send a response head before the visitor gets 504. */
+  responseTimeoutMs?: number;
 }
 
 export class TunnelRefused extends Error {
@@ -143,14 +145,14 @@ class HttpStream extends ClientStream {
   private gotEnd = false;
   private readonly headTimer: NodeJS.Timeout;
 
-  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, local: { host: string; port: number }, agent: http.Agent) {
+  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, local: { host: string; port: number }, agent: http.Agent, timeoutMs: number) {
     super(sid, out, onFinish);
     this.req = http.request({ host: local.host, port: local.port, method: head.method, path: head.target, headers: head.headers, agent: head.upgrade ? false : agent, setHost: false });
     this.req.on('socket', (s: net.Socket) => s.setNoDelay(true));
     this.headTimer = setTimeout(() => {
       this.reset('local-timeout');
       this.req.destroy();
-    }, RESPONSE_HEAD_TIMEOUT_MS);
+    }, timeoutMs);
     this.req.on('error', () => {
       clearTimeout(this.headTimer);
       this.reset(this.res || this.upgraded ? 'closing' : 'local-unreachable');
@@ -502,7 +504,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     };
     const s =
       head.kind === 'http'
-        ? new HttpStream(sid, this.sender, onFinish, head, this.opts.local, this.agent)
+        ? new HttpStream(sid, this.sender, onFinish, head, this.opts.local, this.agent, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS)
         : new TcpStream(sid, this.sender, onFinish, head, this.opts.local);
     this.streams.set(sid, s);
     this.emit('open-streams', this.streams.size);
