@@ -48,5 +48,13 @@ export function validateQuery<T>(schema: TSchema, query: URLSearchParams): T {
     if (k in raw) throw new ApiError('bad-request', `query parameter "${k}" is given more than once`);
     raw[k] = v;
   }
-  return validate<T>(schema, Value.Convert(schema, raw), 'query');
+  // Convert parseInt()s integers: "1e2" would become 1, "1.5" 1 and "0x10" 16, silently
+  // answering something else than was asked. Only plain decimal digits count as an integer.
+  // (Convert may change its argument in place: hence the copy.)
+  const converted = Value.Convert(schema, { ...raw }) as Record<string, unknown>;
+  const properties = (schema as { properties?: Record<string, { type?: string }> }).properties ?? {};
+  for (const [k, v] of Object.entries(raw)) {
+    if (properties[k]?.type === 'integer' && !/^[+-]?\d+$/.test(v)) converted[k] = v;
+  }
+  return validate<T>(schema, converted, 'query');
 }
