@@ -8,7 +8,11 @@ import type { Identity } from './provider.js';
 //  3. else a new member user is created with the account.
 // A user's first OAuth login (no account before) with the verified email equal to
 // --initial-admin-email promotes them to admin. An unverified email never links, never promotes:
-// anyone can type any address into a provider that does not verify it.
+// anyone can type any address into a provider that does not verify it. For the same reason a
+// user is a link target only if their email is backed: they have no account (seed, created by
+// an admin) or an account whose provider verified that very address. Otherwise whoever logged
+// in first with an unverified address would receive the real owner's later logins.
+// Logins of an existing account refresh accounts.email/email_verified from the provider.
 
 export interface LoginUser {
   id: string;
@@ -43,15 +47,19 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
   const [existing] = await tx<Row[]>`select u.id, u.email, u.role, u.deactivated_at from accounts a join users u on u.id = a.user_id
     where a.provider = ${provider} and a.subject = ${who.subject}`;
   if (existing) {
-    await tx`update accounts set email = ${who.email} where provider = ${provider} and subject = ${who.subject} and email is distinct from ${who.email}`;
+    await tx`update accounts set email = ${who.email}, email_verified = ${who.emailVerified}
+      where provider = ${provider} and subject = ${who.subject}`;
     return view(existing, existing.role, false, 'account');
   }
 
   let user: Row | undefined;
   let how: LoginUser['how'] = 'created';
   if (who.emailVerified) {
-    [user] = await tx<Row[]>`select id, email, role, deactivated_at from users where lower(email) = lower(${who.email})
-      order by created_at, id limit 1 for update`;
+    [user] = await tx<Row[]>`select u.id, u.email, u.role, u.deactivated_at from users u
+      where lower(u.email) = lower(${who.email})
+        and (not exists (select 1 from accounts a where a.user_id = u.id)
+             or exists (select 1 from accounts a where a.user_id = u.id and a.email_verified and lower(a.email) = lower(u.email)))
+      order by u.created_at, u.id limit 1 for update of u`;
     if (user) how = 'linked';
   }
   if (!user) {
@@ -62,7 +70,8 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
   }
   const [counted] = await tx<{ n: number }[]>`select count(*)::int as n from accounts where user_id = ${user!.id}`;
   const earlierAccounts = counted!.n;
-  await tx`insert into accounts (user_id, provider, subject, email) values (${user!.id}, ${provider}, ${who.subject}, ${who.email})`;
+  await tx`insert into accounts (user_id, provider, subject, email, email_verified)
+    values (${user!.id}, ${provider}, ${who.subject}, ${who.email}, ${who.emailVerified})`;
 
   let role = user!.role;
   const promote = earlierAccounts === 0 && who.emailVerified && initialAdminEmail !== null && who.email.toLowerCase() === initialAdminEmail && role !== 'admin';

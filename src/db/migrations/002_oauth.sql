@@ -26,3 +26,8 @@ create table oauth_login_codes (
   expires_at timestamptz not null
 );
 create index oauth_login_codes_expires on oauth_login_codes (expires_at);
+
+-- Whether the provider vouched for accounts.email. A user created by a login whose email was
+-- not verified must never receive a later login by that email (pre-registration takeover):
+-- link.ts links only to users whose email some verified account (or no account: seed, admin) backs.
+alter table accounts add column email_verified boolean not null default false;
