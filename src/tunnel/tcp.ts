@@ -73,11 +73,6 @@ class TcpVisitor implements Downstream {
       this.sock.resume();
     }
   }
-
-  /** Both directions finished: the socket closes by itself; nothing to reset. */
-  markDone(): void {
-    this.done = true;
-  }
 }
 
 function listenOn(host: string, port: number): Promise<net.Server> {
