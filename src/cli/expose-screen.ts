@@ -53,7 +53,8 @@ export function statusStyle(status: number): 'green' | 'cyan' | 'yellow' | 'red'
 }
 
 export function requestLine(e: RequestEvent, paint: Painter): string {
-  return `${paint('bold', e.method.padEnd(7))}${e.path}  ${paint(statusStyle(e.status), String(e.status))}  ${paint('dim', formatMs(e.durationMs))}`;
+  // Paths pad to a column so statuses line up for the usual short paths; long ones just push on.
+  return `${paint('bold', e.method.padEnd(7))}${e.path.padEnd(24)}  ${paint(statusStyle(e.status), String(e.status))}  ${paint('dim', formatMs(e.durationMs))}`;
 }
 
 export function connectionLine(e: ConnectionEvent, paint: Painter): string {
@@ -61,7 +62,8 @@ export function connectionLine(e: ConnectionEvent, paint: Painter): string {
 }
 
 export function summaryLine(info: ScreenInfo, stats: ExposeStats, now = Date.now()): string {
-  const what = info.type === 'http' ? `${stats.requests} requests` : `${stats.connections} connections`;
+  const n = info.type === 'http' ? stats.requests : stats.connections;
+  const what = `${n} ${info.type === 'http' ? 'request' : 'connection'}${n === 1 ? '' : 's'}`;
   const lat = stats.percentile(50) === null ? '' : ` (p50 ${formatMs(stats.percentile(50))}, p90 ${formatMs(stats.percentile(90))})`;
   return `burrow: ${info.url ?? 'tunnel'} closed after ${formatDuration((now - stats.startedAtMs) / 1000)} · ${what}${lat} · in ${formatBytes(stats.bytesIn)} · out ${formatBytes(stats.bytesOut)}`;
 }
@@ -78,6 +80,7 @@ export class ExposeScreen {
   private readonly outPaint = painter(process.stdout);
   private readonly errPaint = painter(process.stderr);
   private blockLines = 0;
+  private drawn = '';
   private timer: NodeJS.Timeout | null = null;
 
   constructor(
@@ -89,10 +92,13 @@ export class ExposeScreen {
     if (!this.tty || this.opts.json) return;
     process.stderr.write('\x1b[?25l'); // hide the cursor while redrawing; shown again in stop()
     this.draw();
-    // Redrawn on a timer rather than per event: a burst of requests costs one redraw.
+    // Checked on a timer rather than per event (a burst of requests costs one redraw), and
+    // redrawn only when a line changed: an idle tunnel repaints once a second, for the uptime.
     this.timer = setInterval(() => {
+      const lines = this.lines();
+      if (lines.join('\n') === this.drawn) return;
       this.clear();
-      this.draw();
+      this.draw(lines);
     }, REDRAW_INTERVAL_MS);
     this.timer.unref();
   }
@@ -171,11 +177,15 @@ export class ExposeScreen {
     this.blockLines = 0;
   }
 
-  private draw(): void {
+  private lines(): string[] {
     const width = Math.max(20, (process.stderr.columns || 80) - 1);
-    const lines = renderBlock(this.info, this.stats, this.errPaint).map((l) => truncate(l, width));
+    return renderBlock(this.info, this.stats, this.errPaint).map((l) => truncate(l, width));
+  }
+
+  private draw(lines = this.lines()): void {
     process.stderr.write(lines.join('\n') + '\n');
     this.blockLines = lines.length;
+    this.drawn = lines.join('\n');
   }
 }
 

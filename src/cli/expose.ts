@@ -1,4 +1,3 @@
-import type { EventEmitter } from 'node:events';
 import { Command, InvalidArgumentError } from 'commander';
 import { ApiClient, unreachable } from './client.js';
 import { act, examples, positiveInt, UUID_RE } from './common.js';
@@ -7,34 +6,10 @@ import { ExposeScreen } from './expose-screen.js';
 import type { ConnectionEvent, RequestEvent } from './expose-stats.js';
 import { resolveTeam } from './teams.js';
 import type { User } from './types.js';
+import { TunnelClient, TunnelRefused } from '../tunnel/client.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
 // the tunnel client library (src/tunnel/client.ts) and show what passes through it.
-
-/** The tunnel client library's API (src/tunnel/client.ts), as this command uses it. */
-interface TunnelClientOptions {
-  server: string;
-  token: string;
-  type: 'http' | 'tcp';
-  local: { host: string; port: number };
-  id?: string;
-  teamId?: string;
-  remotePort?: number;
-}
-interface TunnelClientLike extends EventEmitter {
-  start(): Promise<{ id: string; url: string }>;
-  stop(): Promise<void>;
-}
-interface TunnelModule {
-  TunnelClient: new (opts: TunnelClientOptions) => TunnelClientLike;
-  TunnelRefused: new (...args: never[]) => Error & { code: string; permanent: boolean };
-}
-
-/** Loaded on first use so management commands never pay for the tunnel code. */
-async function loadTunnelModule(): Promise<TunnelModule> {
-  const specifier = '../tunnel/client.js';
-  return (await import(specifier)) as TunnelModule;
-}
 
 export interface LocalTarget {
   host: string;
@@ -67,10 +42,14 @@ export function exitCodeForRefusal(code: string): ExitCode {
   if (c.includes('not-found') || c.includes('not_found')) return EXIT.notFound;
   if (c.includes('conflict') || c.includes('taken') || c.includes('in-use')) return EXIT.conflict;
   if (c.includes('bad-request') || c.includes('invalid')) return EXIT.usage;
+  if (c === 'unreachable') return EXIT.unreachable;
   return EXIT.error;
 }
 
-function refusalHint(code: ExitCode, opts: { id?: string }): string {
+function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number }, reason = ''): string {
+  if (opts.remotePort !== undefined && /port/i.test(reason)) {
+    return code === EXIT.conflict ? 'that port is taken: pick another --remote-port, or omit it' : "pick a --remote-port within the server's --tcp-port-range, or omit it";
+  }
   switch (code) {
     case EXIT.auth:
       return 'the key is not valid for tunnels: it needs the `tunnels` scope (`burrow whoami`, `burrow keys create NAME --scopes tunnels`)';
@@ -107,7 +86,6 @@ function exposeAction(type: 'http' | 'tcp') {
     const api = new ApiClient(target);
     const teamId = ctx.opts.team ? (UUID_RE.test(ctx.opts.team) ? ctx.opts.team : (await resolveTeam(api, ctx.opts.team)).id) : undefined;
 
-    const { TunnelClient, TunnelRefused } = await loadTunnelModule();
     const screen = new ExposeScreen(
       { type, url: null, local: `${type}://${local.host.includes(':') ? `[${local.host}]` : local.host}:${local.port}`, account: null, state: 'connecting', stateDetail: null },
       { quiet: Boolean(ctx.opts.quiet), json: ctx.json },
@@ -137,13 +115,13 @@ function exposeAction(type: 'http' | 'tcp') {
     client.on('open-streams', (n: number) => screen.openStreams(n));
     client.on('reconnecting', (r: { attempt: number; delayMs: number; reason: string }) => screen.reconnecting(r.attempt, r.delayMs, r.reason));
     client.on('closed', (c: { permanent: boolean; code: string; reason: string }) => {
-      if (!c.permanent) return;
+      // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
+      if (!c.permanent || c.code === 'stopped' || !registeredOnce) return;
       screen.setState('closed', c.reason);
       const code = exitCodeForRefusal(c.code ?? '');
-      failure = new CliError(code === EXIT.ok ? EXIT.error : code, 'tunnel closed', c.reason || c.code, c.code === 'deleted' ? 'it was closed through the API (`burrow tunnels delete`) and will not reconnect' : refusalHint(code, ctx.opts));
+      failure = new CliError(code === EXIT.ok ? EXIT.error : code, 'tunnel closed', c.reason || c.code, c.code === 'deleted' ? 'it was closed through the API (`burrow tunnels delete`) and will not reconnect' : refusalHint(code, ctx.opts, c.reason));
       finish(failure.exitCode);
     });
-    client.on('error', () => undefined); // failures arrive as 'closed' / start() rejections
 
     screen.start();
     try {
@@ -155,8 +133,11 @@ function exposeAction(type: 'http' | 'tcp') {
     } catch (e) {
       screen.stop();
       if (e instanceof TunnelRefused) {
+        if (e.code === 'unreachable') {
+          throw new CliError(EXIT.unreachable, 'server unreachable', e.message, 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`');
+        }
         const code = exitCodeForRefusal(e.code);
-        throw new CliError(code, 'tunnel refused', e.message, refusalHint(code, ctx.opts));
+        throw new CliError(code, 'tunnel refused', e.message, refusalHint(code, ctx.opts, e.message));
       }
       throw unreachable(target.server, e);
     }
