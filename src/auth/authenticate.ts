@@ -33,6 +33,8 @@ const REJECTED = 'the API key is missing, invalid, expired or revoked, or its us
 export class Authenticator {
   private readonly cache = new Map<string, CachedKey>();
   private readonly blockedUntil = new Map<string, number>();
+  /** Verifications in flight by digest: 64 connections opening with one key cost one argon2 run. */
+  private readonly verifying = new Map<string, Promise<Principal | null>>();
   /** Bumped by every invalidation: a verification that raced one is not cached. */
   private epoch = 0;
 
@@ -59,19 +61,28 @@ export class Authenticator {
     const prefix = keyPrefixOf(token);
     if (!prefix) return this.fail(ip, REJECTED);
 
+    let pending = this.verifying.get(digest!);
+    if (!pending) {
+      pending = this.verify(prefix, token, digest!).finally(() => this.verifying.delete(digest!));
+      this.verifying.set(digest!, pending);
+    }
+    const principal = await pending;
+    return principal ?? this.fail(ip, REJECTED);
+  }
+
+  /** Reads the key's row and argon2-verifies it; caches and returns the principal, or null. */
+  private async verify(prefix: string, token: string, digest: string): Promise<Principal | null> {
     const epoch = this.epoch;
     const [row] = await this.deps.sql<
       { id: string; key_hash: string; scopes: Scope[]; expires_at: Date | null; revoked_at: Date | null; user_id: string; role: Role; deactivated_at: Date | null }[]
     >`select k.id, k.key_hash, k.scopes, k.expires_at, k.revoked_at, u.id as user_id, u.role, u.deactivated_at
         from api_keys k join users u on u.id = k.user_id where k.key_prefix = ${prefix}`;
-    if (!row || row.revoked_at || row.deactivated_at || (row.expires_at && row.expires_at.getTime() <= Date.now())) {
-      return this.fail(ip, REJECTED);
-    }
-    if (!(await this.deps.verify(row.key_hash, token))) return this.fail(ip, REJECTED);
+    if (!row || row.revoked_at || row.deactivated_at || (row.expires_at && row.expires_at.getTime() <= Date.now())) return null;
+    if (!(await this.deps.verify(row.key_hash, token))) return null;
     const principal: Principal = { keyId: row.id, userId: row.user_id, role: row.role, scopes: row.scopes };
     if (epoch === this.epoch) {
       if (this.cache.size >= MAX_CACHED_KEYS) this.cache.delete(this.cache.keys().next().value!);
-      this.cache.set(digest!, { principal, expiresAtMs: row.expires_at?.getTime() ?? null });
+      this.cache.set(digest, { principal, expiresAtMs: row.expires_at?.getTime() ?? null });
     }
     return principal;
   }
@@ -79,6 +90,8 @@ export class Authenticator {
   /** Drops cached keys by key id or user id. Synchronous: done when it returns. */
   invalidate(keyIds: readonly string[], userIds: readonly string[]): void {
     this.epoch++;
+    // A request arriving after this must not join a verification that read the row before.
+    this.verifying.clear();
     const keys = new Set(keyIds);
     const users = new Set(userIds);
     for (const [digest, c] of this.cache) {
