@@ -1,4 +1,3 @@
-import { fetch } from 'undici';
 import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import type { Target } from './config.js';
 
@@ -59,6 +58,8 @@ export class ApiClient {
     }
     let res;
     try {
+      // undici loads on the first request: `burrow context ...`, `--help` and completion never pay for it.
+      const { fetch } = await import('undici');
       res = await fetch(url, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
     } catch (err) {
       throw unreachable(this.server, err);
