@@ -59,8 +59,9 @@ function int(name: string, min: number, max: number) {
   };
 }
 
-function portRange(v: string): { min: number; max: number } | null {
-  if (v === 'off') return null;
+// Returns 'off' rather than null: commander drops a null parse result for env values.
+function portRange(v: string): { min: number; max: number } | 'off' {
+  if (v === 'off') return 'off';
   const m = /^(\d+)-(\d+)$/.exec(v);
   const min = m ? Number(m[1]) : NaN;
   const max = m ? Number(m[2]) : NaN;
@@ -116,7 +117,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
-    .showHelpAfterError()
+    .showHelpAfterError('(burrowd --help lists every flag)')
     .allowExcessArguments(false);
 }
 
@@ -175,7 +176,7 @@ export function configFromOptions(o: Opts): Config {
     databaseUrl: str(o.databaseUrl),
     dataDir: String(o.dataDir),
     workers: o.workers as number,
-    tcpPortRange: o.tcpPortRange as Config['tcpPortRange'],
+    tcpPortRange: o.tcpPortRange === 'off' ? null : (o.tcpPortRange as Config['tcpPortRange']),
     seedApiKey: Boolean(o.seedApiKey),
     initialAdminEmail: str(o.initialAdminEmail)?.toLowerCase() ?? null,
     github,
@@ -196,7 +197,10 @@ function required(v: unknown, flag: string): string {
 
 /** Parses argv (without node and script) and the environment into a Config, or exits with usage. */
 export function parseConfig(argv: string[]): Config {
-  const cmd = buildServerCommand();
+  const cmd = buildServerCommand().exitOverride((err) => {
+    // --help exits 0; any usage error exits 2 (the convention the CLI's exit codes follow too).
+    process.exit(err.exitCode === 0 ? 0 : 2);
+  });
   cmd.parse(argv, { from: 'user' });
   try {
     return configFromOptions(cmd.opts());

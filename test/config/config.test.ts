@@ -1,0 +1,85 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { spawnSync } from 'node:child_process';
+import { buildServerCommand, configFromOptions, withPort } from '../../src/config.js';
+import { MAIN } from '../helpers/server.js';
+
+// Flags beat env; every flag has a BURROW_ env twin unless the spec names one; cross-flag
+// rules fail with a message an operator can act on.
+
+function parse(argv: string[], env: Record<string, string> = {}) {
+  const saved = { ...process.env };
+  Object.assign(process.env, env);
+  try {
+    const cmd = buildServerCommand().exitOverride();
+    cmd.parse(argv, { from: 'user' });
+    return configFromOptions(cmd.opts());
+  } finally {
+    for (const k of Object.keys(env)) delete process.env[k];
+    Object.assign(process.env, saved);
+  }
+}
+
+test('defaults follow decisions.md', () => {
+  const c = parse([]);
+  assert.is(c.host, '0.0.0.0');
+  assert.is(c.port, 8080);
+  assert.is(c.domain, 'localhost');
+  assert.is(c.baseUrl, 'http://localhost:8080');
+  assert.is(c.databaseUrl, null);
+  assert.is(c.dataDir, './burrow-data');
+  assert.equal(c.tcpPortRange, { min: 20000, max: 29999 });
+  assert.is(c.seedApiKey, false);
+  assert.is(c.loginKeyTtlSecs, 90 * 86400);
+  assert.is(c.authFailureLimit, 100);
+  assert.is(c.logLevel, 'info');
+  assert.ok(c.workers >= 1);
+});
+
+test('flags beat env; BURROW_* and the spec-named variables are read', () => {
+  assert.is(parse([], { BURROW_PORT: '9001' }).port, 9001);
+  assert.is(parse(['--port', '9002'], { BURROW_PORT: '9001' }).port, 9002);
+  assert.is(parse([], { DATABASE_URL: 'postgres://x@h/db' }).databaseUrl, 'postgres://x@h/db');
+  assert.is(parse([], { DATABASE_URL: '' }).databaseUrl, null, 'empty means embedded');
+  assert.is(parse([], { BURROW_TCP_PORT_RANGE: 'off' }).tcpPortRange, null);
+  assert.is(parse([], { BASE_URL: 'https://edge.example.com/' }).baseUrl, 'https://edge.example.com');
+});
+
+test('the base URL follows the real port unless given', () => {
+  assert.is(withPort(parse(['--port', '0']), 41234).baseUrl, 'http://localhost:41234');
+  assert.is(withPort(parse(['--port', '0', '--base-url', 'https://x.example']), 41234).baseUrl, 'https://x.example');
+});
+
+test('a provider without --base-url is refused with a clear message', () => {
+  assert.throws(() => parse(['--github-client-id', 'a', '--github-client-secret', 'b']), /--base-url .* is required/);
+  const ok = parse(['--github-client-id', 'a', '--github-client-secret', 'b', '--base-url', 'https://e.example']);
+  assert.is(ok.github?.clientId, 'a');
+  assert.throws(() => parse(['--github-client-id', 'a', '--base-url', 'https://e.example']), /--github-client-secret is required/);
+  assert.throws(
+    () => parse(['--oauth-provider-name', 'okta', '--oauth-client-id', 'c', '--base-url', 'https://e.example']),
+    /--oauth-authorize-url is required/,
+  );
+});
+
+test('bad values name the flag and the value', () => {
+  assert.throws(() => parse(['--port', '70000']), /--port must be an integer in 0..65535, got "70000"/);
+  assert.throws(() => parse(['--tcp-port-range', '300-200']), /MIN-MAX/);
+  assert.throws(() => parse(['--login-key-ttl', 'soon']), /duration/);
+});
+
+test('burrowd exits 2 with usage on a bad flag and --help lists every flag', () => {
+  const bad = spawnSync(process.execPath, [MAIN, '--port', 'x'], { encoding: 'utf8', timeout: 10_000 });
+  assert.is(bad.status, 2, bad.stderr);
+  assert.match(bad.stderr, /--port must be an integer/);
+  assert.is(bad.stdout, '', 'nothing on stdout');
+  const help = spawnSync(process.execPath, [MAIN, '--help'], { encoding: 'utf8', timeout: 10_000 });
+  assert.is(help.status, 0);
+  for (const flag of ['--host', '--port', '--domain', '--base-url', '--database-url', '--data-dir', '--workers', '--tcp-port-range', '--seed-api-key',
+    '--initial-admin-email', '--github-client-id', '--github-client-secret', '--oauth-provider-name', '--oauth-client-id', '--oauth-client-secret',
+    '--oauth-authorize-url', '--oauth-token-url', '--oauth-userinfo-url', '--oauth-scopes', '--oauth-id-field', '--oauth-email-field',
+    '--oauth-name-field', '--oauth-avatar-field', '--log-level', '--login-key-ttl', '--auth-failure-limit']) {
+    assert.ok(help.stdout.includes(flag), `--help lists ${flag}`);
+  }
+});
+
+test.run();
