@@ -35,6 +35,9 @@ flags:
   --targets LIST       subset of direct,burrow,ssh (default all three)
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
   --workers N          burrowd --workers (default: burrowd's own default, the CPU count)
+  --calm-wait SECS     wait up to this long for other processes to leave the CPU before each
+                       measurement (default 20); runs that still shared it are flagged
+  --database-url URL   burrowd --database-url (default: the embedded database in a temp dir)
   --no-install         never run apt-get; print what to install instead
   --no-write           print the table only, do not write bench/results/
 
@@ -68,6 +71,8 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       targets: { type: 'string', default: TARGET_NAMES.join(',') },
       origin: { type: 'string', default: 'nginx' },
       workers: { type: 'string' },
+      'database-url': { type: 'string' },
+      'calm-wait': { type: 'string', default: '20' },
       'no-install': { type: 'boolean', default: false },
       'no-write': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
@@ -100,6 +105,8 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       idleCounts: counts,
       origin: values.origin,
       targets,
+      calmWaitSecs: positive(values['calm-wait'], 'calm-wait', 0, 600),
+      burrowDatabaseUrl: values['database-url'],
       burrowWorkers: values.workers === undefined ? undefined : positive(values.workers, 'workers', 1, 256),
     },
   };
@@ -118,10 +125,11 @@ async function runScenario(scenario: Scenario, settings: Settings, install: bool
       scenario: scenario.name,
       environment: env,
       settings: {
-        'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)`,
+        ...(scenario.name === 'idle' ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
         ...(scenario.name === 'http' || scenario.name === 'hol' ? { 'wrk threads': settings.threads } : {}),
         ...(out.settings ?? {}),
         'burrowd --workers': settings.burrowWorkers ?? 'default (CPU count)',
+        'burrowd database': settings.burrowDatabaseUrl ? 'PostgreSQL (--database-url)' : 'embedded (PGlite in --data-dir)',
       },
       targets: ctx.info,
       measurements: out.measurements,

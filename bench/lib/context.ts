@@ -2,6 +2,7 @@
 // (and why the others did not), and a helper that runs one measurement per target while
 // turning a target's failure into a note instead of ending the run.
 import type { Tool } from './tools.js';
+import { cpuWindow, waitForCalm, CALM_BACKGROUND_PCT, type CpuShare } from './cpu.js';
 import type { Measurement, ScenarioResult, TargetInfo } from './report.js';
 import { TARGET_NAMES, Unavailable, type Target, type TargetName } from '../targets/target.js';
 import { directTarget } from '../targets/direct.js';
@@ -18,6 +19,9 @@ export interface Settings {
   origin: 'nginx' | 'node';
   targets: TargetName[];
   burrowWorkers?: number;
+  burrowDatabaseUrl?: string;
+  /** Longest wait for a calm machine (background CPU low) before each measurement. */
+  calmWaitSecs: number;
 }
 
 export interface Context {
@@ -49,7 +53,7 @@ export async function openTargets(settings: Settings, repoRoot: string): Promise
           ? directTarget()
           : name === 'ssh'
             ? await sshTarget()
-            : await burrowTarget({ repoRoot, workers: settings.burrowWorkers });
+            : await burrowTarget({ repoRoot, workers: settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl });
       targets.push(t);
       info[name] = { describe: t.describe };
     } catch (err) {
@@ -81,14 +85,25 @@ export async function measureEach<R>(
 ): Promise<Measurement[]> {
   const results: Partial<Record<TargetName, R>> = {};
   const notes: Partial<Record<TargetName, string>> = {};
+  const cpu: Partial<Record<TargetName, CpuShare>> = {};
   for (const t of ctx.targets) {
+    await waitForCalm(ctx.settings.calmWaitSecs * 1000);
     process.stderr.write(`bench: ${caseName} — ${t.name} … `);
     try {
+      const window = cpuWindow();
       const r = await measure(t);
+      const share = (cpu[t.name] = window.end());
       results[t.name] = r;
-      const note = noteOf?.(r);
+      const note = [
+        noteOf?.(r),
+        share.backgroundPct >= CALM_BACKGROUND_PCT ? `other processes used ${share.backgroundPct.toFixed(0)}% of the CPU meanwhile` : undefined,
+      ]
+        .filter(Boolean)
+        .join('; ');
       if (note) notes[t.name] = note;
-      process.stderr.write(`${metrics.map((m) => `${m.metric} ${round(m.value(r))}`).join(', ')}${note ? ` (${note})` : ''}\n`);
+      process.stderr.write(
+        `${metrics.map((m) => `${m.metric} ${round(m.value(r))}`).join(', ')} [cpu ${share.busyPct.toFixed(0)}%, background ${share.backgroundPct.toFixed(0)}%]${note ? ` (${note})` : ''}\n`,
+      );
     } catch (err) {
       notes[t.name] = `failed: ${(err as Error).message.split('\n')[0]}`;
       process.stderr.write(`failed: ${(err as Error).message}\n`);
@@ -100,7 +115,7 @@ export async function measureEach<R>(
     higherIsBetter: m.higherIsBetter,
     values: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, m.value(r as R)])),
     // Notes and raw output once per case, on its first metric.
-    ...(i === 0 ? { notes, raw: results } : {}),
+    ...(i === 0 ? { notes, raw: results, cpu } : {}),
   }));
 }
 

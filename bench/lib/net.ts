@@ -1,5 +1,5 @@
 // Loopback helpers: free ports, readiness waits with deadlines, a one-shot HTTP probe.
-import { createServer, connect } from 'node:net';
+import { createServer, connect, type Server, type AddressInfo } from 'node:net';
 import { request } from 'node:http';
 import { sleep } from './procs.js';
 
@@ -16,6 +16,24 @@ export function freePort(): Promise<number> {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/** `count` distinct free loopback ports: all held open at once while picking, so none repeats. */
+export async function freePorts(count: number): Promise<number[]> {
+  const servers = await Promise.all(
+    Array.from(
+      { length: count },
+      () =>
+        new Promise<Server>((resolve, reject) => {
+          const srv = createServer();
+          srv.on('error', reject);
+          srv.listen(0, LOOPBACK, () => resolve(srv));
+        }),
+    ),
+  );
+  const ports = servers.map((s) => (s.address() as AddressInfo).port);
+  await Promise.all(servers.map((s) => new Promise((r) => s.close(r))));
+  return ports;
 }
 
 function tryConnect(port: number): Promise<boolean> {

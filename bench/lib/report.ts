@@ -16,6 +16,8 @@ export interface Measurement {
   notes?: Partial<Record<TargetName, string>>;
   /** The load tool's full parsed output, kept in the JSON only. */
   raw?: Partial<Record<TargetName, unknown>>;
+  /** CPU use of the whole machine during each target's run, and the part not ours. */
+  cpu?: Partial<Record<TargetName, { busyPct: number; backgroundPct: number }>>;
 }
 
 export interface TargetInfo {

@@ -18,17 +18,20 @@ export function rssKiB(pids: number[]): number {
 }
 
 /**
- * Waits until the RSS of `pids()` stops moving (two samples SETTLE_STEP_MS apart within 1%),
- * at most maxMs, and returns the last sample: a figure taken mid-allocation would be noise.
+ * Waits until the RSS of `pids()` stops moving (two samples SETTLE_STEP_MS apart within
+ * SETTLED_KIB), at most maxMs, and returns the last sample: a figure taken mid-allocation
+ * would be noise. Absolute, not relative: burrowd with its embedded database sits near 1 GB,
+ * where 1% would be 10 KB per tunnel at 1k tunnels — the size of the figure itself.
  */
-export async function settledRssKiB(pids: () => number[], maxMs = 10_000): Promise<number> {
+export async function settledRssKiB(pids: () => number[], maxMs = 15_000): Promise<number> {
   const SETTLE_STEP_MS = 1_000;
+  const SETTLED_KIB = 256;
   const deadline = Date.now() + maxMs;
   let last = rssKiB(pids());
   for (;;) {
     await sleep(SETTLE_STEP_MS);
     const now = rssKiB(pids());
-    if (Math.abs(now - last) <= last * 0.01 || Date.now() > deadline) return now;
+    if (Math.abs(now - last) <= SETTLED_KIB || Date.now() > deadline) return now;
     last = now;
   }
 }

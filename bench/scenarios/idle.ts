@@ -16,14 +16,20 @@ import { openTargets, type Context, type Scenario, type ScenarioOutput } from '.
 import type { Measurement } from '../lib/report.js';
 import type { Target, TargetName } from '../targets/target.js';
 
-/** Connections opened at once: keeps the accept queues (backlog) of every hop from overflowing. */
-const CONNECT_BATCH = 256;
+/**
+ * Connections opened at once: under every hop's accept backlog (sshd listens for forwards with
+ * a backlog of 128), so no SYN is dropped and retried a second later.
+ */
+const CONNECT_BATCH = 64;
 const CONNECT_TIMEOUT_MS = 10_000;
 
 interface Sample {
-  serverKiBPer: number;
-  clientKiBPer: number;
-  serverTotalMiB: number;
+  /** Settled RSS of the server processes before any tunnel/connection, and at this count. */
+  serverBaseKiB: number;
+  serverKiB: number;
+  /** The previous count's sample (cumulative counts), for the marginal cost. */
+  prev: { count: number; serverKiB: number } | null;
+  clientKiB: number;
 }
 
 type Table = Map<number, Partial<Record<TargetName, Sample>>>;
@@ -47,6 +53,7 @@ export const idleScenario: Scenario = {
         if (!t.openIdleTunnels) return;
         const base = await settledRssKiB(t.serverPids);
         let opened = 0;
+        let prev: Sample['prev'] = null;
         for (const count of counts) {
           process.stderr.write(`bench: ${count} idle tunnels — ${t.name} … `);
           try {
@@ -57,9 +64,10 @@ export const idleScenario: Scenario = {
             process.stderr.write(`failed: ${(err as Error).message}\n`);
             return;
           }
-          const sample = await measure(t, base, count);
+          const sample = await measure(t, base, prev);
+          prev = { count, serverKiB: sample.serverKiB };
           tunnels.get(count)![t.name] = sample;
-          process.stderr.write(`${sample.serverKiBPer.toFixed(1)} KiB per tunnel (server)\n`);
+          process.stderr.write(`${perItem(sample, count).toFixed(1)} KiB per tunnel (server)\n`);
         }
       });
     } finally {
@@ -79,14 +87,16 @@ export const idleScenario: Scenario = {
           // waitForPort's probe connection reached the sink too; let it leave before the baseline.
           await waitForHeld(sink, 0);
           const base = await settledRssKiB(t.serverPids);
+          let prev: Sample['prev'] = null;
           for (const count of counts) {
             process.stderr.write(`bench: ${count} idle TCP connections — ${t.name} … `);
             await openSockets(ep.port, count - sockets.length, sockets);
             // Every connection went all the way through the tunnel to the origin.
             await waitForHeld(sink, count);
-            const sample = await measure(t, base, count);
+            const sample = await measure(t, base, prev);
+            prev = { count, serverKiB: sample.serverKiB };
             conns.get(count)![t.name] = sample;
-            process.stderr.write(`${sample.serverKiBPer.toFixed(1)} KiB per connection (server)\n`);
+            process.stderr.write(`${perItem(sample, count).toFixed(1)} KiB per connection (server)\n`);
           }
         } catch (err) {
           notes[t.name] = `${notes[t.name] ? `${notes[t.name]}; ` : ''}idle connections: ${(err as Error).message.split('\n')[0]}`;
@@ -101,19 +111,22 @@ export const idleScenario: Scenario = {
     }
 
     const measurements: Measurement[] = [];
-    const rows = (table: Table, what: string) => {
+    const rows = (table: Table, what: string, unit: string) => {
       for (const [count, byTarget] of table) {
-        const values = (f: (s: Sample) => number) =>
-          Object.fromEntries(Object.entries(byTarget).map(([k, v]) => [k, f(v as Sample)]));
+        const entries = Object.entries(byTarget) as [TargetName, Sample][];
+        const values = (f: (s: Sample) => number | null) =>
+          Object.fromEntries(entries.flatMap(([k, v]) => (f(v) === null ? [] : [[k, f(v)!]])));
+        const c = `${count} idle ${what}`;
         measurements.push(
-          { case: `${count} idle ${what}`, metric: `server KiB per ${what.replace(/s$/, '').replace('TCP ', '')}`, higherIsBetter: false, values: values((s) => s.serverKiBPer), raw: byTarget },
-          { case: `${count} idle ${what}`, metric: `client KiB per ${what.replace(/s$/, '').replace('TCP ', '')}`, higherIsBetter: false, values: values((s) => s.clientKiBPer) },
-          { case: `${count} idle ${what}`, metric: 'server RSS MiB total', higherIsBetter: false, values: values((s) => s.serverTotalMiB) },
+          { case: c, metric: `server KiB per ${unit}`, higherIsBetter: false, values: values((s) => perItem(s, count)), raw: byTarget },
+          { case: c, metric: `server KiB per ${unit}, marginal`, higherIsBetter: false, values: values((s) => (s.prev ? (s.serverKiB - s.prev.serverKiB) / (count - s.prev.count) : null)) },
+          { case: c, metric: 'server RSS MiB total', higherIsBetter: false, values: values((s) => s.serverKiB / 1024) },
+          { case: c, metric: `client KiB per ${unit}`, higherIsBetter: false, values: values((s) => s.clientKiB / count) },
         );
       }
     };
-    rows(tunnels, 'tunnels');
-    rows(conns, 'TCP connections');
+    rows(tunnels, 'tunnels', 'tunnel');
+    rows(conns, 'TCP connections', 'connection');
     if (measurements[0]) measurements[0].notes = notes;
     return {
       measurements,
@@ -123,7 +136,7 @@ export const idleScenario: Scenario = {
         'kernel socket memory (not in RSS) — the same for every target',
       ],
       settings: {
-        method: '(settled server RSS − RSS before any tunnel) ÷ count; counts are cumulative; fresh server processes for each part',
+        method: '(settled server RSS − settled RSS before any tunnel) ÷ count; "marginal": (RSS at this count − RSS at the previous count) ÷ the difference, which leaves out start-up growth; counts are cumulative; fresh server processes for each part',
         'burrow tunnels': 'one TunnelClient (the CLI\'s library) per tunnel, each its own control connection, all in one client process (bench/targets/burrow-farm.ts)',
         'ssh tunnels': 'one ssh connection carrying N `-R 0:127.0.0.1:<origin>` forwards',
         connections: `one TCP tunnel per target; the harness opens the sockets ${CONNECT_BATCH} at a time; each counted once the origin (bench/origin/tcp-sink.ts) holds it`,
@@ -132,14 +145,18 @@ export const idleScenario: Scenario = {
   },
 };
 
-async function measure(t: Target, baseKiB: number, count: number): Promise<Sample> {
-  const after = await settledRssKiB(t.serverPids);
+async function measure(t: Target, baseKiB: number, prev: Sample['prev']): Promise<Sample> {
   return {
-    serverKiBPer: (after - baseKiB) / count,
+    serverBaseKiB: baseKiB,
+    serverKiB: await settledRssKiB(t.serverPids),
+    prev,
     // Client processes only exist once tunnels are open, so their whole RSS is divided.
-    clientKiBPer: rssKiB(t.clientPids()) / count,
-    serverTotalMiB: after / 1024,
+    clientKiB: rssKiB(t.clientPids()),
   };
+}
+
+function perItem(s: Sample, count: number): number {
+  return (s.serverKiB - s.serverBaseKiB) / count;
 }
 
 /** Starts the tunnel targets (not direct) anew, runs fn for each, and closes them. */

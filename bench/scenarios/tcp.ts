@@ -1,11 +1,13 @@
 // TCP bulk throughput through each target, both directions, with iperf3 (one stream).
 //   "to origin":   iperf3 -c at the public side sends, the iperf3 server (the origin) receives
 //   "from origin": iperf3 -c -R, the origin sends toward the public side
-import { start, stop, run } from '../lib/procs.js';
+import { start, stop, run, sleep } from '../lib/procs.js';
 import { freePort, waitForPort, LOOPBACK } from '../lib/net.js';
 import { dropTarget, measureEach, type Context, type Scenario, type ScenarioOutput } from '../lib/context.js';
 import type { Endpoint, Target } from '../targets/target.js';
 import type { Measurement } from '../lib/report.js';
+
+const CHECK_ATTEMPTS = 3;
 
 interface IperfResult {
   gbitPerSec: number;
@@ -47,9 +49,18 @@ export const tcpScenario: Scenario = {
       for (const t of [...ctx.targets]) {
         try {
           const ep = await t.expose('tcp', port);
-          await waitForPort(ep.port, 15_000, `${t.name} tcp tunnel`);
-          // A one-second check that iperf3's control and data connections both pass.
-          await iperf(ep, false, 1, 0);
+          // A one-second check that iperf3's control and data connections both pass. No
+          // plain connect probe first: iperf3 -s serves one test at a time and would take a
+          // probe that reaches it late through a tunnel for a client, refusing the next one.
+          for (let attempt = 1; ; attempt++) {
+            try {
+              await iperf(ep, false, 1, 0);
+              break;
+            } catch (err) {
+              if (attempt === CHECK_ATTEMPTS) throw err;
+              await sleep(1_000);
+            }
+          }
           endpoints.set(t, ep);
         } catch (err) {
           dropTarget(ctx, t, `TCP tunnel did not work: ${(err as Error).message.split('\n')[0]}`);

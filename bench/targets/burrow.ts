@@ -17,6 +17,8 @@ export interface BurrowOptions {
   repoRoot: string;
   /** --workers for burrowd; undefined keeps burrowd's default (CPU count). */
   workers?: number;
+  /** --database-url for burrowd; undefined: the embedded database in a temp --data-dir. */
+  databaseUrl?: string;
 }
 
 export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
@@ -32,6 +34,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   const dataDir = tempDir('burrowd');
   const args = [serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn'];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
+  if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   const server = start('burrowd', process.execPath, args);
 
   let key: string;
@@ -115,7 +118,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
 
   return {
     name: 'burrow',
-    describe: `burrowd ${args.slice(1).join(' ').replace(dataDir, '<tmp>')} (embedded database); one \`burrow http|tcp <originPort> --server ${serverUrl.replace(String(port), '<port>')}\` per exposed service`,
+    describe: `burrowd ${args.slice(1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>\` per exposed service`,
     expose,
     openIdleTunnels,
     serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),

@@ -8,7 +8,7 @@ import { mkdirSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { userInfo } from 'node:os';
 import { start, stop, run, tempDir, waitForOutput, descendants, type Proc } from '../lib/procs.js';
-import { freePort, waitForPort, LOOPBACK } from '../lib/net.js';
+import { freePort, freePorts, waitForPort, LOOPBACK } from '../lib/net.js';
 import { toolPath } from '../lib/tools.js';
 import { Unavailable, type Target } from './target.js';
 
@@ -47,7 +47,7 @@ export async function sshTarget(): Promise<Target> {
       'PubkeyAuthentication yes',
       'PermitRootLogin prohibit-password',
       'AllowTcpForwarding yes',
-      'GatewayPorts no',
+      'GatewayPorts clientspecified',
       'MaxStartups 200:30:400',
       'LogLevel ERROR',
       '',
@@ -67,7 +67,11 @@ export async function sshTarget(): Promise<Target> {
 
   /** One ssh connection carrying `count` remote forwards to originPort; resolves their ports. */
   async function forward(originPort: number, count: number): Promise<number[]> {
-    const forwards = Array.from({ length: count }, () => ['-R', `0:${LOOPBACK}:${originPort}`]).flat();
+    // One forward: let sshd pick the port (-R 0:…). Several: ssh drops -R specs identical to
+    // an earlier one, so each gets its own port, picked free beforehand. The 127.0.0.1 bind
+    // (GatewayPorts clientspecified) keeps sshd to one listener each instead of ::1 and IPv4.
+    const ports = count === 1 ? [0] : await freePorts(count);
+    const forwards = ports.flatMap((p) => ['-R', `${LOOPBACK}:${p}:${LOOPBACK}:${originPort}`]);
     const proc = start('ssh-R', ssh!, [
       '-N', '-T',
       '-o', 'BatchMode=yes',
@@ -83,18 +87,15 @@ export async function sshTarget(): Promise<Target> {
       `${user}@${LOOPBACK}`,
     ]);
     tunnels.push(proc);
-    // With -R 0:… sshd picks the port and ssh reports it: "Allocated port N for remote forward to …".
-    const ports = await waitForOutput(
-      proc,
-      'stderr',
-      (text) => {
-        const found = [...text.matchAll(/Allocated port (\d+) for remote forward/g)].map((m) => Number(m[1]));
-        return found.length >= count ? found : null;
-      },
-      START_TIMEOUT_MS + count * 5,
-      `${count} allocated remote port(s)`,
-    );
-    for (const p of ports.slice(0, 1)) await waitForPort(p, START_TIMEOUT_MS, 'ssh -R forward');
+    if (count === 1) {
+      // With -R 0:… sshd picks the port and ssh reports it: "Allocated port N for remote forward to …".
+      const port = await waitForOutput(proc, 'stderr', (t) => /Allocated port (\d+) for remote forward/.exec(t)?.[1], START_TIMEOUT_MS, 'the allocated remote port');
+      await waitForPort(Number(port), START_TIMEOUT_MS, 'ssh -R forward');
+      return [Number(port)];
+    }
+    // ssh says nothing per fixed-port forward; the last one listening means all were granted
+    // (ssh sends them in order and, with ExitOnForwardFailure, exits on any refusal).
+    await waitForPort(ports[ports.length - 1]!, START_TIMEOUT_MS + count * 5, `the last of ${count} ssh -R forwards`);
     return ports;
   }
 

@@ -1,0 +1,88 @@
+// How busy the machine was during a measurement, and how much of that was not ours.
+// On a small shared box (2 cores, other jobs running tests) a figure measured while something
+// else burned a core is not comparable; each measurement records the "background" share so a
+// reader can tell, and the harness waits for a calm machine before starting one.
+//
+//   ours = harness (incl. reaped children such as finished wrk runs: cutime/cstime)
+//        + every live process it started and their descendants (incl. their reaped children)
+//   background = all busy CPU time − ours
+import { readFileSync } from 'node:fs';
+import { descendants, sleep } from './procs.js';
+
+interface Snapshot {
+  busyTicks: number;
+  totalTicks: number;
+  oursTicks: number;
+}
+
+function systemTicks(): { busy: number; total: number } {
+  const line = readFileSync('/proc/stat', 'utf8').split('\n')[0]!; // "cpu  user nice system idle iowait irq softirq steal ..."
+  const f = line.trim().split(/\s+/).slice(1, 9).map(Number);
+  const total = f.reduce((a, b) => a + b, 0);
+  // user + nice + system only: loopback traffic is processed largely in softirq time that no
+  // process is charged for, so counting irq/softirq as busy would call our own traffic
+  // "background".
+  return { busy: f[0]! + f[1]! + f[2]!, total };
+}
+
+function procTicks(pid: number | 'self'): number {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    // After ")": state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14)
+    return Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+  } catch {
+    return 0;
+  }
+}
+
+function oursTicks(): number {
+  let t = procTicks('self');
+  for (const pid of descendants(process.pid)) t += procTicks(pid);
+  return t;
+}
+
+function snapshot(): Snapshot {
+  const s = systemTicks();
+  return { busyTicks: s.busy, totalTicks: s.total, oursTicks: oursTicks() };
+}
+
+export interface CpuShare {
+  /** Percent of all cores busy. */
+  busyPct: number;
+  /** Percent of all cores busy with processes that are not the harness's. */
+  backgroundPct: number;
+}
+
+export function cpuWindow(): { end(): CpuShare } {
+  const a = snapshot();
+  return {
+    end() {
+      const b = snapshot();
+      const total = b.totalTicks - a.totalTicks || 1;
+      const busy = b.busyTicks - a.busyTicks;
+      const ours = b.oursTicks - a.oursTicks;
+      return {
+        busyPct: (100 * busy) / total,
+        backgroundPct: Math.max(0, (100 * (busy - ours)) / total),
+      };
+    },
+  };
+}
+
+/** Background CPU above which a measurement is delayed (and flagged if it cannot wait it out). */
+export const CALM_BACKGROUND_PCT = 15;
+
+/**
+ * Waits (at most maxWaitMs) until one second passes with background CPU under
+ * CALM_BACKGROUND_PCT. Returns the last background figure seen.
+ */
+export async function waitForCalm(maxWaitMs: number): Promise<number> {
+  const deadline = Date.now() + maxWaitMs;
+  for (;;) {
+    const w = cpuWindow();
+    await sleep(1_000);
+    const { backgroundPct } = w.end();
+    if (backgroundPct < CALM_BACKGROUND_PCT || Date.now() >= deadline) return backgroundPct;
+  }
+}
