@@ -53,6 +53,15 @@ export class GithubProvider implements LoginProvider {
       cfg.clientId,
       cfg.clientSecret,
     );
+    // GitHub answers token errors with 200 and {"error": ...}; as a 400 openid-client reports
+    // them as the OAuth errors they are (bad_verification_code, ...) instead of a shape error.
+    this.config[client.customFetch] = async (url, options) => {
+      const res = await fetch(url, options as RequestInit);
+      if (url !== token || res.status !== 200) return res;
+      const body = (await res.clone().json().catch(() => null)) as { error?: unknown } | null;
+      if (!body || typeof body.error !== 'string') return res;
+      return new Response(JSON.stringify(body), { status: 400, headers: { 'content-type': 'application/json' } });
+    };
   }
 
   authorizationUrl(p: AuthorizeParams): URL {

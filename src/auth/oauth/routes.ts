@@ -126,7 +126,7 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
       ctx.log.warn({ provider: provider.name, reason: err.message }, 'login failed');
       return toCliError(cli, err.code, err.message);
     }
-    ctx.log.warn({ provider: provider.name, err: describeProviderError(err) }, 'login failed: the provider answer was refused');
+    ctx.log.warn({ provider: provider.name, failure: describeProviderError(err) }, 'login failed: the provider answer was refused');
     return toCliError(cli, 'server_error', "The login provider's answer could not be verified; the server log has the details.");
   }
   if (!who.email) {
