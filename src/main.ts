@@ -105,6 +105,9 @@ async function seedKey(): Promise<string> {
   return created.key;
 }
 
+// `burrowd --seed-api-key | head -1` closes stdout after the key: later writes must not kill us.
+process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
+
 const seeded = config.seedApiKey ? await seedKey() : null;
 const port = await supervisor.start(config.port);
 if (seeded) process.stdout.write(`${seeded}\n`);
