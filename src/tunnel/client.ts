@@ -160,6 +160,9 @@ class HttpStream extends ClientStream {
     this.req.on('drain', () => this.drained());
     this.req.on('response', (res) => this.onResponse(res));
     this.req.on('upgrade', (res, socket: net.Socket, rest: Buffer) => this.onUpgrade(res, socket, rest));
+    // An upgrade request has no body: send it now. The visitor's End comes only when it
+    // closes the upgraded connection.
+    if (head.upgrade) this.req.end();
   }
 
   private onResponse(res: http.IncomingMessage): void {
@@ -209,7 +212,7 @@ class HttpStream extends ClientStream {
     if (this.done) return;
     this.gotEnd = true;
     if (this.upgraded) this.upgraded.end();
-    else this.req.end();
+    else if (!this.head.upgrade) this.req.end();
     if (this.sentEnd) this.finish();
   }
   onReset(_code: ResetCode): void {

@@ -254,7 +254,9 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   const raw: string[] = [];
   req.forEach((k, v) => raw.push(k, v));
   const ip = remoteIp(res);
-  const upgrade = req.getHeader('upgrade') !== '';
+  // WebSocket upgrades are caught by the ws route (upgrade.ts); any other Upgrade (h2c...)
+  // is served as a plain request, its Upgrade/Connection headers dropped as hop-by-hop.
+  const upgrade = false;
   const contentLength = req.getHeader('content-length');
   const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
   const visitor = new HttpVisitor(res, method.toUpperCase());

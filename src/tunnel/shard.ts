@@ -8,6 +8,7 @@ import { TunnelActor } from '../actors/tunnel.js';
 import { ControlConnection, installControlRoute, type ControlHost } from './control.js';
 import { serveVisitor, type HttpVisitor } from './ingress.js';
 import { Mesh } from './mesh.js';
+import { installUpgradeRoute } from './upgrade.js';
 import { bindTcpPort, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -142,21 +143,28 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     return true;
   };
 
+  /** The tunnel id of a Host header, or null when it is not public tunnel traffic. */
+  const tunnelOf = (host: string): string | null => {
+    const colon = host.lastIndexOf(':');
+    const name = (colon > 0 && !host.endsWith(']') ? host.slice(0, colon) : host).toLowerCase();
+    if (!name.endsWith(suffix) || name.length <= suffix.length) return null;
+    const id = name.slice(0, -suffix.length);
+    return id.includes('.') ? null : id;
+  };
+  const openAnywhere = (tunnelId: string, head: HttpHead, visitor: HttpVisitor): Upstream | null => {
+    const local = openLocal(tunnelId, head, visitor);
+    if (local) return local;
+    const shard = routes.get(tunnelId);
+    if (shard === undefined || shard === ctx.index) return null;
+    return mesh.open(shard, tunnelId, head, visitor);
+  };
+  installUpgradeRoute(ctx.app, tunnelOf, openAnywhere);
+
   return {
     dispatch: (res, req) => {
-      const host = req.getHeader('host');
-      const colon = host.lastIndexOf(':');
-      const name = (colon > 0 && !host.endsWith(']') ? host.slice(0, colon) : host).toLowerCase();
-      if (!name.endsWith(suffix) || name.length <= suffix.length) return false;
-      const id = name.slice(0, -suffix.length);
-      if (id.includes('.')) return false;
-      serveVisitor(res, req, id, (tunnelId, head, visitor: HttpVisitor) => {
-        const local = openLocal(tunnelId, head, visitor);
-        if (local) return local;
-        const shard = routes.get(tunnelId);
-        if (shard === undefined || shard === ctx.index) return null;
-        return mesh.open(shard, tunnelId, head, visitor);
-      });
+      const id = tunnelOf(req.getHeader('host'));
+      if (id === null) return false;
+      serveVisitor(res, req, id, openAnywhere);
       return true;
     },
     onMain(msg) {

@@ -1,0 +1,269 @@
+import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
+import { remoteIp } from '../http/uws.js';
+import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
+import { requestHeaders } from './headers.js';
+import { HttpVisitor, type OpenUpstream } from './ingress.js';
+import type { Downstream, Upstream } from './stream.js';
+
+// WebSocket upgrades of public tunnel traffic.
+//
+//   visitor ══WS══ uWS (this shard) ─Upstream─▶ tunnel ─▶ client ══raw TCP══ local service
+//
+// uWS owns the visitor's socket and speaks WebSocket itself (it never hands out raw bytes),
+// so the edge re-frames: each visitor message becomes one RFC 6455 client frame in the
+// stream, and the local service's server frames coming back are parsed into messages for
+// ws.send. From the local service's side the stream is byte-for-byte a WebSocket
+// connection (the client relays raw bytes after its 101); messages, their type and close
+// codes pass through unchanged. Extensions are not negotiated (uWS would have to inflate
+// frames it did not compress), so sec-websocket-extensions is not forwarded.
+//
+// An upgrade the local service answers with anything but 101 is an ordinary HTTP response.
+
+interface WsData {
+  visitor: WsVisitor;
+}
+
+const OP_TEXT = 0x1;
+const OP_BINARY = 0x2;
+const OP_CLOSE = 0x8;
+const OP_PING = 0x9;
+const OP_PONG = 0xa;
+/** Visitor bytes buffered in uWS before credit toward the local service is held back. */
+const SEND_HIGH_WATER_BYTES = 1024 * 1024;
+const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+/** Encodes one client-to-server frame; masking key 0 (see ws-client.ts for why). */
+function clientFrame(op: number, payload: Uint8Array): Buffer {
+  const n = payload.byteLength;
+  const hlen = n < 126 ? 6 : n < 65536 ? 8 : 14;
+  const out = Buffer.allocUnsafe(hlen + n);
+  out[0] = 0x80 | op;
+  if (n < 126) out[1] = 0x80 | n;
+  else if (n < 65536) {
+    out[1] = 0x80 | 126;
+    out.writeUInt16BE(n, 2);
+  } else {
+    out[1] = 0x80 | 127;
+    out.writeBigUInt64BE(BigInt(n), 2);
+  }
+  out.writeUInt32BE(0, hlen - 4);
+  out.set(payload, hlen);
+  return out;
+}
+
+class WsVisitor implements Downstream {
+  up: Upstream | null = null;
+  onDone: (() => void) | null = null;
+  private ws: WebSocket<WsData> | null = null;
+  private upgraded = false;
+  private ended = false;
+  /** Local → visitor bytes not yet parsed into a whole frame. */
+  private pending: Buffer = Buffer.alloc(0);
+  private fragments: Buffer[] = [];
+  private fragmentOp = 0;
+  private unreported = 0;
+  /** Until the 101, a plain HTTP visitor answers (problem statuses, non-101 responses). */
+  private readonly http: HttpVisitor;
+
+  constructor(
+    private readonly res: HttpResponse,
+    private readonly key: string,
+    private readonly context: us_socket_context_t,
+    method: string,
+  ) {
+    this.http = new HttpVisitor(res, method);
+  }
+
+  aborted(): void {
+    if (!this.upgraded) this.http.aborted();
+  }
+
+  response(head: ResponseHead): void {
+    if (head.status !== 101) {
+      // Refused upgrade: a plain response; the visitor sends nothing more.
+      this.http.response(head);
+      this.up?.end();
+      return;
+    }
+    let protocol = '';
+    for (let i = 0; i < head.headers.length; i += 2) if (head.headers[i]!.toLowerCase() === 'sec-websocket-protocol') protocol = head.headers[i + 1]!;
+    this.upgraded = true;
+    this.res.cork(() => this.res.upgrade<WsData>({ visitor: this }, this.key, protocol, '', this.context));
+  }
+
+  opened(ws: WebSocket<WsData>): void {
+    this.ws = ws;
+    if (this.pending.length) this.parse();
+  }
+
+  data(bytes: Uint8Array): void {
+    if (!this.upgraded) return this.http.data(bytes);
+    this.pending = this.pending.length ? Buffer.concat([this.pending, bytes]) : Buffer.from(bytes);
+    this.unreported += bytes.byteLength;
+    if (this.ws) this.parse();
+  }
+
+  /** Server frames from the local service → visitor messages. */
+  private parse(): void {
+    const ws = this.ws!;
+    let b = this.pending;
+    while (b.length >= 2 && !this.ended) {
+      const op = b[0]! & 0x0f;
+      const fin = (b[0]! & 0x80) !== 0;
+      const masked = (b[1]! & 0x80) !== 0;
+      let len = b[1]! & 0x7f;
+      let off = 2;
+      if (len === 126) {
+        if (b.length < 4) break;
+        len = b.readUInt16BE(2);
+        off = 4;
+      } else if (len === 127) {
+        if (b.length < 10) break;
+        len = Number(b.readBigUInt64BE(2));
+        off = 10;
+      }
+      if (len > MAX_MESSAGE_BYTES) {
+        this.fail();
+        return;
+      }
+      const maskAt = off;
+      if (masked) off += 4;
+      if (b.length < off + len) break;
+      let payload = b.subarray(off, off + len);
+      if (masked) {
+        payload = Buffer.from(payload);
+        for (let i = 0; i < payload.length; i++) payload[i]! ^= b[maskAt + (i & 3)]!;
+      }
+      b = b.subarray(off + len);
+      if (op === OP_CLOSE) {
+        const code = payload.length >= 2 ? payload.readUInt16BE(0) : 1000;
+        this.ended = true;
+        ws.end(code, payload.subarray(2));
+        break;
+      }
+      if (op === OP_PING) {
+        this.up?.data(clientFrame(OP_PONG, payload));
+        continue;
+      }
+      if (op === OP_PONG) continue;
+      if (op !== 0) {
+        this.fragmentOp = op;
+        this.fragments = [];
+      }
+      if (fin && this.fragments.length === 0) ws.send(payload, this.fragmentOp === OP_BINARY);
+      else {
+        this.fragments.push(Buffer.from(payload));
+        if (fin) {
+          ws.send(Buffer.concat(this.fragments), this.fragmentOp === OP_BINARY);
+          this.fragments = [];
+        }
+      }
+    }
+    this.pending = b.length ? Buffer.from(b) : Buffer.alloc(0);
+    this.report();
+  }
+
+  private report(): void {
+    if (!this.ws || this.ended || this.unreported === 0) return;
+    if (this.ws.getBufferedAmount() > SEND_HIGH_WATER_BYTES) return; // drain() reports later
+    const n = this.unreported;
+    this.unreported = 0;
+    this.up?.credit(n);
+  }
+
+  drained(): void {
+    this.report();
+  }
+
+  end(): void {
+    if (!this.upgraded) return this.http.end();
+    if (this.ended) return;
+    this.ended = true;
+    this.ws?.end(1000);
+  }
+
+  reset(code: ResetCode): void {
+    if (!this.upgraded) return this.http.reset(code);
+    this.fail();
+  }
+
+  credit(bytes: number): void {
+    if (!this.upgraded) this.http.credit(bytes);
+    // uWS cannot pause a WebSocket's reads; visitor messages are bounded by maxPayloadLength.
+  }
+
+  private fail(): void {
+    if (this.ended) return;
+    this.ended = true;
+    this.ws?.close();
+  }
+
+  // ---- visitor side (uWS callbacks) ----
+  message(message: ArrayBuffer, isBinary: boolean): void {
+    this.up?.data(clientFrame(isBinary ? OP_BINARY : OP_TEXT, new Uint8Array(message)));
+  }
+
+  closed(code: number, reason: ArrayBuffer): void {
+    if (!this.ended) {
+      this.ended = true;
+      const r = Buffer.from(reason);
+      const p = Buffer.allocUnsafe(2 + r.length);
+      p.writeUInt16BE(code === 1005 || code === 1006 ? 1000 : code, 0);
+      r.copy(p, 2);
+      this.up?.data(clientFrame(OP_CLOSE, p));
+    }
+    this.up?.end();
+    this.onDone?.();
+  }
+}
+
+/**
+ * Registers the catch-all WebSocket route. `tunnelOf` says whether a Host is public tunnel
+ * traffic (its id) or not (null: the upgrade is refused with 404, as the API has no WebSockets).
+ */
+export function installUpgradeRoute(
+  app: { ws<T>(pattern: string, behavior: import('@trufflesuite/uws-js-unofficial').WebSocketBehavior<T>): unknown },
+  tunnelOf: (host: string) => string | null,
+  open: OpenUpstream,
+): void {
+  app.ws<WsData>('/*', {
+    maxPayloadLength: MAX_MESSAGE_BYTES,
+    idleTimeout: 0,
+    sendPingsAutomatically: false,
+    maxBackpressure: 64 * 1024 * 1024,
+    compression: 0,
+    upgrade: (res: HttpResponse, req: HttpRequest, context: us_socket_context_t) => {
+      const tunnelId = tunnelOf(req.getHeader('host'));
+      const method = req.getCaseSensitiveMethod();
+      const visitor = new WsVisitor(res, req.getHeader('sec-websocket-key'), context, method.toUpperCase());
+      res.onAborted(() => visitor.aborted());
+      if (tunnelId === null) {
+        (visitor as unknown as { http: HttpVisitor }).http.problem('not-found', 'no WebSocket endpoint here');
+        return;
+      }
+      const query = req.getQuery();
+      const raw: string[] = [];
+      req.forEach((k, v) => {
+        if (k !== 'sec-websocket-extensions') raw.push(k, v);
+      });
+      const head: HttpHead = {
+        kind: 'http',
+        method,
+        target: query ? `${req.getUrl()}?${query}` : req.getUrl(),
+        headers: requestHeaders(raw, remoteIp(res), 'http', true),
+        upgrade: true,
+      };
+      const up = open(tunnelId, head, visitor as unknown as HttpVisitor);
+      if (!up) {
+        (visitor as unknown as { http: HttpVisitor }).http.problem('not-found', `no tunnel is registered for "${tunnelId}"`);
+        return;
+      }
+      visitor.up = up;
+      (visitor as unknown as { http: HttpVisitor }).http.up = up;
+    },
+    open: (ws) => ws.getUserData().visitor.opened(ws),
+    message: (ws, message, isBinary) => ws.getUserData().visitor.message(message, isBinary),
+    drain: (ws) => ws.getUserData().visitor.drained(),
+    close: (ws, code, reason) => ws.getUserData().visitor.closed(code, reason),
+  });
+}
