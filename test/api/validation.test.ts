@@ -240,4 +240,17 @@ test('a wrong method on a known path is 405 with Allow listing the methods it ta
   }
 });
 
+test('a malformed %-escape in a path parameter is 400, and the server keeps serving', async () => {
+  // Before the fix in src/http/uws.ts, decodeURIComponent threw inside the uWS callback and
+  // took the whole shard down: one unauthenticated request per shard stopped the server.
+  for (const path of ['/api/v1/keys/%ZZ', '/api/v1/tunnels/%E0%A4%A', `/api/v1/teams/${teamId}/members/%`]) {
+    const res = await raw(path.startsWith('/api/v1/keys') ? 'DELETE' : 'GET', path, { authorization: `Bearer ${memberKey}` }, []).catch((e: Error) => e);
+    assert.ok(!(res instanceof Error), `${path}: the connection failed (${String(res)})`);
+    assert.is((res as RawResult).status, 400, `${path}: ${(res as RawResult).body}`);
+    assert.is(JSON.parse((res as RawResult).body).type, '/problems/bad-request');
+  }
+  assert.is((await api(t, 'GET', '/me', { key: memberKey })).status, 200);
+  assert.ok(!/shard crashed/.test(t.stderr()), 'no shard crashed');
+});
+
 test.run();
