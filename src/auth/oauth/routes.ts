@@ -150,13 +150,13 @@ function describeProviderError(err: unknown): Record<string, unknown> {
   if (typeof e?.error === 'string') out.error = e.error;
   if (typeof e?.error_description === 'string') out.error_description = e.error_description.slice(0, 200);
   if (typeof e?.status === 'number') out.status = e.status;
-  const cause = e?.cause as { claim?: unknown; expected?: unknown; code?: unknown; message?: unknown } | undefined;
-  if (cause && typeof cause === 'object') {
-    // oauth4webapi names the claim that failed and what it expected (e.g. the issuer to configure).
-    if (typeof cause.claim === 'string') out.claim = cause.claim;
-    if (cause.claim === 'iss' && typeof cause.expected === 'string') out.expected = cause.expected;
-    if (typeof cause.code === 'string') out.causeCode = cause.code;
-    if (typeof cause.message === 'string') out.causeMessage = cause.message;
+  // ClientError → OperationProcessingError → {claim, expected, claims}: name the failed claim
+  // and, for the issuer, what was expected (the operator may need --oauth-issuer); never the claims.
+  for (let c = e?.cause as { claim?: unknown; expected?: unknown; code?: unknown; message?: unknown; cause?: unknown } | undefined, depth = 0; c && typeof c === 'object' && depth < 3; c = c.cause as typeof c, depth++) {
+    if (typeof c.code === 'string' && out.causeCode === undefined) out.causeCode = c.code;
+    if (typeof c.message === 'string' && out.causeMessage === undefined) out.causeMessage = c.message;
+    if (typeof c.claim === 'string') out.claim = c.claim;
+    if (c.claim === 'iss' && typeof c.expected === 'string') out.expectedIssuer = c.expected;
   }
   return out;
 }
