@@ -5,7 +5,6 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { withDeadline } from '../helpers/deadline.js';
 
 export { CLI } from '../helpers/server.js';

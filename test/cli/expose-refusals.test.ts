@@ -1,0 +1,95 @@
+// burrow http / burrow tcp refusals against a real burrowd: exit codes for an id taken by another
+// user, a reserved id, a bad key, a key without the tunnels scope, an unreachable server, and the
+// client told to stop when its tunnel is deleted through the API.
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createKeyFor, createUser } from '../helpers/fixtures.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { burrow, closedPort, exitOf, spawnBurrow, tempDir, waitFor, type CliEnv } from './harness.js';
+
+let srv: TestServer;
+let home: { dir: string; remove: () => void };
+let web: Server;
+let webPort: number;
+let alice: CliEnv;
+let bob: CliEnv;
+const children: { kill: (s?: NodeJS.Signals) => boolean }[] = [];
+
+const listen = (s: Server) =>
+  new Promise<number>((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as { port: number }).port)));
+
+test.before(async () => {
+  srv = await startServer();
+  home = tempDir();
+  web = createHttpServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      res.writeHead(req.url === '/missing' ? 404 : 200, { 'content-type': 'text/plain' });
+      res.end(`hello ${req.url} ${body}`);
+    });
+  });
+  webPort = await listen(web);
+  alice = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
+  const b = await createUser(srv, { email: 'bob@example.test' });
+  bob = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: await createKeyFor(srv, b.id, { scopes: ['tunnels'] }) } };
+});
+
+test.after(async () => {
+  for (const c of children) c.kill('SIGKILL');
+  web?.close();
+  await srv?.stop();
+  home?.remove();
+});
+
+function start(env: CliEnv, args: string[]) {
+  const child = spawnBurrow(env, args);
+  children.push(child);
+  return child;
+}
+
+const firstLine = (child: ReturnType<typeof start>) =>
+  waitFor(() => (child.output.stdout.includes('\n') ? child.output.stdout.split('\n')[0] : undefined), 15_000, 'first stdout line');
+
+test('an id live for another user is refused: exit 5 with a hint; reserved id: exit 2', async () => {
+  const owner = start(alice, ['http', String(webPort), '--id', 'taken']);
+  await firstLine(owner);
+  const r = await burrow(bob, ['http', String(webPort), '--id', 'taken']);
+  assert.is(r.code, 5);
+  assert.is(r.stdout, '');
+  assert.match(r.stderr, /^error: tunnel refused: .+\nhint: the id "taken" is taken: pick another --id/);
+  const reserved = await burrow(bob, ['http', String(webPort), '--id', 'api']);
+  assert.is(reserved.code, 2);
+  assert.match(reserved.stderr, /^error: tunnel refused: /);
+  owner.kill('SIGINT');
+  await exitOf(owner, 10_000, 'owner exit');
+});
+
+test('bad key → exit 3; a key without the tunnels scope → exit 3; closed port → exit 6; bad target → exit 2', async () => {
+  const bad = await burrow({ ...bob, env: { ...bob.env, BURROW_TOKEN: 'bk_AAAAAAAAAAAA_' + 'A'.repeat(43) } }, ['http', String(webPort)]);
+  assert.is(bad.code, 3);
+  assert.match(bad.stderr, /^error: tunnel refused: /);
+  const mgmtOnly = await createKeyFor(srv, (await createUser(srv)).id, { scopes: ['management'] });
+  const noScope = await burrow({ ...bob, env: { ...bob.env, BURROW_TOKEN: mgmtOnly } }, ['http', String(webPort)]);
+  assert.is(noScope.code, 3);
+  assert.match(noScope.stderr, /hint: .*tunnels/);
+  const dead = await burrow({ ...bob, env: { ...bob.env, BURROW_SERVER: `http://127.0.0.1:${await closedPort()}` } }, ['http', String(webPort)]);
+  assert.is(dead.code, 6);
+  assert.match(dead.stderr, /^error: server unreachable: /);
+  const target = await burrow(bob, ['http', 'nonsense']);
+  assert.is(target.code, 2);
+});
+
+test('deleting the tunnel through the API ends the client with a non-zero exit and says why', async () => {
+  const child = start(bob, ['http', String(webPort), '--id', 'doomed']);
+  await firstLine(child);
+  const del = await burrow(alice, ['tunnels', 'delete', 'doomed']);
+  assert.is(del.code, 0, del.stderr);
+  assert.match(del.stdout, /closed tunnel doomed/);
+  const code = await exitOf(child, 10_000, 'deleted tunnel exit');
+  assert.ok(code !== 0 && code !== null, `exit ${code}`);
+  assert.match(child.output.stderr, /^error: tunnel closed: /m);
+});
+
+test.run();

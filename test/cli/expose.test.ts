@@ -1,0 +1,170 @@
+// burrow http / burrow tcp against a real burrowd and a real local service: the URL first on
+// stdout, one line per request, the summary on Ctrl-C, JSON lines, --quiet, and the live status
+// block under a pseudo-terminal. Refusals: expose-refusals.test.ts.
+import { spawn } from 'node:child_process';
+import { createServer as createHttpServer, type Server } from 'node:http';
+import { createServer as createTcpServer, connect, type Server as TcpServer } from 'node:net';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { burrow, CLI, cliEnv, exitOf, spawnBurrow, tempDir, waitFor, type CliEnv } from './harness.js';
+
+let srv: TestServer;
+let home: { dir: string; remove: () => void };
+let web: Server;
+let echo: TcpServer;
+let webPort: number;
+let echoPort: number;
+let alice: CliEnv;
+let bob: CliEnv;
+const children: { kill: (s?: NodeJS.Signals) => boolean }[] = [];
+
+const listen = (s: Server | TcpServer) =>
+  new Promise<number>((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as { port: number }).port)));
+
+test.before(async () => {
+  srv = await startServer();
+  home = tempDir();
+  web = createHttpServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', () => {
+      res.writeHead(req.url === '/missing' ? 404 : 200, { 'content-type': 'text/plain' });
+      res.end(`hello ${req.url} ${body}`);
+    });
+  });
+  echo = createTcpServer((sock) => sock.pipe(sock));
+  webPort = await listen(web);
+  echoPort = await listen(echo);
+  alice = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
+  const b = await createUser(srv, { email: 'bob@example.test' });
+  bob = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: await createKeyFor(srv, b.id, { scopes: ['tunnels'] }) } };
+});
+
+test.after(async () => {
+  for (const c of children) c.kill('SIGKILL');
+  web?.close();
+  echo?.close();
+  await srv?.stop();
+  home?.remove();
+});
+
+function start(env: CliEnv, args: string[]) {
+  const child = spawnBurrow(env, args);
+  children.push(child);
+  return child;
+}
+
+const firstLine = (child: ReturnType<typeof start>) =>
+  waitFor(() => (child.output.stdout.includes('\n') ? child.output.stdout.split('\n')[0] : undefined), 15_000, 'first stdout line');
+
+async function visit(host: string, path: string): Promise<{ status: number; text: string }> {
+  // Raw HTTP/1.1 on a socket: public tunnel traffic is routed by the Host header.
+  return withDeadline(
+    new Promise<{ status: number; text: string }>((resolve, reject) => {
+      const s = connect(srv.port, '127.0.0.1', () => s.write(`GET ${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`));
+      let data = '';
+      s.on('data', (d) => (data += d));
+      s.on('end', () => resolve({ status: Number(/^HTTP\/1\.1 (\d+)/.exec(data)?.[1]), text: data.split('\r\n\r\n').slice(1).join('\r\n\r\n') }));
+      s.on('error', reject);
+    }),
+    10_000,
+    `GET ${host}${path}`,
+  );
+}
+
+test('burrow http: URL first, a line per request, summary and exit 0 on Ctrl-C', async () => {
+  const child = start(alice, ['http', String(webPort), '--id', 'cli-web']);
+  const url = await firstLine(child);
+  assert.is(url, `http://cli-web.localhost:${srv.port}`);
+  const r1 = await visit(`cli-web.localhost:${srv.port}`, '/hello');
+  assert.is(r1.status, 200);
+  assert.match(r1.text, /hello \/hello/);
+  const r2 = await visit(`cli-web.localhost:${srv.port}`, '/missing');
+  assert.is(r2.status, 404);
+  await waitFor(() => (/^GET\s+\/missing\s+404\s+\d+ms$/m.test(child.output.stdout) ? true : undefined), 10_000, 'request lines');
+  assert.match(child.output.stdout, /^GET\s+\/hello\s+200\s+\d+ms$/m);
+  // Visible to the management commands while it runs.
+  const list = JSON.parse((await burrow(alice, ['tunnels', 'list', '--json'])).stdout);
+  assert.ok(list.some((t: { id: string; tunnel_type: string }) => t.id === 'cli-web' && t.tunnel_type === 'http'));
+  child.kill('SIGINT');
+  assert.is(await exitOf(child, 10_000, 'burrow http exit'), 0);
+  assert.match(child.output.stderr, /burrow: http:\/\/cli-web\.localhost:\d+ closed after \d+s · 2 requests \(p50 \d+ms, p90 \d+ms\)/);
+  assert.not.match(child.output.stdout, /\x1b\[/); // not a TTY: no control codes
+});
+
+test('burrow http --json prints JSON lines; --quiet prints only the URL', async () => {
+  const j = start(alice, ['http', `127.0.0.1:${webPort}`, '--id', 'cli-json', '--json']);
+  const first = JSON.parse(await firstLine(j));
+  assert.equal(first, { event: 'registered', id: 'cli-json', url: `http://cli-json.localhost:${srv.port}` });
+  await visit(`cli-json.localhost:${srv.port}`, '/j');
+  const line = await waitFor(() => j.output.stdout.split('\n')[1] || undefined, 10_000, 'request event');
+  const ev = JSON.parse(line);
+  assert.is(ev.event, 'request');
+  assert.is(ev.method, 'GET');
+  assert.is(ev.path, '/j');
+  assert.is(ev.status, 200);
+  assert.type(ev.durationMs, 'number');
+  j.kill('SIGINT');
+  assert.is(await exitOf(j, 10_000, 'json exit'), 0);
+
+  const q = start(alice, ['http', String(webPort), '--id', 'cli-quiet', '--quiet']);
+  await firstLine(q);
+  await visit(`cli-quiet.localhost:${srv.port}`, '/q');
+  q.kill('SIGINT');
+  assert.is(await exitOf(q, 10_000, 'quiet exit'), 0);
+  assert.is(q.output.stdout, `http://cli-quiet.localhost:${srv.port}\n`);
+  assert.match(q.output.stderr, /1 request /);
+});
+
+test('burrow tcp: tcp:// URL first, bytes echo through, a line per connection', async () => {
+  const child = start(bob, ['tcp', String(echoPort)]);
+  const url = await firstLine(child);
+  const m = /^tcp:\/\/[^:]+:(\d+)$/.exec(url);
+  assert.ok(m, url);
+  const got = await withDeadline(
+    new Promise<string>((resolve, reject) => {
+      const s = connect(Number(m![1]), '127.0.0.1', () => s.end('ping through burrow'));
+      let data = '';
+      s.on('data', (d) => (data += d));
+      s.on('end', () => resolve(data));
+      s.on('error', reject);
+    }),
+    10_000,
+    'tcp echo',
+  );
+  assert.is(got, 'ping through burrow');
+  await waitFor(() => (/^TCP\s+\S+\s+\d+ms\s+in 19 B\s+out 19 B$/m.test(child.output.stdout) ? true : undefined), 10_000, 'connection line').catch((e) => {
+    throw new Error(`${(e as Error).message}\nstdout: ${child.output.stdout}\nstderr: ${child.output.stderr}`);
+  });
+  child.kill('SIGINT');
+  assert.is(await exitOf(child, 10_000, 'tcp exit'), 0);
+  assert.match(child.output.stderr, /1 connection \(/);
+});
+
+test('on a TTY: the live status block on stderr, redrawn in place, request lines above it', async () => {
+  // script(1) gives the child a pseudo-terminal; `exec` makes node the direct child of script.
+  const cmd = `exec '${process.execPath}' '${CLI}' http ${webPort} --id cli-tty`;
+  const child = spawn('script', ['-qfc', cmd, '/dev/null'], { env: { ...cliEnv(alice), COLUMNS: '100', LINES: '30' }, stdio: ['pipe', 'pipe', 'pipe'] });
+  children.push(child);
+  let screen = '';
+  child.stdout.on('data', (d) => (screen += d));
+  await waitFor(() => (/Session Status\s+online/.test(screen) ? true : undefined), 15_000, 'status online');
+  await visit(`cli-tty.localhost:${srv.port}`, '/tty');
+  await waitFor(() => (/Requests\s+total 1\s+p50 \d+ms\s+p90 \d+ms/.test(screen) ? true : undefined), 10_000, 'request counted');
+  // Ctrl-C goes to node, the child of script.
+  const { execFileSync } = await import('node:child_process');
+  const pid = Number(execFileSync('ps', ['-o', 'pid=', '--ppid', String(child.pid)]).toString().trim().split('\n')[0]);
+  process.kill(pid, 'SIGINT');
+  await exitOf(child, 10_000, 'script exit');
+  assert.match(screen, `http://cli-tty.localhost:${srv.port}`);
+  assert.match(screen, /Forwarding\s+http:\/\/cli-tty\.localhost:\d+ → http:\/\/localhost:\d+/);
+  assert.match(screen, /Account\s+seed@burrow\.local \(admin\)/);
+  assert.match(screen, /GET\s+\/tty\s+200\s+\d+ms/);
+  assert.match(screen, /\x1b\[\d+F\x1b\[J/); // block erased and redrawn in place
+  assert.not.match(screen, /\x1b\[3\dm/); // NO_COLOR: no colours even on a TTY
+  assert.match(screen, /closed after \d+s · 1 request /);
+});
+
+test.run();
