@@ -6,6 +6,8 @@
 // Everything stays on loopback; every process started is ended on exit, error or Ctrl-C.
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
+import { join } from 'node:path';
+import { mkdirSync } from 'node:fs';
 import { cleanup, killAllNow } from './lib/procs.js';
 import { ensureTools, type Tool } from './lib/tools.js';
 import { environment } from './lib/env.js';
@@ -35,9 +37,13 @@ flags:
   --targets LIST       subset of direct,burrow,ssh (default all three)
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
   --workers N          burrowd --workers (default: burrowd's own default, the CPU count)
+  --repeat N           rounds per measurement, interleaved across targets; the median run
+                       (by the first metric: req/s, Gbit/s, p50) is reported (default 1)
   --calm-wait SECS     wait up to this long for other processes to leave the CPU before each
                        measurement (default 20); runs that still shared it are flagged
   --database-url URL   burrowd --database-url (default: the embedded database in a temp dir)
+  --cpu-prof           V8 CPU profiles of burrowd (every thread) and the burrow clients into
+                       bench/profiles/<time>-<scenario>/ (open in Chrome DevTools)
   --no-install         never run apt-get; print what to install instead
   --no-write           print the table only, do not write bench/results/
 
@@ -72,7 +78,9 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       origin: { type: 'string', default: 'nginx' },
       workers: { type: 'string' },
       'database-url': { type: 'string' },
+      'cpu-prof': { type: 'boolean', default: false },
       'calm-wait': { type: 'string', default: '20' },
+      repeat: { type: 'string', default: '1' },
       'no-install': { type: 'boolean', default: false },
       'no-write': { type: 'boolean', default: false },
       help: { type: 'boolean', short: 'h', default: false },
@@ -105,14 +113,17 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       idleCounts: counts,
       origin: values.origin,
       targets,
+      repeat: positive(values.repeat, 'repeat', 1, 15),
       calmWaitSecs: positive(values['calm-wait'], 'calm-wait', 0, 600),
       burrowDatabaseUrl: values['database-url'],
+      cpuProfDir: values['cpu-prof'] ? join(repoRoot, 'bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${name}`) : undefined,
       burrowWorkers: values.workers === undefined ? undefined : positive(values.workers, 'workers', 1, 256),
     },
   };
 }
 
 async function runScenario(scenario: Scenario, settings: Settings, install: boolean, write: boolean): Promise<void> {
+  if (settings.cpuProfDir) mkdirSync(settings.cpuProfDir, { recursive: true });
   const missingOptional: Tool[] = ensureTools(scenario.required, scenario.optional, install);
   if (missingOptional.length) console.error(`bench: without ${missingOptional.join(', ')} (optional) — using fallbacks`);
   const env = environment(repoRoot);
@@ -127,6 +138,7 @@ async function runScenario(scenario: Scenario, settings: Settings, install: bool
       settings: {
         ...(scenario.name === 'idle' ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
         ...(scenario.name === 'http' || scenario.name === 'hol' ? { 'wrk threads': settings.threads } : {}),
+        ...(scenario.name === 'idle' ? {} : { rounds: settings.repeat > 1 ? `${settings.repeat}, median reported` : 1 }),
         ...(out.settings ?? {}),
         'burrowd --workers': settings.burrowWorkers ?? 'default (CPU count)',
         'burrowd database': settings.burrowDatabaseUrl ? 'PostgreSQL (--database-url)' : 'embedded (PGlite in --data-dir)',
@@ -140,6 +152,7 @@ async function runScenario(scenario: Scenario, settings: Settings, install: bool
     if (write) console.error(`bench: wrote ${writeResult(repoRoot, result).join(', ')}`);
   } finally {
     await Promise.all(ctx.targets.map((t) => t.close()));
+    if (settings.cpuProfDir) console.error(`bench: CPU profiles in ${settings.cpuProfDir}`);
   }
 }
 

@@ -20,6 +20,10 @@ export interface Settings {
   targets: TargetName[];
   burrowWorkers?: number;
   burrowDatabaseUrl?: string;
+  /** --cpu-prof: V8 profiles of burrowd and its clients go here. */
+  cpuProfDir?: string;
+  /** Rounds per measurement; the median (by the first metric) is reported. */
+  repeat: number;
   /** Longest wait for a calm machine (background CPU low) before each measurement. */
   calmWaitSecs: number;
 }
@@ -53,7 +57,7 @@ export async function openTargets(settings: Settings, repoRoot: string): Promise
           ? directTarget()
           : name === 'ssh'
             ? await sshTarget()
-            : await burrowTarget({ repoRoot, workers: settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl });
+            : await burrowTarget({ repoRoot, workers: settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir });
       targets.push(t);
       info[name] = { describe: t.describe };
     } catch (err) {
@@ -73,8 +77,10 @@ export function dropTarget(ctx: Context, target: Target, reason: string): void {
 }
 
 /**
- * Runs `measure` once per target, in the fixed order direct → burrow → ssh, and builds one
- * Measurement per metric. A target that throws gets a note and no figure.
+ * Runs `measure` for each target in the fixed order direct → burrow → ssh, `--repeat` rounds
+ * (interleaved, so a noisy minute hits every target alike), keeps each target's median run by
+ * the first metric, and builds one Measurement per metric. A target that throws gets a note
+ * and no figure.
  */
 export async function measureEach<R>(
   ctx: Context,
@@ -83,42 +89,56 @@ export async function measureEach<R>(
   metrics: { metric: string; higherIsBetter: boolean; value: (r: R) => number }[],
   noteOf?: (r: R) => string | undefined,
 ): Promise<Measurement[]> {
-  const results: Partial<Record<TargetName, R>> = {};
-  const notes: Partial<Record<TargetName, string>> = {};
-  const cpu: Partial<Record<TargetName, CpuShare>> = {};
-  for (const t of ctx.targets) {
-    await waitForCalm(ctx.settings.calmWaitSecs * 1000);
-    process.stderr.write(`bench: ${caseName} — ${t.name} … `);
-    try {
-      const window = cpuWindow();
-      const r = await measure(t);
-      const share = (cpu[t.name] = window.end());
-      results[t.name] = r;
-      const note = [
-        noteOf?.(r),
-        share.backgroundPct >= CALM_BACKGROUND_PCT ? `other processes used ${share.backgroundPct.toFixed(0)}% of the CPU meanwhile` : undefined,
-      ]
-        .filter(Boolean)
-        .join('; ');
-      if (note) notes[t.name] = note;
-      process.stderr.write(
-        `${metrics.map((m) => `${m.metric} ${round(m.value(r))}`).join(', ')} [cpu ${share.busyPct.toFixed(0)}%, background ${share.backgroundPct.toFixed(0)}%]${note ? ` (${note})` : ''}\n`,
-      );
-    } catch (err) {
-      notes[t.name] = `failed: ${(err as Error).message.split('\n')[0]}`;
-      process.stderr.write(`failed: ${(err as Error).message}\n`);
+  const runs = new Map<TargetName, { r: R; cpu: CpuShare }[]>();
+  const failures: Partial<Record<TargetName, string>> = {};
+  const rounds = ctx.settings.repeat;
+  for (let round = 1; round <= rounds; round++) {
+    for (const t of ctx.targets) {
+      if (failures[t.name]) continue;
+      await waitForCalm(ctx.settings.calmWaitSecs * 1000);
+      process.stderr.write(`bench: ${caseName} — ${t.name}${rounds > 1 ? ` (${round}/${rounds})` : ''} … `);
+      try {
+        const window = cpuWindow();
+        const r = await measure(t);
+        const share = window.end();
+        runs.set(t.name, [...(runs.get(t.name) ?? []), { r, cpu: share }]);
+        process.stderr.write(
+          `${metrics.map((m) => `${m.metric} ${round3(m.value(r))}`).join(', ')} [cpu ${share.busyPct.toFixed(0)}%, background ${share.backgroundPct.toFixed(0)}%]\n`,
+        );
+      } catch (err) {
+        failures[t.name] = `failed: ${(err as Error).message.split('\n')[0]}`;
+        process.stderr.write(`failed: ${(err as Error).message}\n`);
+      }
     }
+  }
+  const chosen: Partial<Record<TargetName, R>> = {};
+  const cpu: Partial<Record<TargetName, CpuShare>> = {};
+  const notes: Partial<Record<TargetName, string>> = { ...failures };
+  const all: Partial<Record<TargetName, R[]>> = {};
+  for (const [name, list] of runs) {
+    const sorted = [...list].sort((a, b) => metrics[0]!.value(a.r) - metrics[0]!.value(b.r));
+    const median = sorted[Math.floor((sorted.length - 1) / 2)]!;
+    chosen[name] = median.r;
+    cpu[name] = median.cpu;
+    all[name] = list.map((x) => x.r);
+    const note = [
+      noteOf?.(median.r),
+      median.cpu.backgroundPct >= CALM_BACKGROUND_PCT ? `other processes used ${median.cpu.backgroundPct.toFixed(0)}% of the CPU meanwhile` : undefined,
+    ]
+      .filter(Boolean)
+      .join('; ');
+    if (note) notes[name] = note;
   }
   return metrics.map((m, i) => ({
     case: caseName,
     metric: m.metric,
     higherIsBetter: m.higherIsBetter,
-    values: Object.fromEntries(Object.entries(results).map(([k, r]) => [k, m.value(r as R)])),
+    values: Object.fromEntries(Object.entries(chosen).map(([k, r]) => [k, m.value(r as R)])),
     // Notes and raw output once per case, on its first metric.
-    ...(i === 0 ? { notes, raw: results, cpu } : {}),
+    ...(i === 0 ? { notes, raw: rounds > 1 ? all : chosen, cpu } : {}),
   }));
 }
 
-function round(v: number): string {
+function round3(v: number): string {
   return Math.abs(v) >= 100 ? v.toFixed(0) : v.toPrecision(3);
 }

@@ -11,6 +11,8 @@ import { LOOPBACK } from '../lib/net.js';
 import { Unavailable, type Endpoint, type Target } from './target.js';
 
 const START_TIMEOUT_MS = 30_000;
+/** SIGTERM → exit: burrowd drains, and --cpu-prof writes its profiles on the way out. */
+const STOP_GRACE_MS = 10_000;
 const KEY_RE = /\bbk_[A-Za-z0-9]{12}_[A-Za-z0-9]{43}\b/;
 
 export interface BurrowOptions {
@@ -19,6 +21,8 @@ export interface BurrowOptions {
   workers?: number;
   /** --database-url for burrowd; undefined: the embedded database in a temp --data-dir. */
   databaseUrl?: string;
+  /** Directory for V8 CPU profiles of burrowd (every thread) and the clients, or none. */
+  cpuProfDir?: string;
 }
 
 export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
@@ -32,7 +36,10 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   }
 
   const dataDir = tempDir('burrowd');
-  const args = [serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn'];
+  // --cpu-prof writes one .cpuprofile per thread when the process exits (burrowd and the CLI
+  // both exit cleanly on SIGTERM, which is how they are stopped).
+  const prof = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
+  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn'];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   const server = start('burrowd', process.execPath, args);
@@ -72,7 +79,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     const proc = start(
       `burrow-${kind}`,
       process.execPath,
-      [cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key],
+      [...prof, cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key],
       { env: cliEnv },
     );
     tunnels.push(proc);
@@ -118,17 +125,17 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
 
   return {
     name: 'burrow',
-    describe: `burrowd ${args.slice(1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>\` per exposed service`,
+    describe: `burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>\` per exposed service`,
     expose,
     openIdleTunnels,
     serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),
     clientPids: () => tunnels.filter((t) => t.isRunning()).map((t) => t.pid),
     closeTunnels: async () => {
-      await Promise.all(tunnels.splice(0).map((t) => stop(t)));
+      await Promise.all(tunnels.splice(0).map((t) => stop(t, STOP_GRACE_MS)));
     },
     close: async () => {
-      await Promise.all(tunnels.splice(0).map((t) => stop(t)));
-      await stop(server, 5_000);
+      await Promise.all(tunnels.splice(0).map((t) => stop(t, STOP_GRACE_MS)));
+      await stop(server, STOP_GRACE_MS);
     },
   };
 }
