@@ -6,7 +6,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { chromium, type Browser } from 'playwright-core';
 import { CLI, startServer, type TestServer } from '../helpers/server.js';
-import { api } from '../helpers/fixtures.js';
+import { api, createUser } from '../helpers/fixtures.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { startIdp, type TestIdp } from './fixtures/idp.js';
 import { startForwarder, type Forwarder } from './fixtures/forwarder.js';
@@ -143,6 +143,33 @@ test('burrow login --no-browser + Chromium through the provider login form store
   assert.match(out.out(), /revoked on the server/);
   assert.is(storedToken(), null);
   assert.is((await api(t, 'GET', '/me', { key: key! })).status, 401);
+});
+
+test('a deactivated user sees a clear page in the browser and the CLI exits 3 without a key', async () => {
+  await createUser(t, { email: 'henry@example.com', deactivated: true });
+  idp.users.set('henry', { email: 'henry@example.com', email_verified: true });
+  const before = storedToken();
+  const run = cli(['login', '--no-browser', '--provider', 'corp', '--server', t.url]);
+  const url = await printedUrl(run);
+  const page = await browser!.newPage();
+  try {
+    await withDeadline(page.goto(url), 15_000, 'open the login address');
+    await withDeadline(page.locator('input[name="login"]').fill('henry'), 10_000, 'fill login');
+    await page.locator('input[name="password"]').fill('x');
+    await withDeadline(
+      Promise.all([page.waitForURL(/^http:\/\/127\.0\.0\.1:\d+\/callback/, { timeout: 15_000 }), page.locator('button[type="submit"]').click()]),
+      20_000,
+      'submit the login form',
+    );
+    const text = await withDeadline(page.locator('body').innerText(), 10_000, 'read the final page');
+    assert.match(text, /Login failed/);
+    assert.match(text, /henry@example\.com is deactivated/);
+  } finally {
+    await page.close();
+  }
+  assert.is(await withDeadline(run.exit, 20_000, 'burrow login exit'), 3, run.errText());
+  assert.match(run.errText(), /login refused: .*deactivated/);
+  assert.is(storedToken(), before, 'nothing stored');
 });
 
 test.run();

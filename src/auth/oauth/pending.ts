@@ -8,6 +8,11 @@ import { randomToken, sha256Hex } from './secrets.js';
 
 export const PENDING_LOGIN_TTL_SECS = 10 * 60;
 export const LOGIN_CODE_TTL_SECS = 2 * 60;
+/**
+ * Logins in progress at once, server-wide. Starting a login needs no credentials, so without a
+ * bound anyone could grow the table for 10 minutes at a time; past it, new logins wait (503).
+ */
+export const MAX_PENDING_LOGINS = 10_000;
 
 export interface PendingLogin {
   provider: string;
@@ -17,13 +22,17 @@ export interface PendingLogin {
   nonce: string | null;
 }
 
-export async function savePendingLogin(sql: Sql, state: string, p: PendingLogin): Promise<void> {
+/** Stores a pending login; false when MAX_PENDING_LOGINS are already in progress. */
+export async function savePendingLogin(sql: Sql, state: string, p: PendingLogin): Promise<boolean> {
   // Sweep here rather than on a timer: logins are rare and the index makes this cheap.
   await sql`delete from oauth_pending_logins where expires_at < now()`;
+  const [c] = await sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins`;
+  if (c!.n >= MAX_PENDING_LOGINS) return false;
   await sql`insert into oauth_pending_logins
       (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at)
     values (${sha256Hex(state)}, ${p.provider}, ${p.cliPort}, ${p.cliChallenge},
       ${p.providerVerifier}, ${p.nonce}, now() + make_interval(secs => ${PENDING_LOGIN_TTL_SECS}))`;
+  return true;
 }
 
 /** Deletes and returns the pending login of `state` for `provider`; null if unknown, used or expired. */

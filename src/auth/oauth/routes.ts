@@ -82,7 +82,10 @@ async function authorize(ctx: ShardContext, providers: Map<string, LoginProvider
   const state = randomToken();
   const providerVerifier = client.randomPKCECodeVerifier();
   const nonce = provider.usesNonce ? randomToken() : null;
-  await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce });
+  if (!(await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce }))) {
+    ctx.log.warn('browser login: too many logins in progress; refusing new ones until some expire');
+    return pageReply(503, 'Too many logins in progress', 'This server is handling too many logins right now.', 'Try again in a few minutes.');
+  }
   const url = provider.authorizationUrl({ state, codeChallenge: await client.calculatePKCECodeChallenge(providerVerifier), nonce });
   return redirectReply(url.toString());
 }
