@@ -1,4 +1,4 @@
-import type { Refusal, ResetCode, ResponseHead, StreamHead } from '../protocol/frames.js';
+import { CREDIT_BATCH_BYTES, type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from '../tunnel/stream.js';
 
@@ -37,6 +37,7 @@ export class TunnelStream implements Upstream {
   private visitorEnded = false;
   private clientEnded = false;
   private done = false;
+  private unreported = 0;
 
   constructor(
     readonly tunnel: TunnelActor,
@@ -62,7 +63,14 @@ export class TunnelStream implements Upstream {
     this.finish();
   }
   credit(bytes: number): void {
-    if (!this.done) this.carrier.sendCredit(this.sid, bytes);
+    if (this.done) return;
+    // Batched: one Credit frame per CREDIT_BATCH_BYTES instead of one per chunk. The window
+    // (INITIAL_WINDOW_BYTES) is much larger than the batch, so the sender never stalls on it.
+    this.unreported += bytes;
+    if (this.unreported >= CREDIT_BATCH_BYTES) {
+      this.carrier.sendCredit(this.sid, this.unreported);
+      this.unreported = 0;
+    }
   }
 
   // ---- frames from the client ----

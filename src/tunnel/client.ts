@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import http from 'node:http';
 import net from 'node:net';
 import {
-  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, INITIAL_WINDOW_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
+  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, INITIAL_WINDOW_BYTES, CREDIT_BATCH_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
   RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type ResetCode, type TcpHead,
 } from '../protocol/frames.js';
@@ -113,8 +113,9 @@ abstract class ClientStream {
 
   /** A write to the local service finished (ok) or queued: return credit accordingly. */
   protected wrote(n: number, ok: boolean): void {
-    if (ok) this.out.send([F.Credit, this.sid, n]);
-    else this.unreported += n;
+    this.unreported += n;
+    // Batched (CREDIT_BATCH_BYTES ≪ the window, so the server never stalls on it).
+    if (ok && this.unreported >= CREDIT_BATCH_BYTES) this.drained();
   }
   protected drained(): void {
     if (this.unreported > 0 && !this.done) this.out.send([F.Credit, this.sid, this.unreported]);

@@ -2,7 +2,7 @@ import type { MessagePort } from 'node:worker_threads';
 import { Mailbox, type PortLike } from '../actors/actor.js';
 import { assertNever } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
+import { CREDIT_BATCH_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
 import type { TunnelMesh } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -66,6 +66,7 @@ class Incoming implements Downstream {
 
 /** Ingress-side proxy of a remote tunnel stream. */
 class MeshUpstream implements Upstream {
+  private unreported = 0;
   constructor(
     private readonly peer: Peer,
     private readonly xid: number,
@@ -81,7 +82,11 @@ class MeshUpstream implements Upstream {
     this.peer.mailbox.tell({ type: 'x-reset', xid: this.xid, code });
   }
   credit(bytes: number): void {
-    this.peer.mailbox.tell({ type: 'x-credit', xid: this.xid, bytes });
+    // Batched like Credit frames: one mesh message per CREDIT_BATCH_BYTES.
+    this.unreported += bytes;
+    if (this.unreported < CREDIT_BATCH_BYTES) return;
+    this.peer.mailbox.tell({ type: 'x-credit', xid: this.xid, bytes: this.unreported });
+    this.unreported = 0;
   }
 }
 
