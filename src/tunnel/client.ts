@@ -417,11 +417,16 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (why.permanent || (this.first && !this.registered && why.code === 'unreachable')) {
       return this.end(why);
     }
+    // A Closed and a Fatal for the same going-away server must not schedule two attempts.
+    if (this.reconnectTimer) return;
     const attempt = ++this.attempt;
     const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (attempt - 1));
     const delayMs = Math.round(cap / 2 + (Math.random() * cap) / 2);
     this.emit('reconnecting', { attempt, delayMs, reason: why.message });
-    this.reconnectTimer = setTimeout(() => void this.connect(), delayMs);
+    this.reconnectTimer = setTimeout(() => {
+      this.reconnectTimer = null;
+      void this.connect();
+    }, delayMs);
   }
 
   private end(why: TunnelRefused): void {
