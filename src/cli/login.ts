@@ -134,6 +134,28 @@ function timeout(ms: number): { promise: Promise<'timeout'>; cancel(): void } {
   return { promise, cancel: () => clearTimeout(timer) };
 }
 
+/**
+ * Fails fast when the server has no such provider (or no browser login at all), rather than
+ * leaving the user at an error page while this process waits for 5 minutes.
+ */
+async function checkProvider(server: string, provider: string): Promise<void> {
+  let res;
+  try {
+    res = await fetch(`${server}/auth/v1/providers`, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(TOKEN_TIMEOUT_MS) });
+  } catch (e) {
+    throw unreachable(server, e);
+  }
+  const body = (await res.json().catch(() => null)) as { providers?: unknown } | null;
+  const names = Array.isArray(body?.providers) ? body.providers.filter((n): n is string => typeof n === 'string') : null;
+  if (res.status === 404 || (res.ok && names && names.length === 0)) {
+    throw new CliError(EXIT.usage, 'browser login unavailable', `${server} has no login provider configured`, 'ask an administrator for a key, then `burrow context create NAME --server URL --token KEY`');
+  }
+  if (res.ok && names && !names.includes(provider)) {
+    throw new CliError(EXIT.usage, 'unknown provider', `${server} has no login provider "${provider}"`, `available: ${names.join(', ')} (\`burrow login --provider NAME\`)`);
+  }
+  // Anything else (an older server, a proxy page): let the browser show what happens.
+}
+
 async function redeem(server: string, code: string, verifier: string): Promise<CreatedKey> {
   let res;
   try {
@@ -179,6 +201,7 @@ async function login(ctx: ActionContext<LoginOptions>): Promise<void> {
     throw new CliError(EXIT.usage, 'invalid provider', `"${provider}" is not a provider name`, 'e.g. `burrow login --provider okta`; the default is github');
   }
   const server = normalizeServer(ctx.target().server);
+  await checkProvider(server, provider);
   const verifier = randomBytes(32).toString('base64url');
   const challenge = createHash('sha256').update(verifier).digest('base64url');
   const loop = new Loopback();

@@ -146,6 +146,25 @@ test('an expired one-time code is refused', async () => {
   assert.match(res.body.detail, /invalid, expired or already used/);
 });
 
+test('racing uses of one code or one state (any shard): exactly one wins', async () => {
+  idp.users.set('racer', { email: 'racer@example.com', email_verified: true });
+  const pkce = newPkce();
+  const r = await loginToCli(t.url, 'idp', 'racer', pkce, CLI_PORT);
+  const both = await Promise.all([1, 2, 3, 4].map(() => redeem(t.url, { code: r.code, code_verifier: pkce.verifier })));
+  assert.equal(both.map((b) => b.status).sort(), [201, 400, 400, 400]);
+
+  const pkce2 = newPkce();
+  const cb = await driveToCallback(authorizeUrl(t.url, 'idp', CLI_PORT, pkce2.challenge), 'racer');
+  const hops = await Promise.all([1, 2, 3].map(() => followCallback(cb)));
+  assert.equal(hops.map((h) => h.status).sort(), [302, 400, 400]);
+});
+
+test('GET /auth/v1/providers lists the configured names', async () => {
+  const res = await api(t, 'GET', '/auth/v1/providers');
+  assert.is(res.status, 200);
+  assert.equal(res.body, { providers: ['idp'] });
+});
+
 test('token endpoint refuses malformed requests', async () => {
   const pkce = newPkce();
   assert.is((await redeem(t.url, { code_verifier: pkce.verifier })).status, 400);

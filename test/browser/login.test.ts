@@ -172,4 +172,19 @@ test('a deactivated user sees a clear page in the browser and the CLI exits 3 wi
   assert.is(storedToken(), before, 'nothing stored');
 });
 
+test('login names an unknown provider at once; logout only forgets a key it did not make', async () => {
+  const wrong = cli(['login', '--no-browser', '--provider', 'nope', '--server', t.url]);
+  assert.is(await withDeadline(wrong.exit, 15_000, 'burrow login --provider nope'), 2, wrong.errText());
+  assert.match(wrong.errText(), /no login provider "nope"/);
+  assert.match(wrong.errText(), /available: corp/);
+
+  const made = cli(['context', 'create', 'seeded', '--server', t.url, '--token', t.adminKey, '--use', '--force']);
+  assert.is(await withDeadline(made.exit, 15_000, 'burrow context create'), 0, made.errText());
+  const out = cli(['logout']);
+  assert.is(await withDeadline(out.exit, 15_000, 'burrow logout'), 0, out.errText());
+  assert.not.match(out.out(), /revoked/);
+  assert.is(storedToken(), null);
+  assert.is((await api(t, 'GET', '/me', { key: t.adminKey })).status, 200, 'the seed key still works');
+});
+
 test.run();

@@ -13,7 +13,7 @@ import { CHALLENGE_RE, VERIFIER_RE, randomToken, verifierMatches } from './secre
 import { PAGE_HEADERS, RETRY_HINT, pageReply, redirectReply } from './pages.js';
 
 // Browser login (decisions.md "OAuth login"). Three routes, any of which may land on any shard
-// (state lives in the database: pending.ts):
+// (state lives in the database: pending.ts), and GET /auth/v1/providers (the configured names):
 //
 //   CLI ──opens──▶ GET  /auth/v1/<p>/authorize?port=&code_challenge=   pending login (10 min)
 //                   302 ▶ provider (state, PKCE S256 toward it, nonce with OIDC)
@@ -54,6 +54,9 @@ export function installOauth(ctx: ShardContext): void {
     );
     return;
   }
+  // Lets `burrow login` say "no such provider" at once instead of leaving the user at a 404 page.
+  const names = JSON.stringify({ providers: [...providers.keys()] });
+  route(ctx.http, 'get', '/auth/v1/providers', 0, () => ({ status: 200, headers: { 'content-type': 'application/json' }, body: names }));
   route(ctx.http, 'get', '/auth/v1/:provider/authorize', 1, (req) => authorize(ctx, providers, req));
   route(ctx.http, 'get', '/auth/v1/:provider/callback', 1, (req) => callback(ctx, providers, req));
   route(ctx.http, 'post', '/auth/v1/token', 0, (req) => token(ctx, req));
