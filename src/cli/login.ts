@@ -38,7 +38,9 @@ type CallbackResult = { code: string } | { error: string; description: string };
 /** The loopback listener the server's redirect comes back to; answers the tab once the login ended. */
 class Loopback {
   private server: Server;
+  /** The tab that brought the callback, answered when the login has ended. */
   private pending: ServerResponse | null = null;
+  private done = false;
   private settle!: (r: CallbackResult) => void;
   readonly result: Promise<CallbackResult>;
   port = 0;
@@ -78,8 +80,6 @@ class Loopback {
     this.settle(code ? { code } : { error: error!, description: url.searchParams.get('error_description') ?? '' });
   }
 
-  private done = false;
-
   /** Shows the browser tab how the login ended. */
   finish(ok: boolean, title: string, message: string, hint?: string): void {
     this.done = true;
@@ -87,9 +87,19 @@ class Loopback {
     this.pending = null;
   }
 
-  close(): void {
-    this.server.closeAllConnections();
-    this.server.close();
+  /** Stops listening once the last page is delivered (pages say `Connection: close`). */
+  async close(): Promise<void> {
+    if (this.pending) this.finish(false, 'Login failed', 'The login did not complete. Check your terminal.');
+    await new Promise<void>((resolve) => {
+      // A browser may hold a preconnected idle socket, or never read: do not wait on it for long.
+      const force = setTimeout(() => this.server.closeAllConnections(), 1000);
+      force.unref();
+      this.server.close(() => {
+        clearTimeout(force);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
   }
 }
 
@@ -251,7 +261,7 @@ async function login(ctx: ActionContext<LoginOptions>): Promise<void> {
       `Key ${info.name} (${tokenPrefix(created.key)}, expires ${formatTime(info.expires_at)}) saved in context "${contextName ?? '?'}".`,
     );
   } finally {
-    loop.close();
+    await loop.close();
   }
 }
 

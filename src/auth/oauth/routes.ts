@@ -49,7 +49,7 @@ export function installOauth(ctx: ShardContext): void {
     providers = buildProviders(ctx.config);
   } catch (err) {
     ctx.log.error({ err: (err as Error).message }, 'browser login disabled: provider settings are unusable');
-    route(ctx.http, 'get', '/auth/v1/:provider/*', 1, () =>
+    route(ctx.http, 'get', '/auth/v1/*', 0, () =>
       pageReply(503, 'Login is unavailable', 'Browser login is misconfigured on this server.', 'The server log says what to fix.'),
     );
     return;
