@@ -160,6 +160,9 @@ async function checkProvider(server: string, provider: string): Promise<void> {
   if (res.status === 404 || (res.ok && names && names.length === 0)) {
     throw new CliError(EXIT.usage, 'browser login unavailable', `${server} has no login provider configured`, 'ask an administrator for a key, then `burrow context create NAME --server URL --token KEY`');
   }
+  if (res.status === 503 && !names) {
+    throw new CliError(EXIT.error, 'browser login unavailable', `${server} has unusable login provider settings`, 'its administrator will find the reason in the server log');
+  }
   if (res.ok && names && !names.includes(provider)) {
     throw new CliError(EXIT.usage, 'unknown provider', `${server} has no login provider "${provider}"`, `available: ${names.join(', ')} (\`burrow login --provider NAME\`)`);
   }
