@@ -45,6 +45,11 @@ export class TunnelStream implements Upstream {
     readonly down: Downstream,
   ) {}
 
+  /** The head said "no body": the visitor's side is complete without an End frame. */
+  bodyless(): void {
+    this.visitorEnded = true;
+  }
+
   // ---- Upstream: visitor → client ----
   data(bytes: Uint8Array): void {
     if (this.done) return;
@@ -138,6 +143,7 @@ export class TunnelActor {
     if (this.closed) return null;
     const s = new TunnelStream(this, this.carrier, down);
     if (!this.carrier.openStream(s, head)) return null;
+    if (head.kind === 'http' && head.end) s.bodyless();
     this.streams.add(s);
     this.delta.requests++;
     this.touch();

@@ -115,6 +115,8 @@ export interface HttpHead {
   headers: string[];
   /** true when the visitor asked for a WebSocket upgrade */
   upgrade: boolean;
+  /** true when the request has no body: no End frame follows (saves a frame per GET) */
+  end?: boolean;
 }
 export interface TcpHead {
   kind: 'tcp';
@@ -180,9 +182,35 @@ export function encodeFrame(frame: Frame): Buffer {
   return encode(frame);
 }
 
-/** Allocation-light helpers for the hot frames. */
+/**
+ * The msgpack bytes of a Data frame *before* its payload: fixarray(3), type 10, sid as uint,
+ * bin header. The hot path writes this head and the payload as two buffers (writev) instead
+ * of copying the payload into a packed frame; the result is exactly encode([F.Data, sid, b]).
+ */
+export function dataFrameHead(sid: number, payloadBytes: number): Buffer {
+  const sidBytes = sid < 0x80 ? 1 : sid < 0x100 ? 2 : sid < 0x10000 ? 3 : 5;
+  const binBytes = payloadBytes < 0x100 ? 2 : payloadBytes < 0x10000 ? 3 : 5;
+  const h = Buffer.allocUnsafe(2 + sidBytes + binBytes);
+  h[0] = 0x93;
+  h[1] = F.Data;
+  let o = 2;
+  if (sidBytes === 1) h[o++] = sid;
+  else if (sidBytes === 2) (h[o++] = 0xcc), (h[o++] = sid);
+  else if (sidBytes === 3) (h[o] = 0xcd), h.writeUInt16BE(sid, o + 1), (o += 3);
+  else (h[o] = 0xce), h.writeUInt32BE(sid, o + 1), (o += 5);
+  if (binBytes === 2) (h[o] = 0xc4), (h[o + 1] = payloadBytes);
+  else if (binBytes === 3) (h[o] = 0xc5), h.writeUInt16BE(payloadBytes, o + 1);
+  else (h[o] = 0xc6), h.writeUInt32BE(payloadBytes, o + 1);
+  return h;
+}
+
+/** A whole Data frame in one buffer (one copy of the payload). */
 export function dataFrame(sid: number, bytes: Uint8Array): Buffer {
-  return encode([F.Data, sid, bytes]);
+  const head = dataFrameHead(sid, bytes.byteLength);
+  const out = Buffer.allocUnsafe(head.length + bytes.byteLength);
+  head.copy(out, 0);
+  out.set(bytes, head.length);
+  return out;
 }
 
 const isInt = (x: unknown): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0;

@@ -3,7 +3,7 @@ import http from 'node:http';
 import net from 'node:net';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, INITIAL_WINDOW_BYTES, CREDIT_BATCH_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
-  RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
+  RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrameHead,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type ResetCode, type TcpHead,
 } from '../protocol/frames.js';
 import { responseHeaders } from './headers.js';
@@ -161,9 +161,12 @@ class HttpStream extends ClientStream {
     this.req.on('drain', () => this.drained());
     this.req.on('response', (res) => this.onResponse(res));
     this.req.on('upgrade', (res, socket: net.Socket, rest: Buffer) => this.onUpgrade(res, socket, rest));
-    // An upgrade request has no body: send it now. The visitor's End comes only when it
-    // closes the upgraded connection.
-    if (head.upgrade) this.req.end();
+    // A request without a body (head.end) goes out whole now. An upgrade request has no
+    // body either; the visitor's End comes only when it closes the upgraded connection.
+    if (head.end && !head.upgrade) {
+      this.gotEnd = true;
+      this.req.end();
+    } else if (head.upgrade) this.req.end();
   }
 
   private onResponse(res: http.IncomingMessage): void {
@@ -320,7 +323,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     sendData: (sid, bytes) => {
       for (let off = 0; off < bytes.byteLength; off += MAX_DATA_BYTES) {
         const part = bytes.byteLength <= MAX_DATA_BYTES ? bytes : bytes.subarray(off, off + MAX_DATA_BYTES);
-        this.ws?.send(dataFrame(sid, part));
+        // Head and payload as two writes: the payload (a Buffer the local socket handed us,
+        // never reused) is not copied.
+        this.ws?.sendParts(dataFrameHead(sid, part.byteLength), part);
       }
     },
   };

@@ -91,30 +91,49 @@ export class HttpVisitor implements Downstream {
   response(head: ResponseHead): void {
     if (this.gone || this.responded) return;
     this.responded = true;
-    let length: number | null = null;
     const h = head.headers;
-    this.res.cork(() => {
-      this.res.writeStatus(`${head.status} ${STATUS_CODES[head.status] ?? 'Status'}`);
-      for (let i = 0; i < h.length; i += 2) {
-        const lower = h[i]!.toLowerCase();
-        // uWS writes Content-Length (from tryEnd's total) and Date itself.
-        if (lower === 'content-length') {
-          const n = Number(h[i + 1]);
-          if (Number.isSafeInteger(n) && n >= 0) length = n;
-          continue;
-        }
-        if (lower === 'date') continue;
-        this.res.writeHeader(h[i]!, h[i + 1]!);
+    for (let i = 0; i < h.length; i += 2) {
+      if (h[i]!.length === 14 && h[i]!.toLowerCase() === 'content-length') {
+        const n = Number(h[i + 1]);
+        if (Number.isSafeInteger(n) && n >= 0) this.total = n;
       }
-      if (this.method === 'HEAD' || NO_BODY_STATUS(head.status)) {
-        this.res.endWithoutBody(length ?? undefined, false);
-        this.complete();
-      } else if (length === 0) {
-        this.res.end();
-        this.complete();
-      }
-    });
-    this.total = length;
+    }
+    if (this.method === 'HEAD' || NO_BODY_STATUS(head.status) || this.total === 0) {
+      this.head = head;
+      this.res.cork(this.corkedHead);
+      return;
+    }
+    // The head waits for the first body bytes (usually in the same read of the control
+    // socket) so head and body leave in one write; setImmediate sends it alone otherwise
+    // (a long poll or an event stream must get its head at once).
+    this.head = head;
+    setImmediate(this.flushHead);
+  }
+
+  private head: ResponseHead | null = null;
+  private readonly corkedHead = (): void => this.writeHead();
+  private readonly flushHead = (): void => {
+    if (this.head && !this.gone && !this.finished) this.res.cork(this.corkedHead);
+  };
+
+  /** Status line and headers (inside a cork). uWS writes Content-Length and Date itself. */
+  private writeHead(): void {
+    const head = this.head!;
+    this.head = null;
+    const h = head.headers;
+    this.res.writeStatus(`${head.status} ${STATUS_CODES[head.status] ?? 'Status'}`);
+    for (let i = 0; i < h.length; i += 2) {
+      const name = h[i]!;
+      if ((name.length === 14 || name.length === 4) && (name.toLowerCase() === 'content-length' || name.toLowerCase() === 'date')) continue;
+      this.res.writeHeader(name, h[i + 1]!);
+    }
+    if (this.method === 'HEAD' || NO_BODY_STATUS(head.status)) {
+      this.res.endWithoutBody(this.total ?? undefined, false);
+      this.complete();
+    } else if (this.total === 0) {
+      this.res.end();
+      this.complete();
+    }
   }
 
   data(bytes: Uint8Array): void {
@@ -129,6 +148,7 @@ export class HttpVisitor implements Downstream {
   }
 
   private writeChunk(bytes: Uint8Array): void {
+    if (this.head) this.writeHead();
     const n = bytes.byteLength;
     if (this.total === null) {
       // Chunked: uWS buffers what the socket does not take; report it once drained.
@@ -197,7 +217,10 @@ export class HttpVisitor implements Downstream {
     if (this.gone || this.finished) return;
     if (!this.responded) return this.problem('bad-gateway', 'the local service sent no response');
     if (this.total === null) {
-      this.res.cork(() => this.res.end());
+      this.res.cork(() => {
+        if (this.head) this.writeHead();
+        this.res.end();
+      });
       this.complete();
     } else if (this.queue.length === 0) {
       // The client said "end" before the declared length: the visitor cannot be told
@@ -210,7 +233,8 @@ export class HttpVisitor implements Downstream {
 
   reset(code: ResetCode): void {
     if (this.gone || this.finished) return;
-    if (!this.responded) {
+    if (!this.responded || this.head) {
+      this.head = null;
       const [problem, detail] = RESET_STATUS[code];
       this.problem(problem, detail);
       return;
@@ -261,7 +285,7 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
   const visitor = new HttpVisitor(res, method.toUpperCase());
   res.onAborted(() => visitor.aborted());
-  const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade };
+  const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade, end: !hasBody };
   const up = open(tunnelId, head, visitor);
   if (!up) {
     visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`);
@@ -269,5 +293,4 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   }
   visitor.up = up;
   if (hasBody) res.onData((chunk, isLast) => visitor.bodyChunk(chunk, isLast));
-  else up.end();
 }

@@ -140,6 +140,7 @@ export class Mesh {
         return;
       }
       inc.up = up;
+      if (msg.head.kind === 'http' && msg.head.end) inc.visitorEnded = true;
       peer.incoming.set(msg.xid, inc);
       return;
     }

@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import {
-  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, FrameError, dataFrame, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, type Frame,
+  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, type Frame,
 } from '../../src/protocol/frames.js';
 import { encode } from '../../src/protocol/codec.js';
 import { randomBytes } from 'node:crypto';
@@ -81,6 +81,19 @@ test('a body split at arbitrary points reassembles byte-exact', () => {
       assert.ok(out.equals(Buffer.from(body)));
     }),
     { numRuns: 500 },
+  );
+});
+
+test('the hand-written Data frame head is exactly msgpack', () => {
+  const sizes = fc.oneof(fc.nat(300), fc.integer({ min: 0, max: 70_000 }), fc.integer({ min: 65_530, max: MAX_DATA_BYTES }));
+  fc.assert(
+    fc.property(sid, sizes, (s, n) => {
+      const payload = Buffer.alloc(n, 3);
+      const mine = Buffer.concat([dataFrameHead(s, n), payload]);
+      assert.ok(mine.equals(encode([F.Data, s, payload])), `sid ${s} size ${n}`);
+      assert.ok(dataFrame(s, payload).equals(mine));
+    }),
+    { numRuns: 300 },
   );
 });
 
