@@ -2,7 +2,7 @@
 // (and why the others did not), and a helper that runs one measurement per target while
 // turning a target's failure into a note instead of ending the run.
 import type { Tool } from './tools.js';
-import { cpuWindow, waitForCalm, CALM_BACKGROUND_PCT, type CpuShare } from './cpu.js';
+import { cpuWindow, waitForCalm, type CpuShare } from './cpu.js';
 import type { Measurement, ScenarioResult, TargetInfo } from './report.js';
 import { TARGET_NAMES, Unavailable, type Target, type TargetName } from '../targets/target.js';
 import { directTarget } from '../targets/direct.js';
@@ -121,12 +121,8 @@ export async function measureEach<R>(
     chosen[name] = median.r;
     cpu[name] = median.cpu;
     all[name] = list.map((x) => x.r);
-    const note = [
-      noteOf?.(median.r),
-      median.cpu.backgroundPct >= CALM_BACKGROUND_PCT ? `other processes used ${median.cpu.backgroundPct.toFixed(0)}% of the CPU meanwhile` : undefined,
-    ]
-      .filter(Boolean)
-      .join('; ');
+    // Background CPU is shown as a mark on the figures (report.ts), not as a note.
+    const note = noteOf?.(median.r);
     if (note) notes[name] = note;
   }
   return metrics.map((m, i) => ({

@@ -3,6 +3,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Environment } from './env.js';
+import { CALM_BACKGROUND_PCT } from './cpu.js';
 import { TARGET_NAMES, type TargetName } from '../targets/target.js';
 
 export interface Measurement {
@@ -51,22 +52,46 @@ function ratio(a: number | undefined, b: number | undefined): string {
   return `${(a / b).toFixed(2)}×`;
 }
 
+/** Mark on a figure measured while other processes used ≥ CALM_BACKGROUND_PCT of the CPU. */
+export const BUSY_MARK = '†';
+
 export function table(r: ScenarioResult): string {
   const head = ['case', 'metric', ...TARGET_NAMES.map((t) => TARGET_LABEL[t]), 'burrow/direct', 'burrow/ssh', 'ssh/direct'];
-  const rows = r.measurements.map((m) => [
-    m.case,
-    `${m.metric} ${m.higherIsBetter ? '↑' : '↓'}`,
-    ...TARGET_NAMES.map((t) => fmt(m.values[t], m.metric)),
-    ratio(m.values.burrow, m.values.direct),
-    ratio(m.values.burrow, m.values.ssh),
-    ratio(m.values.ssh, m.values.direct),
-  ]);
+  // CPU shares are recorded once per case (on its first metric).
+  const cpuByCase = new Map(r.measurements.filter((m) => m.cpu).map((m) => [m.case, m.cpu!]));
+  const busy = (c: string, t: TargetName) => (cpuByCase.get(c)?.[t]?.backgroundPct ?? 0) >= CALM_BACKGROUND_PCT;
+  const rows: string[][] = [];
+  r.measurements.forEach((m, i) => {
+    rows.push([
+      m.case,
+      `${m.metric} ${m.higherIsBetter ? '↑' : '↓'}`,
+      ...TARGET_NAMES.map((t) => `${fmt(m.values[t], m.metric)}${m.values[t] !== undefined && busy(m.case, t) ? BUSY_MARK : ''}`),
+      ratio(m.values.burrow, m.values.direct),
+      ratio(m.values.burrow, m.values.ssh),
+      ratio(m.values.ssh, m.values.direct),
+    ]);
+    // After a case's last metric: how much CPU other processes took during each run.
+    const cpu = cpuByCase.get(m.case);
+    if (cpu && r.measurements[i + 1]?.case !== m.case) {
+      rows.push([m.case, "others' CPU %", ...TARGET_NAMES.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', '', '']);
+    }
+  });
   const lines = [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`);
   return lines.join('\n');
 }
 
 function notes(r: ScenarioResult): string[] {
   const out: string[] = [];
+  const shares = r.measurements.flatMap((m) => Object.values(m.cpu ?? {}).map((c) => c.backgroundPct));
+  const busyRuns = shares.filter((p) => p >= CALM_BACKGROUND_PCT);
+  if (busyRuns.length > 0) {
+    out.push(
+      `- ${BUSY_MARK} ${busyRuns.length} of ${shares.length} runs shared the CPU with processes the harness did not start ` +
+        `(≥ ${CALM_BACKGROUND_PCT}% of all cores during the run; up to ${Math.max(...busyRuns).toFixed(0)}%): ` +
+        `those figures are pessimistic (lower throughput, higher latency than on a quiet machine), and a ratio between ` +
+        `runs with very different shares ("others' CPU %" rows) says more about the neighbours than about the tunnels.`,
+    );
+  }
   for (const t of TARGET_NAMES) {
     const info = r.targets[t];
     if (info?.unavailable) out.push(`- **${TARGET_LABEL[t]}: not available** — ${info.unavailable}`);
