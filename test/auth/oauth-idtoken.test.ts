@@ -7,7 +7,8 @@ import { startForwarder, type Forwarder } from '../browser/fixtures/forwarder.js
 import { startTokenTamper, type TokenTamper } from '../browser/fixtures/token-tamper.js';
 import { loginToCli, newPkce, redeem } from '../browser/fixtures/flow.js';
 
-// The generic provider without a userinfo endpoint: everything comes from the ID token, which
+// The generic provider as a public client (no secret: PKCE alone) without a userinfo endpoint:
+// everything comes from the ID token, which
 // must be present (a nonce was sent) and pass openid-client's claim checks. The token endpoint
 // is reached through a proxy that can alter the ID token on its way back. Also covers the
 // --oauth-*-field mapping.
@@ -20,14 +21,13 @@ const CLI_PORT = 40001;
 
 test.before(async () => {
   fwd = await startForwarder();
-  idp = await startIdp({ redirectUri: `${fwd.url}/auth/v1/sso/callback`, conformIdTokenClaims: false });
+  idp = await startIdp({ redirectUri: `${fwd.url}/auth/v1/sso/callback`, conformIdTokenClaims: false, publicClient: true });
   tamper = await startTokenTamper(idp.tokenUrl);
   t = await startServer({
     args: [
       '--base-url', fwd.url,
       '--oauth-provider-name', 'sso',
       '--oauth-client-id', idp.clientId,
-      '--oauth-client-secret', idp.clientSecret,
       '--oauth-authorize-url', idp.authorizeUrl,
       '--oauth-token-url', tamper.url,
       '--oauth-name-field', 'preferred_username',

@@ -52,6 +52,7 @@ export class GithubProvider implements LoginProvider {
       { '--github-url': cfg.webUrl, '--github-api-url': cfg.apiUrl },
       cfg.clientId,
       cfg.clientSecret,
+      'post', // as GitHub documents it
     );
     // GitHub answers token errors with 200 and {"error": ...}; as a 400 openid-client reports
     // them as the OAuth errors they are (bad_verification_code, ...) instead of a shape error.

@@ -55,6 +55,8 @@ export class OidcProvider implements LoginProvider {
       this.endpoints,
       this.cfg.clientId,
       this.cfg.clientSecret,
+      // client_secret_basic: the OpenID Connect default, the one every provider accepts.
+      'basic',
     );
   }
 

@@ -78,10 +78,13 @@ export function clientConfiguration(
   endpoints: Record<string, string>,
   clientId: string,
   clientSecret: string,
+  /** How the secret is sent to the token endpoint; no secret: a public client (PKCE only). */
+  secretIn: 'basic' | 'post',
 ): client.Configuration {
   let insecure = false;
   for (const [what, url] of Object.entries(endpoints)) insecure ||= checkEndpoint(url, what).protocol === 'http:';
-  const config = new client.Configuration(server, clientId, clientSecret ? clientSecret : undefined);
+  const auth = !clientSecret ? client.None() : secretIn === 'basic' ? client.ClientSecretBasic(clientSecret) : client.ClientSecretPost(clientSecret);
+  const config = new client.Configuration(server, clientId, clientSecret || undefined, auth);
   if (insecure) client.allowInsecureRequests(config);
   config.timeout = PROVIDER_TIMEOUT_SECS;
   return config;
