@@ -5,6 +5,7 @@ import * as users from '../db/users.js';
 import { invalidateKeys } from '../auth/api-keys.js';
 import { ApiError } from '../errors.js';
 import type { Sql } from '../db/sql.js';
+import type { Role } from '../auth/scopes.js';
 
 const DEFAULT_LIMIT = 50;
 const CLOSE_TIMEOUT_MS = 10_000;
@@ -20,17 +21,16 @@ async function existing(sql: Sql, id: string) {
 }
 
 /** The change must leave at least one active admin, or nobody could ever manage users again. */
-async function keepAnAdmin(sql: Sql, target: { role: string; deactivated_at: string | null }): Promise<void> {
-  if (target.role === 'admin' && target.deactivated_at === null && (await users.countActiveAdmins(sql)) <= 1) {
-    throw new ApiError('conflict', 'this is the last active admin; promote another user to admin first');
-  }
+async function changeKeepingAnAdmin(sql: Sql, id: string, change: { role: Role } | { deactivate: true }) {
+  const u = await users.changeUserKeepingAnAdmin(sql, id, change);
+  if (u === null) throw new ApiError('not-found', `no user ${id}`);
+  if (u === 'last-admin') throw new ApiError('conflict', 'this is the last active admin; promote another user to admin first');
+  return u;
 }
 
 async function deactivate({ shard, principal, params }: ApiCall) {
   if (params.id === principal.userId) throw new ApiError('conflict', 'you cannot deactivate yourself; ask another admin');
-  const target = await existing(shard.sql, params.id!);
-  await keepAnAdmin(shard.sql, target);
-  const u = (await users.setUserDeactivated(shard.sql, params.id!, true))!;
+  const u = await changeKeepingAnAdmin(shard.sql, params.id!, { deactivate: true });
   // Keys stop working at once on every shard, and the user's live tunnels close.
   await invalidateKeys(shard, [], [u.id]);
   await shard.main.ask({ type: 'tunnels-close-owner', userId: u.id, teamId: null, reason: 'the user was deactivated' }, CLOSE_TIMEOUT_MS);
@@ -45,8 +45,7 @@ async function reactivate({ shard, params }: ApiCall) {
 async function setRole({ shard, params, body }: ApiCall<Static<typeof RoleBody>>) {
   const target = await existing(shard.sql, params.id!);
   if (target.role === body.role) return target;
-  if (body.role !== 'admin') await keepAnAdmin(shard.sql, target);
-  const u = (await users.setUserRole(shard.sql, params.id!, body.role))!;
+  const u = await changeKeepingAnAdmin(shard.sql, params.id!, { role: body.role });
   await invalidateKeys(shard, [], [u.id]);
   return u;
 }

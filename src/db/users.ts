@@ -51,10 +51,28 @@ export async function setUserDeactivated(sql: Sql, id: string, deactivated: bool
   return r ? toUser(r) : null;
 }
 
-/** Admins who can still act: role admin and not deactivated. */
-export async function countActiveAdmins(sql: Sql): Promise<number> {
-  const [r] = await sql<{ n: number }[]>`select count(*)::int as n from users where role = 'admin' and deactivated_at is null`;
-  return r!.n;
+/**
+ * Sets a role or deactivates, refusing to leave no active admin (role admin, not deactivated).
+ * Locks the active admins' rows first so two concurrent demotions (A demotes B while B demotes
+ * A) cannot both see the other as still admin: the second waits, re-reads, and is refused.
+ */
+export async function changeUserKeepingAnAdmin(
+  sql: Sql,
+  id: string,
+  change: { role: Role } | { deactivate: true },
+): Promise<User | 'last-admin' | null> {
+  return sql.begin(async (tx) => {
+    const admins = await tx<{ id: string }[]>`select id from users where role = 'admin' and deactivated_at is null order by id for update`;
+    const [target] = await tx<UserRow[]>`select * from users where id = ${id} for update`;
+    if (!target) return null;
+    const losesAdmin = target.role === 'admin' && target.deactivated_at === null && ('deactivate' in change || change.role !== 'admin');
+    if (losesAdmin && admins.length <= 1) return 'last-admin' as const;
+    const [r] =
+      'deactivate' in change
+        ? await tx<UserRow[]>`update users set deactivated_at = coalesce(deactivated_at, now()), updated_at = now() where id = ${id} returning *`
+        : await tx<UserRow[]>`update users set role = ${change.role}, updated_at = now() where id = ${id} returning *`;
+    return toUser(r!);
+  }) as Promise<User | 'last-admin' | null>;
 }
 
 /** Creates the user once (by email) or returns the existing one; used by --seed-api-key. */
