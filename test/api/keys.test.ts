@@ -282,4 +282,22 @@ test('an expiring key works until expires_at, then is refused on every shard eve
   assert.is(listed.revoked_at, null);
 });
 
+test('keys created while other requests run: every request answers, none fails with 500', async () => {
+  // Create_key writes in a transaction; requests of other connections that arrive meanwhile
+  // must simply wait for it (the embedded database once interleaved them and lost their
+  // statements: 500 "portal does not exist").
+  const m = await member();
+  const ROUNDS = 2;
+  const PER_ROUND = 10;
+  for (let round = 0; round < ROUNDS; round++) {
+    const results = await Promise.all([
+      ...Array.from({ length: PER_ROUND }, (_, i) => api(t, 'POST', '/keys', { key: m.key, body: { name: `burst-${round}-${i}` } })),
+      ...Array.from({ length: PER_ROUND }, () => api(t, 'GET', '/keys', { key: m.key })),
+    ]);
+    const statuses = results.map((r) => r.status);
+    assert.equal(statuses, [...Array<number>(PER_ROUND).fill(201), ...Array<number>(PER_ROUND).fill(200)], `round ${round}: ${statuses.join(' ')}`);
+  }
+  assert.is((await api(t, 'GET', '/keys', { key: m.key })).body.length, 1 + ROUNDS * PER_ROUND);
+});
+
 test.run();

@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { api, createKeyFor, createUser } from '../helpers/fixtures.js';
+import { api, createKeyFor, createUser, type ApiResponse } from '../helpers/fixtures.js';
 
 // Teams and members: shapes and every rule of decisions.md "Auth rules → Teams", through the
 // API only (the caller's own team is made with Create_team, as a user would).
@@ -322,6 +322,21 @@ test('Delete_team: an admin who is not a member may delete any team', async () =
   assert.is(res.text, '{}');
   const [{ count }] = await t.sql<{ count: number }[]>`select count(*)::int as count from teams where id = ${team.id}`;
   assert.is(count, 0);
+});
+
+test('teams created while others list theirs: every request answers promptly, none fails', async () => {
+  // Create_team writes the team and its owner in one transaction; requests on other database
+  // connections meanwhile must wait for it, not fail or stall. (On the embedded database this
+  // once left most of them hanging and some failing with 500 "portal does not exist".)
+  const ann = await user();
+  const PER_KIND = 15;
+  const outcome = (p: Promise<ApiResponse>) => p.then((r) => r.status, (e: Error) => e.message);
+  const results = await Promise.all([
+    ...Array.from({ length: PER_KIND }, (_, i) => outcome(api(t, 'POST', '/teams', { key: ann.key, body: { name: teamName(`burst${i}`) } }))),
+    ...Array.from({ length: PER_KIND }, () => outcome(api(t, 'GET', '/teams', { key: ann.key }))),
+  ]);
+  assert.is(results.join(' '), [...Array<number>(PER_KIND).fill(201), ...Array<number>(PER_KIND).fill(200)].join(' '));
+  assert.is((await api(t, 'GET', '/teams', { key: ann.key })).body.length, PER_KIND);
 });
 
 test.run();

@@ -210,4 +210,30 @@ test('the last active admin cannot be demoted (409); the seed admin counts, a de
   assert.equal(await overFreshConnections(t.adminKey, '/users?limit=1'), every(200));
 });
 
+// The check and the change must be one step: on PostgreSQL both requests used to pass the
+// check (each still saw the other as admin) and left no admin at all. The embedded database
+// runs one statement at a time, so the race only exists (and is only tested) on PostgreSQL.
+if (process.env.TEST_DATABASE_URL) test('two admins demoting each other at the same moment: one wins, one admin is always left', async () => {
+  const ROUNDS = 6;
+  for (let round = 0; round < ROUNDS; round++) {
+    await t.sql`update users set role = 'member' where role = 'admin' and id <> ${seedId}`;
+    const a = await user('admin');
+    const b = await user('admin');
+    // The seed admin steps aside for the round (through the API, so its cached role follows).
+    assert.is((await api(t, 'PUT', `/users/${seedId}/role`, { key: a.key, body: { role: 'member' } })).status, 200);
+    const [ab, ba] = await Promise.all([
+      api(t, 'PUT', `/users/${b.id}/role`, { key: a.key, body: { role: 'member' } }),
+      api(t, 'PUT', `/users/${a.id}/role`, { key: b.key, body: { role: 'member' } }),
+    ]);
+    const statuses = [ab.status, ba.status].sort();
+    // The loser is refused either as the last admin (409) or, if the winner's change reached
+    // its shard first, as a member no longer allowed here (403).
+    assert.ok(statuses[0] === 200 && (statuses[1] === 403 || statuses[1] === 409), `round ${round}: ${statuses.join(', ')} ${ab.text} ${ba.text}`);
+    const [{ count }] = await t.sql<{ count: number }[]>`select count(*)::int as count from users where role = 'admin' and deactivated_at is null`;
+    assert.is(count, 1, `round ${round}: active admins left`);
+    const winner = ab.status === 200 ? a : b;
+    assert.is((await api(t, 'PUT', `/users/${seedId}/role`, { key: winner.key, body: { role: 'admin' } })).status, 200);
+  }
+});
+
 test.run();
