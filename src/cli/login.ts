@@ -138,6 +138,12 @@ function openBrowser(url: string): Promise<boolean> {
   });
 }
 
+/** Text from a URL or a server, safe to print on a terminal (no escape sequences), bounded. */
+function printable(text: string, max = 500): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, ' ').slice(0, max);
+}
+
 function timeout(ms: number): { promise: Promise<'timeout'>; cancel(): void } {
   let timer: NodeJS.Timeout;
   const promise = new Promise<'timeout'>((resolve) => (timer = setTimeout(() => resolve('timeout'), ms)));
@@ -193,7 +199,7 @@ async function redeem(server: string, code: string, verifier: string): Promise<C
   throw new CliError(
     exitCodeForStatus(res.status) === EXIT.usage ? EXIT.auth : exitCodeForStatus(res.status),
     'login failed',
-    typeof detail === 'string' ? detail : `the server answered ${res.status} to the key request`,
+    typeof detail === 'string' ? printable(detail) : `the server answered ${res.status} to the key request`,
     'run `burrow login` again',
     res.status,
   );
@@ -241,8 +247,10 @@ async function login(ctx: ActionContext<LoginOptions>): Promise<void> {
       throw new CliError(EXIT.error, 'login timed out', `no login came back within ${LOGIN_TIMEOUT_MS / 60_000} minutes`, 'run `burrow login` again (with --no-browser, open the printed address yourself)');
     }
     if ('error' in result) {
-      loop.finish(false, 'Login failed', result.description || `The login was refused (${result.error}).`, 'Run `burrow login` again.');
-      throw new CliError(EXIT.auth, 'login refused', result.description || result.error, 'run `burrow login` again, or ask your burrow administrator');
+      // It came through a URL: shown escaped in the page, and without control characters here.
+      const why = printable(result.description || `the login was refused (${result.error})`);
+      loop.finish(false, 'Login failed', why, 'Run `burrow login` again.');
+      throw new CliError(EXIT.auth, 'login refused', why, 'run `burrow login` again, or ask your burrow administrator');
     }
 
     let created: CreatedKey;

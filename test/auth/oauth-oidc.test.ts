@@ -210,12 +210,13 @@ test('provider refusal goes back to the CLI as an error', async () => {
   const state = hop.location!.searchParams.get('state')!;
   const cb = new URL(`${fwd.url}/auth/v1/idp/callback`);
   cb.searchParams.set('error', 'access_denied');
-  cb.searchParams.set('error_description', 'user said no <b>');
+  cb.searchParams.set('error_description', 'user said no <b>\u001b[2J\u001b]0;pwned\u0007');
   cb.searchParams.set('state', state);
   const r = cliRedirect(await followCallback(cb), CLI_PORT);
   assert.is(r.code, null);
   assert.is(r.error, 'access_denied');
   assert.match(r.description!, /user said no/);
+  assert.not.match(r.description!, /[\u0000-\u001f]/, 'no terminal escapes reach the CLI');
 });
 
 test('a forged code at the callback is refused by the provider and reported to the CLI', async () => {

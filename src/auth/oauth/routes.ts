@@ -57,9 +57,25 @@ export function installOauth(ctx: ShardContext): void {
   // Lets `burrow login` say "no such provider" at once instead of leaving the user at a 404 page.
   const names = JSON.stringify({ providers: [...providers.keys()] });
   route(ctx.http, 'get', '/auth/v1/providers', 0, () => ({ status: 200, headers: { 'content-type': 'application/json' }, body: names }));
-  route(ctx.http, 'get', '/auth/v1/:provider/authorize', 1, (req) => authorize(ctx, providers, req));
-  route(ctx.http, 'get', '/auth/v1/:provider/callback', 1, (req) => callback(ctx, providers, req));
+  route(ctx.http, 'get', '/auth/v1/:provider/authorize', 1, (req) => asPage(ctx, () => authorize(ctx, providers, req)));
+  route(ctx.http, 'get', '/auth/v1/:provider/callback', 1, (req) => asPage(ctx, () => callback(ctx, providers, req)));
   route(ctx.http, 'post', '/auth/v1/token', 0, (req) => token(ctx, req));
+}
+
+/** Browser-facing routes answer an HTML page on any failure (database down, ...), never JSON or a trace. */
+async function asPage(ctx: ShardContext, handle: () => Promise<Reply>): Promise<Reply> {
+  try {
+    return await handle();
+  } catch (err) {
+    ctx.log.error({ err }, 'browser login: request failed');
+    return pageReply(500, 'Login failed', 'The server could not complete this step of the login; its log says why.', RETRY_HINT);
+  }
+}
+
+/** Provider-supplied text shown to people: no control characters (terminal escapes), bounded. */
+function plain(text: string, max = 200): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, ' ').slice(0, max);
 }
 
 function unknownProvider(name: string, providers: Map<string, LoginProvider>): Reply {
@@ -117,7 +133,7 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
   const providerError = req.query.get('error');
   if (providerError !== null) {
     const code = /^[a-z_]{1,64}$/.test(providerError) ? providerError : 'access_denied';
-    const said = (req.query.get('error_description') ?? '').slice(0, 200);
+    const said = plain(req.query.get('error_description') ?? '');
     ctx.log.info({ provider: provider.name, error: code }, 'login refused by the provider');
     return toCliError(cli, code, `The login provider refused the login (${code}${said ? `: ${said}` : ''}).`);
   }
@@ -139,14 +155,20 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
     return toCliError(cli, 'access_denied', 'The login provider did not give an email address, which burrow needs. Check the scopes the server asks for.');
   }
 
-  const user = await userForIdentity(ctx.sql, provider.name, { ...who, email: who.email }, ctx.config.initialAdminEmail);
-  if (user.roleChanged) await invalidateKeys(ctx, [], [user.id]);
-  ctx.log.info({ provider: provider.name, userId: user.id, how: user.how, role: user.role }, 'browser login: provider identity accepted');
-  if (user.deactivated) {
-    return toCliError(cli, 'access_denied', `The burrow account ${user.email} is deactivated. Ask a burrow administrator to reactivate it.`);
+  // The state is spent: from here on every outcome goes back to the CLI, which is waiting.
+  try {
+    const user = await userForIdentity(ctx.sql, provider.name, { ...who, email: who.email }, ctx.config.initialAdminEmail);
+    if (user.roleChanged) await invalidateKeys(ctx, [], [user.id]);
+    ctx.log.info({ provider: provider.name, userId: user.id, how: user.how, role: user.role }, 'browser login: provider identity accepted');
+    if (user.deactivated) {
+      return toCliError(cli, 'access_denied', `The burrow account ${plain(user.email, 320)} is deactivated. Ask a burrow administrator to reactivate it.`);
+    }
+    const code = await createLoginCode(ctx.sql, user.id, provider.name, pending.cliChallenge);
+    return redirectReply(`http://127.0.0.1:${cli}/callback?code=${encodeURIComponent(code)}`);
+  } catch (err) {
+    ctx.log.error({ err, provider: provider.name }, 'browser login: could not record the login');
+    return toCliError(cli, 'server_error', 'The server could not complete the login; its log says why.');
   }
-  const code = await createLoginCode(ctx.sql, user.id, provider.name, pending.cliChallenge);
-  return redirectReply(`http://127.0.0.1:${cli}/callback?code=${encodeURIComponent(code)}`);
 }
 
 /** What may be logged of a provider error: codes and messages, never bodies, tokens or claims. */
