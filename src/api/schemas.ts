@@ -99,7 +99,9 @@ export const ProblemSchema = Type.Object(
 );
 
 // Request bodies: unknown fields are refused (a typo must not be silently ignored).
-const Name = Type.String({ minLength: 1, maxLength: 100, pattern: '\\S' });
+// One line with something visible: a control character (NUL above all, which PostgreSQL text
+// refuses) has no place in a label shown in tables.
+const Name = Type.String({ minLength: 1, maxLength: 100, pattern: '^(?=.*\\S)[^\\u0000-\\u001F\\u007F]+$' });
 
 export const CreateKeyBody = Type.Object(
   {

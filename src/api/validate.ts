@@ -17,6 +17,7 @@ function messageOf(e: ValueError): string {
   if (s.format === 'date-time') return 'must be an ISO 8601 date-time such as 2030-01-31T12:00:00Z';
   if (s.type === 'integer' && s.minimum !== undefined && s.maximum !== undefined) return `must be an integer in ${s.minimum}..${s.maximum}`;
   if (e.message.startsWith('Unexpected property')) return 'is not a known field';
+  if ((e.schema as { pattern?: string }).pattern !== undefined) return 'must be one line with a visible character and no control characters';
   return e.message.charAt(0).toLowerCase() + e.message.slice(1);
 }
 
