@@ -124,7 +124,13 @@ export const UsersQuery = Type.Object({ limit: Type.Optional(Limit) }, { additio
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const DATE_TIME_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
 FormatRegistry.Set('uuid', (v) => UUID_RE.test(v));
-FormatRegistry.Set('date-time', (v) => DATE_TIME_RE.test(v) && !Number.isNaN(Date.parse(v)));
+FormatRegistry.Set('date-time', (v) => DATE_TIME_RE.test(v) && isCalendarDate(v) && !Number.isNaN(Date.parse(v)));
+
+/** Date.parse rolls 2030-02-30 over to March 2: a day the month does not have is refused instead. */
+function isCalendarDate(v: string): boolean {
+  const [y, m, d] = v.slice(0, 10).split('-').map(Number) as [number, number, number];
+  return m >= 1 && m <= 12 && d >= 1 && d <= new Date(Date.UTC(y, m, 0)).getUTCDate();
+}
 
 export function isUuid(v: string): boolean {
   return UUID_RE.test(v);
