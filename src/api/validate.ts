@@ -22,7 +22,12 @@ function messageOf(e: ValueError): string {
 }
 
 function show(v: unknown): string {
-  const s = JSON.stringify(v);
+  let s: string | undefined;
+  try {
+    s = JSON.stringify(v);
+  } catch {
+    return 'a value nested too deeply to show'; // 64 KiB of [[[[…: the stack ends before the JSON
+  }
   return s === undefined ? 'nothing' : s.length > 60 ? s.slice(0, 57) + '...' : s;
 }
 
