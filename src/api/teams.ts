@@ -29,7 +29,8 @@ async function list({ shard, principal }: ApiCall) {
 }
 
 async function create({ shard, principal, body }: ApiCall<Static<typeof CreateTeamBody>>) {
-  const ownerId = body.owner_id ?? principal.userId;
+  // Lower-case as path uuids are: an owner_id that is your own id in capitals is still you.
+  const ownerId = (body.owner_id ?? principal.userId).toLowerCase();
   if (ownerId !== principal.userId) {
     if (principal.role !== 'admin') throw new ApiError('forbidden', 'creating a team for another owner needs the admin role');
     if (!(await getUser(shard.sql, ownerId))) throw new ApiError('not-found', `no user ${ownerId} to own the team`);
