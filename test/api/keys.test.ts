@@ -105,6 +105,9 @@ test('Create_key: expires_at is kept as the same instant, answered in UTC with Z
   const res = await api(t, 'POST', '/keys', { key: t.adminKey, body: { name: uniqueName('exp'), expires_at: '2099-06-01T14:30:00+02:00' } });
   assert.is(res.status, 201, res.text);
   assert.is(res.body.info.expires_at, '2099-06-01T12:30:00.000Z');
+  const leap = await api(t, 'POST', '/keys', { key: t.adminKey, body: { name: uniqueName('leap'), expires_at: '2096-02-29T00:00:00Z' } });
+  assert.is(leap.status, 201, leap.text);
+  assert.is(leap.body.info.expires_at, '2096-02-29T00:00:00.000Z');
   const nullExpiry = await api(t, 'POST', '/keys', { key: t.adminKey, body: { name: uniqueName('noexp'), expires_at: null, scopes: null } });
   assert.is(nullExpiry.status, 201, nullExpiry.text);
   assert.is(nullExpiry.body.info.expires_at, null);
@@ -146,6 +149,10 @@ test('Create_key: empty scopes, an unknown scope, a past expiry and a non-date e
     [{ name: uniqueName('x'), scopes: ['tunnels', 'everything'] }, /scopes/],
     [{ name: uniqueName('x'), expires_at: new Date(Date.now() - 60_000).toISOString() }, /expires_at|past/],
     [{ name: uniqueName('x'), expires_at: 'tomorrow' }, /expires_at/],
+    [{ name: uniqueName('x'), expires_at: '2099-02-30T00:00:00Z' }, /expires_at/],
+    [{ name: uniqueName('x'), expires_at: '2099-13-01T00:00:00Z' }, /expires_at/],
+    [{ name: uniqueName('x'), expires_at: '2099-01-01T24:30:00Z' }, /expires_at/],
+    [{ name: uniqueName('x'), expires_at: '2099-01-01' }, /expires_at/],
     [{ name: '' }, /name/],
     [{ scopes: ['tunnels'] }, /name/],
   ];

@@ -111,6 +111,9 @@ test('Create_team: owner_id = yourself is fine; owner_id = someone else needs ad
   const own = await api(t, 'POST', '/teams', { key: ann.key, body: { name: teamName('self'), owner_id: ann.id } });
   assert.is(own.status, 201, own.text);
   assert.equal(await roles(own.body.id), { [ann.id]: 'owner' });
+  const shouting = await api(t, 'POST', '/teams', { key: ann.key, body: { name: teamName('upper'), owner_id: ann.id.toUpperCase() } });
+  assert.is(shouting.status, 201, `your own id in capitals is still you: ${shouting.text}`);
+  assert.equal(await roles(shouting.body.id), { [ann.id]: 'owner' });
   const nullOwner = await api(t, 'POST', '/teams', { key: ann.key, body: { name: teamName('nullowner'), owner_id: null } });
   assert.is(nullOwner.status, 201, nullOwner.text);
   assert.equal(await roles(nullOwner.body.id), { [ann.id]: 'owner' });

@@ -111,13 +111,33 @@ test('wrong types are 400 naming the field, in detail and in errors[]', async ()
   }
 });
 
+test('names must be one line with a visible character: control characters are 400, not 500', async () => {
+  for (const name of ['a\u0000b', 'two\nlines', 'tab\there', '\u007f', '   ', 'x'.repeat(101)]) {
+    assertProblem(await api(t, 'POST', '/keys', { key: memberKey, body: { name } }), 400, 'bad-request', /name/);
+    assertProblem(await api(t, 'POST', '/teams', { key: memberKey, body: { name } }), 400, 'bad-request', /name/);
+  }
+  for (const name of ['Ünïcødé 🚀 laptop', 'x'.repeat(100)]) {
+    const res = await api(t, 'POST', '/keys', { key: memberKey, body: { name } });
+    assert.is(res.status, 201, res.text);
+    assert.is(res.body.info.name, name);
+  }
+});
+
+test('a body nested thousands deep is 400, not 500', async () => {
+  for (const body of ['['.repeat(20_000) + ']'.repeat(20_000), `{"name":${'['.repeat(20_000)}${']'.repeat(20_000)}}`]) {
+    const res = await api(t, 'POST', '/keys', { key: memberKey, rawBody: body, headers: { 'content-type': 'application/json' } });
+    assertProblem(res, 400, 'bad-request');
+  }
+});
+
 test('an unknown field is 400 naming it (a typo is never ignored)', async () => {
+  const before = (await api(t, 'GET', '/keys', { key: memberKey })).body.length;
   const res = await api(t, 'POST', '/keys', { key: memberKey, body: { name: 'typo', scope: ['tunnels'] } });
   assertProblem(res, 400, 'bad-request', /scope/);
   assert.ok(res.body.errors.some((e: { field: string }) => e.field === 'scope'));
   const team = await api(t, 'POST', '/teams', { key: memberKey, body: { name: 'x', owner: memberId } });
   assertProblem(team, 400, 'bad-request', /owner/);
-  assert.is((await api(t, 'GET', '/keys', { key: memberKey })).body.length, 1, 'no key was created');
+  assert.is((await api(t, 'GET', '/keys', { key: memberKey })).body.length, before, 'no key was created');
 });
 
 test('a bad uuid in a path is 400 naming the parameter; an upper-case uuid is accepted', async () => {
