@@ -28,4 +28,11 @@ export function installHealth(shard: ShardContext): void {
   });
   const doc = JSON.stringify(openApiDocument(shard.config.baseUrl + API_PREFIX.replace('/api/v1', '')));
   route(shard.http, 'get', `${API_PREFIX}/openapi.json`, 0, () => ({ status: 200, headers: { 'content-type': 'application/json' }, body: doc }));
+  // Like every API path: another method is 405 with Allow, not "no such endpoint".
+  for (const path of ['/healthz', '/readyz', `${API_PREFIX}/openapi.json`]) {
+    route(shard.http, 'any', path, 0, () => {
+      const r = problemReply('method-not-allowed', 'this path accepts GET');
+      return { ...r, headers: { ...r.headers, allow: 'GET' } };
+    });
+  }
 }
