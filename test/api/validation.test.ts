@@ -251,6 +251,9 @@ test('a wrong method on a known path is 405 with Allow listing the methods it ta
     ['PUT', `/api/v1/teams/${teamId}/members`, ['GET', 'POST']],
     ['GET', `/api/v1/users/${memberId}/deactivate`, ['POST']],
     ['POST', '/api/v1/tunnels/abc', ['DELETE', 'GET']],
+    ['POST', '/api/v1/openapi.json', ['GET']],
+    ['DELETE', '/healthz', ['GET']],
+    ['PUT', '/readyz', ['GET']],
   ];
   for (const [method, path, allow] of cases) {
     const res = await api(t, method, path, { key: memberKey });
