@@ -17,8 +17,8 @@ export interface EmbeddedDb {
 const START_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 10_000;
 
-export function startEmbedded(dataDir: string, log: Logger): Promise<EmbeddedDb> {
-  const worker = new Worker(new URL('./embedded-worker.js', import.meta.url), { workerData: { dataDir } });
+export function startEmbedded(dataDir: string, log: Logger, opts: { templateFile?: string } = {}): Promise<EmbeddedDb> {
+  const worker = new Worker(new URL('./embedded-worker.js', import.meta.url), { workerData: { dataDir, templateFile: opts.templateFile } });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {
       void worker.terminate();
