@@ -214,12 +214,37 @@ function contextFor(explicit: string | undefined, server: string): string | null
   return Object.keys(cfg.contexts).find((n) => sameServer(cfg.contexts[n]!.server, server)) ?? null;
 }
 
+/**
+ * Where to log in. `--context NAME` may name a context that does not exist yet: with --server
+ * (or BURROW_SERVER) this login creates it.
+ */
+function loginServer(ctx: ActionContext<LoginOptions>): string {
+  const name = ctx.opts.context;
+  if (name !== undefined && !loadConfig().contexts[name]) {
+    const server = ctx.opts.server || process.env.BURROW_SERVER;
+    if (!server) {
+      throw new CliError(EXIT.usage, 'unknown context', `no context named "${name}"`, `pass --server URL to create it with this login: \`burrow login --context ${name} --server URL\``);
+    }
+    let u: URL | null = null;
+    try {
+      u = new URL(server);
+    } catch {
+      u = null;
+    }
+    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) {
+      throw new CliError(EXIT.usage, 'invalid server', `"${server}" is not an http(s) URL`, 'give it as http://host:port or https://host');
+    }
+    return normalizeServer(server);
+  }
+  return normalizeServer(ctx.target().server);
+}
+
 async function login(ctx: ActionContext<LoginOptions>): Promise<void> {
   const provider = ctx.opts.provider;
   if (!PROVIDER_RE.test(provider)) {
     throw new CliError(EXIT.usage, 'invalid provider', `"${provider}" is not a provider name`, 'e.g. `burrow login --provider okta`; the default is github');
   }
-  const server = normalizeServer(ctx.target().server);
+  const server = loginServer(ctx);
   await checkProvider(server, provider);
   const verifier = randomBytes(32).toString('base64url');
   const challenge = createHash('sha256').update(verifier).digest('base64url');
@@ -320,6 +345,7 @@ export function registerLogin(program: Command): void {
     [
       'burrow login --server https://burrow.example.com',
       'burrow login --provider okta',
+      'burrow login --context work --server https://burrow.work.example',
       '# print the address instead of opening a browser (open it yourself)',
       'burrow login --no-browser',
     ],

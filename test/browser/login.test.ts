@@ -97,7 +97,7 @@ function storedToken(): string | null {
 
 test('burrow login --no-browser + Chromium through the provider login form stores a working key', async () => {
   idp.users.set('grace', { email: 'grace@example.com', email_verified: true, name: 'Grace Hopper' });
-  const run = cli(['login', '--no-browser', '--provider', 'corp', '--server', t.url]);
+  const run = cli(['login', '--no-browser', '--provider', 'corp', '--server', t.url, '--context', 'work']);
   const url = await printedUrl(run);
   assert.ok(url.startsWith(`${t.url}/auth/v1/corp/authorize?port=`), url);
 
@@ -122,6 +122,7 @@ test('burrow login --no-browser + Chromium through the provider login form store
   const code = await withDeadline(run.exit, 20_000, 'burrow login exit');
   assert.is(code, 0, run.errText());
   assert.match(run.out(), /Logged in to .* as grace@example\.com \(Grace Hopper\), role member/);
+  assert.match(run.out(), /Key cli@\S+ \(bk_\w{12}…, expires .*\) saved in context "work"/);
   assert.not.ok(run.out().includes(storedToken()!), 'the key is never printed');
   assert.not.ok(run.errText().includes(storedToken()!), 'the key is never printed');
 
