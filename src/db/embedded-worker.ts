@@ -2,11 +2,12 @@ import { parentPort, threadId, workerData } from 'node:worker_threads';
 import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { PGlite } from '@electric-sql/pglite';
 import { PGLiteSocketServer } from '@electric-sql/pglite-socket';
+import { SessionQueue } from './pglite-session-queue.js';
 
 // Thread entry of the embedded database (see embedded.ts). `memory://` keeps nothing on disk.
 const { dataDir, templateFile } = workerData as { dataDir: string; templateFile?: string };
-// pglite-socket serialises queries and holds the others back while one connection is in
-// a transaction, so several pooled connections keep transaction semantics.
+// Several pooled connections share PGlite's one session; SessionQueue keeps each
+// connection's protocol exchanges and transactions whole.
 const MAX_CONNECTIONS = 64;
 
 /**
@@ -28,6 +29,8 @@ try {
   if (!dataDir.startsWith('memory://')) mkdirSync(dataDir, { recursive: true });
   const db = await createDb();
   const server = new PGLiteSocketServer({ db, host: '127.0.0.1', port: 0, maxConnections: MAX_CONNECTIONS });
+  // Replace pglite-socket's queue: see pglite-session-queue.ts for why.
+  (server as unknown as { queryQueue: SessionQueue }).queryQueue = new SessionQueue(db);
   await server.start();
   parentPort!.postMessage({ url: `postgres://postgres@${server.getServerConn()}/postgres` });
   parentPort!.once('message', async () => {

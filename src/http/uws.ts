@@ -113,7 +113,16 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
   const headers = new Map<string, string>();
   req.forEach((k, v) => headers.set(k, v));
   const params: string[] = [];
-  for (let i = 0; i < paramCount; i++) params.push(decodeURIComponent(req.getParameter(i) ?? ''));
+  let badParam: string | null = null;
+  for (let i = 0; i < paramCount; i++) {
+    const raw = req.getParameter(i) ?? '';
+    try {
+      params.push(decodeURIComponent(raw));
+    } catch {
+      badParam = raw; // a malformed %-escape: answered 400 below, never thrown out of the route
+      params.push(raw);
+    }
+  }
   const data: RequestData = {
     method: req.getMethod().toUpperCase(),
     path: url,
@@ -140,6 +149,10 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
 
   if (inflight.draining) {
     send(problemReply('unavailable', 'server is shutting down'), true);
+    return;
+  }
+  if (badParam !== null) {
+    send(problemReply('bad-request', `path segment "${badParam}" has a malformed %-escape`));
     return;
   }
 
