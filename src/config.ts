@@ -10,6 +10,8 @@ export interface OidcConfig {
   authorizeUrl: string;
   tokenUrl: string;
   userinfoUrl: string | null;
+  /** Expected `iss`; default: the provider's RFC 9207 `iss`, else the authorize URL's origin. */
+  issuer: string | null;
   scopes: string;
   idField: string;
   emailField: string;
@@ -107,6 +109,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--oauth-authorize-url <url>', 'OIDC authorization endpoint', 'OAUTH_AUTHORIZE_URL'))
     .addOption(opt('--oauth-token-url <url>', 'OIDC token endpoint', 'OAUTH_TOKEN_URL'))
     .addOption(opt('--oauth-userinfo-url <url>', 'OIDC userinfo endpoint', 'OAUTH_USERINFO_URL'))
+    .addOption(opt('--oauth-issuer <url>', 'OIDC issuer the ID token must name (default: the provider\'s iss, else the authorize URL\'s origin)', 'OAUTH_ISSUER'))
     .addOption(opt('--oauth-scopes <scopes>', 'OIDC scopes', 'OAUTH_SCOPES').default('openid email profile'))
     .addOption(opt('--oauth-id-field <field>', 'claim holding the subject', 'OAUTH_ID_FIELD').default('sub'))
     .addOption(opt('--oauth-email-field <field>', 'claim holding the email', 'OAUTH_EMAIL_FIELD').default('email'))
@@ -144,6 +147,7 @@ export function configFromOptions(o: Opts): Config {
         authorizeUrl: required(o.oauthAuthorizeUrl, '--oauth-authorize-url'),
         tokenUrl: required(o.oauthTokenUrl, '--oauth-token-url'),
         userinfoUrl: str(o.oauthUserinfoUrl),
+        issuer: str(o.oauthIssuer),
         scopes: String(o.oauthScopes),
         idField: String(o.oauthIdField),
         emailField: String(o.oauthEmailField),

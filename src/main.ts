@@ -3,6 +3,7 @@
 import { availableParallelism } from 'node:os';
 import { createServer, type AddressInfo } from 'node:net';
 import { parseConfig, withPort } from './config.js';
+import { checkOauthConfig } from './auth/oauth/routes.js';
 import { createLogger } from './log.js';
 import { loadUws } from './http/uws-loader.js';
 import { connect, type Sql } from './db/sql.js';
@@ -19,6 +20,13 @@ import type { ShardToMain } from './protocol/messages.js';
 const SEED_EMAIL = 'seed@burrow.local';
 
 const parsed = parseConfig(process.argv.slice(2));
+try {
+  // Unusable provider settings (e.g. plain-http endpoints off loopback) stop the start-up.
+  checkOauthConfig(parsed);
+} catch (err) {
+  process.stderr.write(`error: ${(err as Error).message}\n`);
+  process.exit(2);
+}
 const log = createLogger(parsed.logLevel);
 const t0 = performance.now();
 
