@@ -22,6 +22,12 @@ import type { Target, TargetName } from '../targets/target.js';
  */
 const CONNECT_BATCH = 64;
 const CONNECT_TIMEOUT_MS = 10_000;
+/**
+ * Idle connections per TCP tunnel: burrow caps streams per control connection at 4096
+ * (MAX_STREAMS_PER_CONNECTION in src/protocol/frames.ts), so 10k connections use 3 tunnels —
+ * for every target alike.
+ */
+const CONNS_PER_TUNNEL = 4000;
 
 interface Sample {
   /** Settled RSS of the server processes before any tunnel/connection, and at this count. */
@@ -82,15 +88,26 @@ export const idleScenario: Scenario = {
       await withFreshTargets(ctx, async (t) => {
         const sockets: Socket[] = [];
         try {
-          const ep = await t.expose('tcp', sinkPort);
-          await waitForPort(ep.port, 15_000, `${t.name} tcp tunnel`);
-          // waitForPort's probe connection reached the sink too; let it leave before the baseline.
+          // All tunnels the largest count needs, opened before the baseline so their own
+          // memory stays out of the per-connection figure.
+          const ports: number[] = [];
+          for (let i = 0; i < Math.ceil(counts[counts.length - 1]! / CONNS_PER_TUNNEL); i++) {
+            const ep = await t.expose('tcp', sinkPort);
+            await waitForPort(ep.port, 15_000, `${t.name} tcp tunnel`);
+            ports.push(ep.port);
+          }
+          // waitForPort's probe connections reached the sink too; let them leave before the baseline.
           await waitForHeld(sink, 0);
           const base = await settledRssKiB(t.serverPids);
           let prev: Sample['prev'] = null;
           for (const count of counts) {
             process.stderr.write(`bench: ${count} idle TCP connections — ${t.name} … `);
-            await openSockets(ep.port, count - sockets.length, sockets);
+            // Fill tunnel by tunnel, CONNS_PER_TUNNEL each.
+            while (sockets.length < count) {
+              const port = ports[Math.floor(sockets.length / CONNS_PER_TUNNEL)]!;
+              const room = CONNS_PER_TUNNEL - (sockets.length % CONNS_PER_TUNNEL);
+              await openSockets(port, Math.min(room, count - sockets.length), sockets);
+            }
             // Every connection went all the way through the tunnel to the origin.
             await waitForHeld(sink, count);
             const sample = await measure(t, base, prev);
@@ -139,16 +156,20 @@ export const idleScenario: Scenario = {
         method: '(settled server RSS − settled RSS before any tunnel) ÷ count; "marginal": (RSS at this count − RSS at the previous count) ÷ the difference, which leaves out start-up growth; counts are cumulative; fresh server processes for each part',
         'burrow tunnels': 'one TunnelClient (the CLI\'s library) per tunnel, each its own control connection, all in one client process (bench/targets/burrow-farm.ts)',
         'ssh tunnels': 'one ssh connection carrying N `-R 0:127.0.0.1:<origin>` forwards',
-        connections: `one TCP tunnel per target; the harness opens the sockets ${CONNECT_BATCH} at a time; each counted once the origin (bench/origin/tcp-sink.ts) holds it`,
+        connections: `TCP tunnels of at most ${CONNS_PER_TUNNEL} connections each (burrow allows 4096 streams per control connection), all opened before the baseline; the harness opens the sockets ${CONNECT_BATCH} at a time; each counted once the origin (bench/origin/tcp-sink.ts) holds it`,
       },
     };
   },
 };
 
 async function measure(t: Target, baseKiB: number, prev: Sample['prev']): Promise<Sample> {
+  const serverKiB = await settledRssKiB(t.serverPids);
+  // A figure from a dead server or dropped tunnels would look like a saving.
+  if (t.serverPids().length === 0) throw new Error('the server process is gone');
+  t.checkIdleTunnels?.();
   return {
     serverBaseKiB: baseKiB,
-    serverKiB: await settledRssKiB(t.serverPids),
+    serverKiB,
     prev,
     // Client processes only exist once tunnels are open, so their whole RSS is divided.
     clientKiB: rssKiB(t.clientPids()),
@@ -207,7 +228,8 @@ function waitForHeld(sink: Proc, n: number): Promise<true> {
       // ≥: a readiness probe's connection may still be on its way out.
       return (n === 0 ? last === 0 : last >= n) ? true : null;
     },
-    30_000 + n * 5,
+    // ssh opens forwarded channels ever slower as their number grows (≈ 10k in 90 s here).
+    30_000 + n * 15,
     `the origin to hold ${n} connections`,
   );
 }

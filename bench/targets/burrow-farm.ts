@@ -3,8 +3,8 @@
 // uses (src/tunnel/client.ts); each TunnelClient is its own control connection, as each
 // `burrow http` would be.
 //   node burrow-farm.js <repoRoot> <serverUrl> <token> <originPort> <count>
-// Prints "registered N" as tunnels come up and "failed <reason>" on the first failure; then
-// stays up (holding the tunnels) until killed.
+// Prints "registered N" as tunnels come up, "failed <reason>" on the first failure, and
+// "lost N" when tunnels drop (reconnecting or closed); stays up, holding them, until killed.
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
@@ -30,12 +30,17 @@ const clients: TunnelClientLike[] = [];
 let registered = 0;
 let next = 0;
 let reported = 0;
+let lost = 0;
+let lostReported = 0;
 
 async function worker(): Promise<void> {
   while (next < count) {
     next++;
     const c = new mod.TunnelClient({ server: server!, token: token!, type: 'http', local: { host: '127.0.0.1', port: originPort } });
     c.on('error', () => undefined);
+    // A tunnel that drops is no longer idle load; the harness refuses figures taken after one.
+    c.on('reconnecting', () => lost++);
+    c.on('closed', () => lost++);
     clients.push(c);
     await c.start();
     registered++;
@@ -43,6 +48,10 @@ async function worker(): Promise<void> {
 }
 
 const timer = setInterval(() => {
+  if (lost !== lostReported) {
+    lostReported = lost;
+    process.stdout.write(`lost ${lost}\n`);
+  }
   if (registered !== reported) {
     reported = registered;
     process.stdout.write(`registered ${registered}\n`);

@@ -114,7 +114,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
       farm,
       'stdout',
       (t) => {
-        const failed = /^failed (.*)$/m.exec(t);
+        const failed = /^failed (.*)$/m.exec(t) ?? /^(lost \d+)$/m.exec(t);
         if (failed) throw new Error(`opening ${count} tunnels: ${failed[1]}`);
         return t.includes(`registered ${count}\n`) ? true : null;
       },
@@ -123,8 +123,18 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     );
   }
 
+  /** Throws if an idle-tunnel farm saw tunnels drop since it started. */
+  function checkIdleTunnels(): void {
+    for (const f of tunnels.filter((p) => p.name === 'burrow-farm')) {
+      const lost = [...f.stdout().matchAll(/^lost (\d+)$/gm)].pop();
+      if (lost) throw new Error(`${lost[1]} idle tunnels dropped (reconnecting or closed) while idle`);
+      if (!f.isRunning()) throw new Error(`the tunnel farm exited: ${f.stderr().split('\n')[0]}`);
+    }
+  }
+
   return {
     name: 'burrow',
+    checkIdleTunnels,
     describe: `burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>\` per exposed service`,
     expose,
     openIdleTunnels,

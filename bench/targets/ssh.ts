@@ -7,7 +7,7 @@
 import { mkdirSync, writeFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { userInfo } from 'node:os';
-import { start, stop, run, tempDir, waitForOutput, descendants, type Proc } from '../lib/procs.js';
+import { start, stop, run, sleep, tempDir, waitForOutput, descendants, type Proc } from '../lib/procs.js';
 import { freePort, freePorts, waitForPort, LOOPBACK } from '../lib/net.js';
 import { toolPath } from '../lib/tools.js';
 import { Unavailable, type Target } from './target.js';
@@ -61,6 +61,10 @@ export async function sshTarget(): Promise<Target> {
     throw new Unavailable('ssh', `sshd did not start: ${(err as Error).message}\n${daemon.stderr()}`);
   }
 
+  // The readiness probe made sshd fork a pre-auth child; let it leave, or it would count as
+  // part of the idle server's memory and then vanish from later samples.
+  for (const deadline = Date.now() + 5_000; descendants(daemon.pid).length > 0 && Date.now() < deadline; ) await sleep(50);
+
   const user = userInfo().username;
   const tunnels: Proc[] = [];
   const version = await run('ssh-version', ssh, ['-V'], START_TIMEOUT_MS);
@@ -105,6 +109,10 @@ export async function sshTarget(): Promise<Target> {
     expose: async (_kind, originPort) => ({ port: (await forward(originPort, 1))[0]! }),
     openIdleTunnels: async (originPort, count) => {
       await forward(originPort, count);
+    },
+    checkIdleTunnels: () => {
+      const dead = tunnels.find((t) => !t.isRunning());
+      if (dead) throw new Error(`an ssh -R process exited: ${dead.stderr().trim().split('\n').pop()}`);
     },
     serverPids: () => (daemon.isRunning() ? [daemon.pid, ...descendants(daemon.pid)] : []),
     clientPids: () => tunnels.filter((t) => t.isRunning()).map((t) => t.pid),

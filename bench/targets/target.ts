@@ -24,6 +24,8 @@ export interface Target {
    * process pair each). Absent for direct, which has no tunnel.
    */
   openIdleTunnels?(originPort: number, count: number): Promise<void>;
+  /** Throws if idle tunnels opened above have dropped since (figures would be wrong). */
+  checkIdleTunnels?(): void;
   /** Processes whose memory is "the server side" (burrowd; sshd and its session children). */
   serverPids(): number[];
   /** Processes of the tunnel clients (burrow CLI; ssh). */
