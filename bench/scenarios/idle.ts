@@ -151,6 +151,11 @@ export const idleScenario: Scenario = {
         'direct: there is no tunnel server, so there is nothing to weigh',
         `counts above 10k: the file-descriptor hard limit here is 20000 and each idle connection holds one per process it crosses`,
         'kernel socket memory (not in RSS) — the same for every target',
+        ...(ctx.settings.burrowDatabaseUrl
+          ? []
+          : [
+              'burrow with the embedded database: PGlite lives in burrowd\'s process (~0.9 GB RSS) and its memory moves by more than the tunnels weigh (10k tunnels have measured as a negative figure); run with --database-url for figures that mean something',
+            ]),
       ],
       settings: {
         method: '(settled server RSS − settled RSS before any tunnel) ÷ count; "marginal": (RSS at this count − RSS at the previous count) ÷ the difference, which leaves out start-up growth; counts are cumulative; fresh server processes for each part',
