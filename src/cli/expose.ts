@@ -39,6 +39,8 @@ export function exitCodeForRefusal(code: string): ExitCode {
   const c = code.toLowerCase();
   if (c.includes('unauthorized') || c.includes('forbidden') || c === 'auth') return EXIT.auth;
   if (c.includes('not-found') || c.includes('not_found')) return EXIT.notFound;
+  // 'taken-over': another burrow with this user's key claimed the same id (decisions.md: the newer
+  // connection wins), so this one must not fight back by reconnecting.
   if (c.includes('conflict') || c.includes('taken') || c.includes('in-use')) return EXIT.conflict;
   if (c.includes('bad-request') || c.includes('invalid')) return EXIT.usage;
   if (c === 'unreachable') return EXIT.unreachable;
@@ -120,7 +122,13 @@ function exposeAction(type: 'http' | 'tcp') {
       if (!c.permanent || c.code === 'stopped' || !registeredOnce) return;
       screen.setState('closed', c.reason);
       const code = exitCodeForRefusal(c.code ?? '');
-      failure = new CliError(code === EXIT.ok ? EXIT.error : code, 'tunnel closed', c.reason || c.code, c.code === 'deleted' ? 'it was closed through the API (`burrow tunnels delete`) and will not reconnect' : refusalHint(code, ctx.opts, c.reason));
+      const hint =
+        c.code === 'deleted'
+          ? 'it was closed on the server (`burrow tunnels delete`, team deleted or user deactivated) and does not reconnect'
+          : c.code === 'taken-over'
+            ? 'another `burrow` with your key now serves this id; this one stopped so the two do not take turns'
+            : refusalHint(code, ctx.opts, c.reason);
+      failure = new CliError(code === EXIT.ok ? EXIT.error : code, 'tunnel closed', c.reason || c.code, hint);
       finish(failure.exitCode);
     });
 

@@ -75,7 +75,7 @@ export function registerTeams(program: Command): void {
           const team = await client.post<Team>(
             '/teams',
             { name, owner_id },
-            { hints: { 409: `a team named "${name}" exists: pick another name`, 403: 'only admins can create a team for another owner' } },
+            { hints: { 409: 'team names are unique on the server: pick another (`burrow teams list` shows yours)', 403: 'only admins can create a team for another owner' } },
           );
           if (ctx.json) return printJson(team);
           out.line(`${out.paint('green', '✓')} created team ${out.paint('bold', team.name)} (${team.id})`);

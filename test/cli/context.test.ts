@@ -151,7 +151,7 @@ test('exit codes: 401 → 3, 403 → 3, 404 → 4, 409 → 5, each with one erro
   assert.is((await burrow(s(srv.adminKey), ['teams', 'create', 'dup'])).code, 0);
   const conflict = await burrow(s(srv.adminKey), ['teams', 'create', 'dup']);
   assert.is(conflict.code, 5);
-  assert.match(conflict.stderr, /^error: Conflict: .+\nhint: a team named "dup" exists/);
+  assert.match(conflict.stderr, /^error: Conflict: .+\nhint: team names are unique on the server/);
   for (const r of [bad, forbidden, missing, conflict]) {
     assert.is(r.stdout, '');
     assert.is(r.stderr.trimEnd().split('\n').length, 2, r.stderr);

@@ -87,9 +87,19 @@ test('deleting the tunnel through the API ends the client with a non-zero exit a
   const del = await burrow(alice, ['tunnels', 'delete', 'doomed']);
   assert.is(del.code, 0, del.stderr);
   assert.match(del.stdout, /closed tunnel doomed/);
-  const code = await exitOf(child, 10_000, 'deleted tunnel exit');
-  assert.ok(code !== 0 && code !== null, `exit ${code}`);
-  assert.match(child.output.stderr, /^error: tunnel closed: /m);
+  assert.is(await exitOf(child, 10_000, 'deleted tunnel exit'), 1);
+  assert.match(child.output.stderr, /^error: tunnel closed: .+\nhint: it was closed on the server/m);
+});
+
+test('the same id started again with the same key takes over: the older client exits 5, the newer serves', async () => {
+  const older = start(bob, ['http', String(webPort), '--id', 'twice']);
+  await firstLine(older);
+  const newer = start(bob, ['http', String(webPort), '--id', 'twice']);
+  assert.is(await firstLine(newer), `http://twice.localhost:${srv.port}`);
+  assert.is(await exitOf(older, 10_000, 'older exit'), 5);
+  assert.match(older.output.stderr, /^error: tunnel closed: .*taken over.*\nhint: another `burrow` with your key now serves this id/m);
+  newer.kill('SIGINT');
+  assert.is(await exitOf(newer, 10_000, 'newer exit'), 0);
 });
 
 test.run();
