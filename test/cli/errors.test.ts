@@ -1,0 +1,64 @@
+// Exit codes of decisions.md for 401/403/404/409/unreachable/usage, against a real server: one
+// `error:` line and one `hint:` line on stderr, nothing on stdout.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createKeyFor, createUser } from '../helpers/fixtures.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { burrow, closedPort, tempDir, type CliEnv } from './harness.js';
+
+let srv: TestServer;
+let home: { dir: string; remove: () => void };
+let c: CliEnv; // no env overrides: everything from the config file or flags
+let memberKey: string;
+let deadUrl: string;
+
+test.before(async () => {
+  srv = await startServer();
+  home = tempDir();
+  c = { configDir: home.dir };
+  memberKey = await createKeyFor(srv, (await createUser(srv, { email: 'member@example.test' })).id);
+  deadUrl = `http://127.0.0.1:${await closedPort()}`;
+});
+
+test.after(async () => {
+  await srv?.stop();
+  home?.remove();
+});
+
+test('exit codes: 401 → 3, 403 → 3, 404 → 4, 409 → 5, each with one error line and a hint', async () => {
+  const s = (token: string): CliEnv => ({ ...c, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: token } });
+  const bad = await burrow(s('bk_AAAAAAAAAAAA_' + 'A'.repeat(43)), ['keys', 'list']);
+  assert.is(bad.code, 3);
+  assert.match(bad.stderr, /^error: Unauthorized: .+\nhint: .*burrow login/);
+  const forbidden = await burrow(s(memberKey), ['users', 'list']);
+  assert.is(forbidden.code, 3);
+  assert.match(forbidden.stderr, /^error: Forbidden: .+\nhint: user management needs an admin key/);
+  const missing = await burrow(s(srv.adminKey), ['teams', 'delete', '00000000-0000-4000-8000-000000000000']);
+  assert.is(missing.code, 4);
+  assert.match(missing.stderr, /^error: Not Found: .+\nhint: /);
+  assert.is((await burrow(s(srv.adminKey), ['teams', 'create', 'dup'])).code, 0);
+  const conflict = await burrow(s(srv.adminKey), ['teams', 'create', 'dup']);
+  assert.is(conflict.code, 5);
+  assert.match(conflict.stderr, /^error: Conflict: .+\nhint: team names are unique on the server/);
+  for (const r of [bad, forbidden, missing, conflict]) {
+    assert.is(r.stdout, '');
+    assert.is(r.stderr.trimEnd().split('\n').length, 2, r.stderr);
+  }
+});
+
+test('usage errors exit 2: unknown command, unknown option, missing argument, bad choice', async () => {
+  for (const args of [['nope'], ['keys', 'list', '--nope'], ['keys', 'create'], ['users', 'set-role', 'x', 'god'], ['keys']]) {
+    const r = await burrow(c, args);
+    assert.is(r.code, 2, `${args.join(' ')}: ${r.stderr}`);
+  }
+  const r = await burrow(c, ['keys', 'lst']);
+  assert.match(r.stderr, /unknown command 'lst'[\s\S]*hint: see `burrow keys --help`/);
+});
+
+test('--json on an error prints nothing on stdout', async () => {
+  const r = await burrow({ ...c, env: { BURROW_SERVER: deadUrl, BURROW_TOKEN: memberKey } }, ['keys', 'list', '--json']);
+  assert.is(r.code, 6);
+  assert.is(r.stdout, '');
+});
+
+test.run();
