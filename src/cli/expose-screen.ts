@@ -91,6 +91,7 @@ export class ExposeScreen {
   start(): void {
     if (!this.tty || this.opts.json) return;
     process.stderr.write('\x1b[?25l'); // hide the cursor while redrawing; shown again in stop()
+    process.once('exit', () => process.stderr.write('\x1b[?25h')); // and on any way out
     this.draw();
     // Checked on a timer rather than per event (a burst of requests costs one redraw), and
     // redrawn only when a line changed: an idle tunnel repaints once a second, for the uptime.

@@ -47,7 +47,7 @@ export function exitCodeForRefusal(code: string): ExitCode {
   return EXIT.error;
 }
 
-function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number }, reason = ''): string {
+function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number; team?: string }, reason = ''): string {
   if (opts.remotePort !== undefined && /port/i.test(reason)) {
     return code === EXIT.conflict ? 'that port is taken: pick another --remote-port, or omit it' : "pick a --remote-port within the server's --tcp-port-range, or omit it";
   }
@@ -57,7 +57,7 @@ function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number },
     case EXIT.conflict:
       return opts.id ? `the id "${opts.id}" is taken: pick another --id, or omit it for a random one` : 'try again, or pick an --id';
     case EXIT.notFound:
-      return 'check --team with `burrow teams list`';
+      return opts.team ? 'check --team with `burrow teams list`' : 'is --server the address of a burrowd server? (`burrow context current`)';
     case EXIT.usage:
       return 'ids are 3-63 characters of a-z, 0-9 and -, starting and ending with a letter or digit';
     default:
@@ -132,6 +132,14 @@ function exposeAction(type: 'http' | 'tcp') {
       finish(failure.exitCode);
     });
 
+    // Ctrl-C while still connecting: start() would never settle once stopped, so leave from here
+    // (130 = interrupted, as shells report it).
+    const abortConnecting = () => {
+      screen.stop();
+      void client.stop().finally(() => process.exit(130));
+    };
+    process.once('SIGINT', abortConnecting);
+    process.once('SIGTERM', abortConnecting);
     screen.start();
     try {
       const info = await client.start();
@@ -149,6 +157,9 @@ function exposeAction(type: 'http' | 'tcp') {
         throw new CliError(code, 'tunnel refused', e.message, refusalHint(code, ctx.opts, e.message));
       }
       throw unreachable(target.server, e);
+    } finally {
+      process.removeListener('SIGINT', abortConnecting);
+      process.removeListener('SIGTERM', abortConnecting);
     }
 
     // Who this is, for the status block; a failure here only leaves the line out.
