@@ -11,6 +11,13 @@ interface Node {
   options: string[];
 }
 
+/** Options that take a value (`--server <url>`): their next word is not a command name. */
+function valueOptions(cmd: Command, acc = new Set<string>()): Set<string> {
+  for (const o of cmd.options) if (o.long && (o.required || o.optional)) acc.add(o.long);
+  for (const s of cmd.commands) valueOptions(s, acc);
+  return acc;
+}
+
 function walk(cmd: Command, path: string[], globals: string[], acc: Node[]): Node[] {
   const opts = [...globals, ...cmd.options.map((o) => o.long).filter((l): l is string => Boolean(l)), '--help'];
   const subs = cmd.commands.filter((c) => c.name() !== 'help');
@@ -39,7 +46,7 @@ _burrow() {
   for ((i = 1; i < COMP_CWORD; i++)); do
     w="\${COMP_WORDS[i]}"
     case "$w" in
-      --server|--token|--context|--scopes|--expires|--limit|--id|--team|--remote-port|--owner) ((i++)); continue ;;
+      ${[...valueOptions(program)].join('|')}) ((i++)); continue ;;
       -*) continue ;;
     esac
     case " $(_burrow_words "$path") " in

@@ -2,7 +2,7 @@ import { Command } from 'commander';
 import type { ApiClient } from './client.js';
 import { act, examples, parseChoice, pickOne, UUID_RE } from './common.js';
 import { CliError, EXIT } from './errors.js';
-import { formatAge, out, printJson, printTable } from './output.js';
+import { formatAge, out, printJson, printTable, type Column } from './output.js';
 import type { Team, TeamMember, TeamRole, User } from './types.js';
 
 // burrow teams list|create|delete|members|add-member|remove-member|set-role
@@ -12,7 +12,16 @@ const TEAM_ROLES: readonly TeamRole[] = ['owner', 'member'];
 
 export async function resolveTeam(client: ApiClient, ref: string): Promise<Team> {
   if (UUID_RE.test(ref)) return { id: ref, name: ref, created_at: '', updated_at: '' };
-  const teams = await client.get<Team[]>('/teams');
+  let teams: Team[];
+  try {
+    teams = await client.get<Team[]>('/teams');
+  } catch (e) {
+    // A tunnels-only key (CI) may bind a tunnel to a team but not list teams.
+    if (e instanceof CliError && e.status === 403) {
+      throw new CliError(EXIT.auth, 'team id needed', `this key cannot look teams up by name ("${ref}")`, 'pass the team id (`burrow teams list` with a management key shows it)', 403);
+    }
+    throw e;
+  }
   return pickOne(teams, ref, 'team', 'burrow teams list', (t) => [t.name]);
 }
 
@@ -113,13 +122,20 @@ export function registerTeams(program: Command): void {
           const team = await resolveTeam(client, ref);
           const rows = await client.get<TeamMember[]>(`/teams/${team.id}/members`, { hints: { 404: 'no such team visible to you; `burrow teams list`' } });
           if (ctx.json) return printJson(rows);
+          // Admins can see who the ids are; for others the column is left out (GET /users is admin only).
+          const emails = await client
+            .get<User[]>('/users', { query: { limit: 1000 } })
+            .then((users) => new Map(users.map((u) => [u.id, u.email])))
+            .catch(() => null);
+          const cols: Column<TeamMember>[] = [
+            { header: 'USER ID', value: (m) => m.user_id },
+            { header: 'ROLE', value: (m) => m.role, style: (m) => (m.role === 'owner' ? 'cyan' : undefined) },
+            { header: 'ADDED', value: (m) => formatAge(m.created_at) },
+          ];
+          if (emails) cols.splice(1, 0, { header: 'EMAIL', value: (m) => emails.get(m.user_id) ?? '-' });
           printTable(
             rows,
-            [
-              { header: 'USER ID', value: (m) => m.user_id },
-              { header: 'ROLE', value: (m) => m.role, style: (m) => (m.role === 'owner' ? 'cyan' : undefined) },
-              { header: 'ADDED', value: (m) => formatAge(m.created_at) },
-            ],
+            cols,
             'no members',
           );
         }),

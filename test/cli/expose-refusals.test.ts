@@ -79,6 +79,10 @@ test('bad key → exit 3; a key without the tunnels scope → exit 3; closed por
   assert.match(dead.stderr, /^error: server unreachable: /);
   const target = await burrow(bob, ['http', 'nonsense']);
   assert.is(target.code, 2);
+  // A tunnels-only key cannot list teams, so a team name cannot be resolved: ask for the id.
+  const teamName = await burrow(bob, ['http', String(webPort), '--team', 'web']);
+  assert.is(teamName.code, 3);
+  assert.match(teamName.stderr, /^error: team id needed: .*\nhint: pass the team id/m);
 });
 
 test('deleting the tunnel through the API ends the client with a non-zero exit and says why', async () => {

@@ -62,6 +62,9 @@ test('teams add-member by name and user id (human), then members lists both', as
   assert.match(h.stdout, /^USER ID\s+ROLE\s+ADDED\n/);
   assert.match(h.stdout, new RegExp(`^${bobId}\\s+member\\s+`, 'm'));
   assert.match(h.stdout, /\sowner\s/);
+  const a = await burrow(admin, ['teams', 'members', 'web']); // admins also see emails
+  assert.match(a.stdout, /^USER ID\s+EMAIL\s+ROLE\s+ADDED\n/);
+  assert.match(a.stdout, new RegExp(`^${bobId}\\s+bob@example\\.test\\s+member\\s+`, 'm'));
   const j = JSON.parse((await burrow(admin, ['teams', 'members', teamId.slice(0, 8), '--json'])).stdout);
   assert.is(j.length, 2);
   assert.ok(j.every((m: { team_id: string }) => m.team_id === teamId));
