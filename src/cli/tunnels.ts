@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { act, examples } from './common.js';
 import { details, formatBytes, formatDuration, out, printJson, printTable } from './output.js';
-import type { Tunnel } from './types.js';
+import type { Team, Tunnel } from './types.js';
 
 // burrow tunnels list|get|delete: the live tunnels you own, your teams' tunnels, or all (admins).
 
@@ -18,15 +18,23 @@ export function registerTunnels(program: Command): void {
       .description('list live tunnels visible to you')
       .action(
         act(async (ctx) => {
-          const rows = await ctx.client().get<Tunnel[]>('/tunnels');
+          const client = ctx.client();
+          const rows = await client.get<Tunnel[]>('/tunnels');
           if (ctx.json) return printJson(rows);
+          // Team names when this key may list teams (management scope); else the short id.
+          const teamNames = rows.some((t) => t.team_id)
+            ? await client
+                .get<Team[]>('/teams')
+                .then((teams) => new Map(teams.map((t) => [t.id, t.name])))
+                .catch(() => new Map<string, string>())
+            : new Map<string, string>();
           printTable(
             rows,
             [
               { header: 'ID', value: (t) => t.id },
               { header: 'TYPE', value: (t) => t.tunnel_type },
               { header: 'PORT', value: (t) => (t.remote_port === null ? '-' : String(t.remote_port)), align: 'right' },
-              { header: 'TEAM', value: (t) => (t.team_id ? t.team_id.slice(0, 8) : '-') },
+              { header: 'TEAM', value: (t) => (t.team_id ? (teamNames.get(t.team_id) ?? t.team_id.slice(0, 8)) : '-') },
               { header: 'UPTIME', value: (t) => formatDuration(t.uptime_secs) },
               { header: 'REQUESTS', value: (t) => String(t.stats.requests), align: 'right' },
               { header: 'IN', value: (t) => formatBytes(t.stats.bytes_in), align: 'right' },

@@ -118,6 +118,26 @@ test('burrow http --json prints JSON lines; --quiet prints only the URL', async 
   assert.match(q.output.stderr, /1 request /);
 });
 
+test('a tunnel bound to a team (by name): tunnels list names the team, tunnels get shows the details', async () => {
+  assert.is((await burrow(alice, ['teams', 'create', 'qa'])).code, 0);
+  const child = start(alice, ['http', String(webPort), '--team', 'qa', '--id', 'cli-team']);
+  await firstLine(child);
+  await visit(`cli-team.localhost:${srv.port}`, '/t');
+  await waitFor(() => (/^GET\s+\/t\s+200/m.test(child.output.stdout) ? true : undefined), 10_000, 'request line');
+  const l = await burrow(alice, ['tunnels', 'list']);
+  assert.is(l.code, 0, l.stderr);
+  assert.match(l.stdout, /^ID\s+TYPE\s+PORT\s+TEAM\s+UPTIME\s+REQUESTS\s+IN\s+OUT\n/);
+  assert.match(l.stdout, /^cli-team\s+http\s+-\s+qa\s+\d+s\s+\d+\s+\S+ B\s+\S+ B$/m);
+  const g = await burrow(alice, ['tunnels', 'get', 'cli-team']);
+  assert.is(g.code, 0, g.stderr);
+  assert.match(g.stdout, /^id\s+cli-team\ntype\s+http\nremote port\s+-\nowner\s+[0-9a-f-]{36}\nteam\s+[0-9a-f-]{36}\nuptime\s+\d+s\nrequests\s+\d+\nbytes in\s+\S+ B\nbytes out\s+\S+ K?i?B\n$/);
+  const j = JSON.parse((await burrow(alice, ['tunnels', 'get', 'cli-team', '--json'])).stdout);
+  assert.is(j.id, 'cli-team');
+  assert.type(j.stats.requests, 'number');
+  child.kill('SIGINT');
+  assert.is(await exitOf(child, 10_000, 'team tunnel exit'), 0);
+});
+
 test('burrow tcp: tcp:// URL first, bytes echo through, a line per connection', async () => {
   const child = start(bob, ['tcp', String(echoPort)]);
   const url = await firstLine(child);
