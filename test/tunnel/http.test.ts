@@ -230,4 +230,16 @@ test('a visitor that disconnects mid-download does not disturb the tunnel', asyn
   assert.is(r.body.toString(), 'hello GET /after');
 });
 
+test('a visitor that stops reading stalls only its own stream', async () => {
+  // A 64 MiB download nobody reads: its credit runs out, the rest of the tunnel goes on.
+  const stalled = http.get({ host: '127.0.0.1', port: server.port, path: `/download/${64 * 1024 * 1024}`, headers: { host }, agent: false }, (res) => res.pause());
+  stalled.on('error', () => undefined);
+  await sleep(300);
+  for (let i = 0; i < 5; i++) {
+    const r = await visit(server.port, host, { path: `/beside-${i}` }, 3_000);
+    assert.is(r.body.toString(), `hello GET /beside-${i}`);
+  }
+  stalled.destroy();
+});
+
 test.run();
