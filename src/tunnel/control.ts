@@ -2,6 +2,7 @@ import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '
 import { ApiError, assertNever } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
 import { problemOf } from '../errors.js';
+import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
 import { remoteIp, statusLine } from '../http/uws.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
@@ -59,6 +60,19 @@ export class ControlConnection implements StreamCarrier {
     const r = this.ws.send(this.pending!, true);
     if (r === 2) this.fail('the client does not read its control connection');
   };
+  /** Frames sent while another socket held the cork (visitor requests): one send at turn end. */
+  private outbox: Uint8Array[] | null = null;
+  private readonly flushOutbox = (): void => {
+    const frames = this.outbox;
+    this.outbox = null;
+    if (!frames || this.closed) return;
+    this.ws.cork(() => {
+      for (const f of frames) {
+        if (this.closed) return;
+        if (this.ws.send(f, true) === 2) return this.fail('the client does not read its control connection');
+      }
+    });
+  };
 
   constructor(
     readonly ws: WebSocket<ConnData>,
@@ -74,6 +88,12 @@ export class ControlConnection implements StreamCarrier {
   // ---- sending ----
   private sendRaw(bytes: Uint8Array): void {
     if (this.closed) return;
+    // Frames are fresh buffers (encodeFrame, dataFrame), so they may wait.
+    if (this.outbox) return void this.outbox.push(bytes);
+    if (corkHeldByOther(this.ws)) {
+      this.outbox = [bytes];
+      return afterCallbacks(this.flushOutbox);
+    }
     this.pending = bytes;
     this.ws.cork(this.corkedSend);
     this.pending = null;
@@ -273,7 +293,10 @@ export function installControlRoute(host: ControlHost): void {
       d.conn = new ControlConnection(ws, host, d.principal, d.ip);
       host.connections.add(d.conn);
     },
-    message: (ws, message) => ws.getUserData().conn?.onMessage(message),
+    message: (ws, message) => {
+      const conn = ws.getUserData().conn;
+      if (conn) insideCallbackOf(ws, () => conn.onMessage(message));
+    },
     close: (ws) => {
       const conn = ws.getUserData().conn;
       if (!conn) return;

@@ -1,6 +1,7 @@
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
 import { STATUS_CODES } from 'node:http';
 import { problemOf, type ProblemCode } from '../errors.js';
+import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
 import { remoteIp } from '../http/uws.js';
 import { INITIAL_WINDOW_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
 import { requestHeaders } from './headers.js';
@@ -12,13 +13,17 @@ import type { Downstream, Upstream } from './stream.js';
 //                                      └─▶ MeshUpstream (tunnel on another shard, tunnel/mesh.ts)
 //
 // uWS rules kept here: `req` is read synchronously; nothing touches `res` after onAborted or
-// after the response ended; every write outside a uWS callback goes through res.cork (one
-// syscall for head and body). Request bodies are paused (res.pause) when the stream's credit
+// after the response ended; every write goes through res.cork (one syscall for head and body),
+// and writes that arrive inside another socket's callback (the control WebSocket's message
+// handler, where `res` cannot cork) wait for the end of the loop turn (src/http/cork.ts). Request bodies are paused (res.pause) when the stream's credit
 // runs out; response bytes are reported consumed only once uWS accepted them, so a slow
 // visitor holds back only its own stream.
 
 /** Finds where a request for `tunnelId` goes: an Upstream, or null (unknown tunnel). */
 export type OpenUpstream = (tunnelId: string, head: HttpHead, down: HttpVisitor) => Upstream | null;
+
+/** Response chunks under this size wait for the cork rather than go out uncorked. */
+const DEFER_MAX_BYTES = 16 * 1024;
 
 const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
 
@@ -47,6 +52,10 @@ export class HttpVisitor implements Downstream {
   private queueStart = 0;
   private unreported = 0;
   private chunk: Uint8Array | null = null;
+  /** Response chunks (copies) and end that arrived while another socket held the cork. */
+  private deferred: Buffer[] | null = null;
+  private deferredEnd = false;
+  private flushScheduled = false;
   onDone: (() => void) | null = null;
 
   private readonly corkedChunk = (): void => this.writeChunk(this.chunk!);
@@ -98,23 +107,50 @@ export class HttpVisitor implements Downstream {
         if (Number.isSafeInteger(n) && n >= 0) this.total = n;
       }
     }
-    if (this.method === 'HEAD' || NO_BODY_STATUS(head.status) || this.total === 0) {
-      this.head = head;
-      this.res.cork(this.corkedHead);
+    this.head = head;
+    if ((this.method === 'HEAD' || NO_BODY_STATUS(head.status) || this.total === 0) && !corkHeldByOther(this.res)) {
+      this.res.cork(this.corkedFlush);
       return;
     }
     // The head waits for the first body bytes (usually in the same read of the control
-    // socket) so head and body leave in one write; setImmediate sends it alone otherwise
-    // (a long poll or an event stream must get its head at once).
-    this.head = head;
-    setImmediate(this.flushHead);
+    // socket) so head and body leave in one write; it goes alone at the end of this loop turn
+    // otherwise (a long poll or an event stream must get its head at once).
+    this.scheduleFlush();
   }
 
   private head: ResponseHead | null = null;
-  private readonly corkedHead = (): void => this.writeHead();
-  private readonly flushHead = (): void => {
-    if (this.head && !this.gone && !this.finished) this.res.cork(this.corkedHead);
+
+  private scheduleFlush(): void {
+    if (this.flushScheduled) return;
+    this.flushScheduled = true;
+    afterCallbacks(this.flush);
+  }
+  private readonly flush = (): void => {
+    this.flushScheduled = false;
+    if (this.gone || this.finished) return this.dropDeferred();
+    this.res.cork(this.corkedFlush);
   };
+  /** Head, deferred chunks and deferred end, in order, inside one cork. */
+  private readonly corkedFlush = (): void => {
+    if (this.head) this.writeHead();
+    const chunks = this.deferred;
+    this.deferred = null;
+    if (chunks) for (const c of chunks) {
+      if (this.gone || this.finished) this.up?.credit(c.byteLength);
+      else this.writeChunk(c);
+    }
+    if (this.deferredEnd) {
+      this.deferredEnd = false;
+      this.endNow();
+    }
+  };
+  /** The visitor left before a deferred flush: the client's window still gets its credit back. */
+  private dropDeferred(): void {
+    const chunks = this.deferred;
+    this.deferred = null;
+    this.deferredEnd = false;
+    if (chunks) for (const c of chunks) this.up?.credit(c.byteLength);
+  }
 
   /** Status line and headers (inside a cork). uWS writes Content-Length and Date itself. */
   private writeHead(): void {
@@ -140,6 +176,13 @@ export class HttpVisitor implements Downstream {
     if (this.gone || this.finished) {
       // Still return the credit so the client's window does not leak.
       this.up?.credit(bytes.byteLength);
+      return;
+    }
+    // Inside another socket's callback a small chunk is copied and waits for the cork; a
+    // large one goes now (one send either way) unless something is already waiting before it.
+    if (this.deferred || (corkHeldByOther(this.res) && (this.head || bytes.byteLength < DEFER_MAX_BYTES))) {
+      (this.deferred ??= []).push(Buffer.from(bytes));
+      this.scheduleFlush();
       return;
     }
     this.chunk = bytes;
@@ -216,6 +259,16 @@ export class HttpVisitor implements Downstream {
   end(): void {
     if (this.gone || this.finished) return;
     if (!this.responded) return this.problem('bad-gateway', 'the local service sent no response');
+    if (this.deferred || this.head || corkHeldByOther(this.res)) {
+      this.deferredEnd = true;
+      this.scheduleFlush();
+      return;
+    }
+    this.endNow();
+  }
+
+  private endNow(): void {
+    if (this.gone || this.finished) return;
     if (this.total === null) {
       this.res.cork(() => {
         if (this.head) this.writeHead();
@@ -233,6 +286,7 @@ export class HttpVisitor implements Downstream {
 
   reset(code: ResetCode): void {
     if (this.gone || this.finished) return;
+    this.dropDeferred();
     if (!this.responded || this.head) {
       this.head = null;
       const [problem, detail] = RESET_STATUS[code];
@@ -286,11 +340,11 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   const visitor = new HttpVisitor(res, method.toUpperCase());
   res.onAborted(() => visitor.aborted());
   const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade, end: !hasBody };
-  const up = open(tunnelId, head, visitor);
+  const up = insideCallbackOf(res, () => open(tunnelId, head, visitor));
   if (!up) {
     visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`);
     return;
   }
   visitor.up = up;
-  if (hasBody) res.onData((chunk, isLast) => visitor.bodyChunk(chunk, isLast));
+  if (hasBody) res.onData((chunk, isLast) => insideCallbackOf(res, () => visitor.bodyChunk(chunk, isLast)));
 }
