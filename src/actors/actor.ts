@@ -1,5 +1,5 @@
 import type { MessagePort, Worker } from 'node:worker_threads';
-import { decode, encode } from '../protocol/codec.js';
+import { decodeEach, encode } from '../protocol/codec.js';
 import { ApiError, fromCodedError, toCodedError, type CodedError } from '../errors.js';
 
 //   thread A                                 thread B
@@ -51,8 +51,25 @@ export class Mailbox<Out, In> {
   private attachHandler: (a: Attachment) => void = () => undefined;
   private closed = false;
   private readonly onMessage = (raw: unknown): void => this.receive(raw);
+  /** Tells of this loop turn, already encoded (a message may hold views valid only now). */
+  private batch: Buffer[] | null = null;
+  private batchBytes = 0;
+  private readonly flushBatch = (): void => {
+    const parts = this.batch;
+    this.batch = null;
+    if (!parts || this.closed) return;
+    this.transfer(parts, this.batchBytes);
+  };
 
-  constructor(private readonly port: PortLike) {
+  /**
+   * batchTells: the tells of one loop turn travel as one message (posted from setImmediate).
+   * A postMessage costs microseconds and a wake-up of the other thread, so a channel that
+   * carries many small messages under load (the shard mesh) sends one per turn instead.
+   */
+  constructor(
+    private readonly port: PortLike,
+    private readonly opts: { batchTells?: boolean } = {},
+  ) {
     port.on('message', this.onMessage);
   }
 
@@ -67,7 +84,17 @@ export class Mailbox<Out, In> {
   }
 
   tell(msg: Out): void {
-    if (!this.closed) this.post({ k: 't', m: msg });
+    if (this.closed) return;
+    if (!this.opts.batchTells) return this.post({ k: 't', m: msg });
+    const packed = encode({ k: 't', m: msg } satisfies Envelope<Out>);
+    if (this.batch) {
+      this.batch.push(packed);
+      this.batchBytes += packed.byteLength;
+      return;
+    }
+    this.batch = [packed];
+    this.batchBytes = packed.byteLength;
+    setImmediate(this.flushBatch);
   }
 
   ask<R = unknown>(msg: Out, timeoutMs: number): Promise<R> {
@@ -91,6 +118,7 @@ export class Mailbox<Out, In> {
   close(reason = 'peer thread is gone'): void {
     if (this.closed) return;
     this.closed = true;
+    this.batch = null;
     this.port.off('message', this.onMessage);
     for (const [id, p] of this.pending) {
       clearTimeout(p.timer);
@@ -99,10 +127,25 @@ export class Mailbox<Out, In> {
     }
   }
 
+  /** Anything but a batched tell: waiting tells go first, so the peer sees the order we sent. */
   private post(env: Envelope<Out>): void {
+    if (this.batch) this.flushBatch();
+    this.postNow(env);
+  }
+
+  private postNow(env: Envelope<Out>): void {
     const packed = encode(env);
-    const exact = new Uint8Array(packed.byteLength);
-    exact.set(packed);
+    this.transfer([packed], packed.byteLength);
+  }
+
+  /** Packed envelopes, back to back, in one exact-size buffer that is transferred. */
+  private transfer(parts: Buffer[], bytes: number): void {
+    const exact = new Uint8Array(bytes);
+    let at = 0;
+    for (const p of parts) {
+      exact.set(p, at);
+      at += p.byteLength;
+    }
     this.port.postMessage(exact, [exact.buffer]);
   }
 
@@ -111,7 +154,13 @@ export class Mailbox<Out, In> {
       if (raw && typeof raw === 'object' && 'attach' in raw) this.attachHandler(raw as Attachment);
       return;
     }
-    const env = decode<Envelope<In>>(raw);
+    // One envelope, or a batch of tells back to back.
+    decodeEach(raw, (value) => {
+      if (!this.closed) this.receiveOne(value as Envelope<In>);
+    });
+  }
+
+  private receiveOne(env: Envelope<In>): void {
     switch (env.k) {
       case 't':
         this.run(env.m, undefined);

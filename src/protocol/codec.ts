@@ -12,3 +12,10 @@ export function encode(value: unknown): Buffer {
 export function decode<T = unknown>(bytes: Uint8Array): T {
   return packr.unpack(bytes) as T;
 }
+
+/** Several values packed back to back (one batch of mailbox messages), in order. */
+export function decodeEach(bytes: Uint8Array, each: (value: unknown) => void): void {
+  packr.unpackMultiple(bytes, (value: unknown) => {
+    each(value);
+  });
+}

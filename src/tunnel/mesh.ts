@@ -103,7 +103,7 @@ export class Mesh {
   /** A (new) port to `shard`. A replaced port means that shard restarted: its streams are lost. */
   attach(shard: number, port: MessagePort): void {
     this.detach(shard);
-    const mailbox = new Mailbox<TunnelMesh, TunnelMesh>(port as unknown as PortLike);
+    const mailbox = new Mailbox<TunnelMesh, TunnelMesh>(port as unknown as PortLike, { batchTells: true });
     const peer = new Peer(mailbox);
     mailbox.handle((msg) => this.receive(peer, msg));
     this.peers.set(shard, peer);

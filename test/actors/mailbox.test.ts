@@ -6,9 +6,9 @@ import { ApiError } from '../../src/errors.js';
 
 type Msg = { type: 'echo'; v: unknown } | { type: 'fail' } | { type: 'slow' } | { type: 'note'; v: number };
 
-function pair() {
+function pair(opts: { batchTells?: boolean } = {}) {
   const { port1, port2 } = new MessageChannel();
-  const a = new Mailbox<Msg, Msg>(port1 as unknown as PortLike);
+  const a = new Mailbox<Msg, Msg>(port1 as unknown as PortLike, opts);
   const b = new Mailbox<Msg, Msg>(port2 as unknown as PortLike);
   return { a, b, close: () => (port1.close(), port2.close()) };
 }
@@ -80,6 +80,39 @@ test('tells arrive in order', async () => {
   for (let i = 0; i < 100; i++) a.tell({ type: 'note', v: i });
   await done;
   assert.equal(seen, [...Array(100).keys()]);
+  close();
+});
+
+test('batched tells: one message per loop turn, in order with asks', async () => {
+  const { a, b, close } = pair({ batchTells: true });
+  const seen: unknown[] = [];
+  b.handle((m) => {
+    if (m.type === 'note') seen.push(m.v);
+    if (m.type === 'echo') return seen.slice();
+  });
+  for (let i = 0; i < 50; i++) a.tell({ type: 'note', v: i });
+  // An ask goes out after the tells queued before it.
+  const before = await a.ask<number[]>({ type: 'echo', v: null }, 1000);
+  assert.equal(before, [...Array(50).keys()]);
+  for (let i = 50; i < 100; i++) a.tell({ type: 'note', v: i });
+  const posted: number[] = [];
+  const port = (a as unknown as { port: { postMessage(v: unknown, t?: unknown): void } }).port;
+  const post = port.postMessage.bind(port);
+  port.postMessage = (v, t) => (posted.push((v as Uint8Array).byteLength), post(v, t));
+  for (let i = 100; i < 150; i++) a.tell({ type: 'note', v: i });
+  const after = await a.ask<number[]>({ type: 'echo', v: null }, 1000);
+  assert.equal(after, [...Array(150).keys()]);
+  assert.is(posted.length, 2, 'the 50 tells of one turn went as one message, then the ask');
+  close();
+});
+
+test('a batched tell carries the bytes it was given, not what the buffer holds later', async () => {
+  const { a, b, close } = pair({ batchTells: true });
+  const got = new Promise<Uint8Array>((resolve) => b.handle((m) => m.type === 'echo' && resolve(m.v as Uint8Array)));
+  const scratch = new Uint8Array([1, 2, 3]);
+  a.tell({ type: 'echo', v: scratch });
+  scratch.fill(9);
+  assert.equal([...(await got)], [1, 2, 3]);
   close();
 });
 
