@@ -12,6 +12,9 @@ import { ApiError, fromCodedError, toCodedError, type CodedError } from '../erro
 // backing buffer; transferring costs nothing. MessagePorts themselves (for the shard
 // mesh) are the one thing that cannot be msgpack and travel as `attach` messages.
 
+/** A batch of tells is posted early once it holds this much. */
+const BATCH_FLUSH_BYTES = 64 * 1024;
+
 type Envelope<M> =
   | { k: 't'; m: M }
   | { k: 'a'; id: number; m: M }
@@ -54,11 +57,17 @@ export class Mailbox<Out, In> {
   /** Tells of this loop turn, already encoded (a message may hold views valid only now). */
   private batch: Buffer[] | null = null;
   private batchBytes = 0;
+  private batchScheduled = false;
   private readonly flushBatch = (): void => {
     const parts = this.batch;
+    const bytes = this.batchBytes;
     this.batch = null;
-    if (!parts || this.closed) return;
-    this.transfer(parts, this.batchBytes);
+    this.batchBytes = 0;
+    if (parts && !this.closed) this.transfer(parts, bytes);
+  };
+  private readonly endOfTurn = (): void => {
+    this.batchScheduled = false;
+    this.flushBatch();
   };
 
   /**
@@ -87,14 +96,14 @@ export class Mailbox<Out, In> {
     if (this.closed) return;
     if (!this.opts.batchTells) return this.post({ k: 't', m: msg });
     const packed = encode({ k: 't', m: msg } satisfies Envelope<Out>);
-    if (this.batch) {
-      this.batch.push(packed);
-      this.batchBytes += packed.byteLength;
-      return;
-    }
-    this.batch = [packed];
-    this.batchBytes = packed.byteLength;
-    setImmediate(this.flushBatch);
+    if (this.batch) this.batch.push(packed);
+    else this.batch = [packed];
+    this.batchBytes += packed.byteLength;
+    // Bulk bytes go at once: the peer starts on them while this thread reads more.
+    if (this.batchBytes >= BATCH_FLUSH_BYTES) return this.flushBatch();
+    if (this.batchScheduled) return;
+    this.batchScheduled = true;
+    setImmediate(this.endOfTurn);
   }
 
   ask<R = unknown>(msg: Out, timeoutMs: number): Promise<R> {

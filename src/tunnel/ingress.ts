@@ -58,7 +58,11 @@ export class HttpVisitor implements Downstream {
   private flushScheduled = false;
   onDone: (() => void) | null = null;
 
-  private readonly corkedChunk = (): void => this.writeChunk(this.chunk!);
+  private readonly corkedChunk = (): void => {
+    if (this.head || this.deferred) this.corkedFlush();
+    if (this.gone || this.finished) this.up?.credit(this.chunk!.byteLength);
+    else this.writeChunk(this.chunk!);
+  };
 
   constructor(
     private readonly res: HttpResponse,
@@ -178,9 +182,10 @@ export class HttpVisitor implements Downstream {
       this.up?.credit(bytes.byteLength);
       return;
     }
-    // Inside another socket's callback a small chunk is copied and waits for the cork; a
-    // large one goes now (one send either way) unless something is already waiting before it.
-    if (this.deferred || (corkHeldByOther(this.res) && (this.head || bytes.byteLength < DEFER_MAX_BYTES))) {
+    // Inside another socket's callback a small chunk is copied and waits for the cork. A large
+    // one goes now, after whatever waits before it: it is a send of its own either way, and
+    // the head's few uncorked sends are paid once per large response.
+    if (bytes.byteLength < DEFER_MAX_BYTES && corkHeldByOther(this.res)) {
       (this.deferred ??= []).push(Buffer.from(bytes));
       this.scheduleFlush();
       return;
