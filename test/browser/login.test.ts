@@ -1,5 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
@@ -26,6 +26,12 @@ let home: string;
 const children: ChildProcess[] = [];
 
 test.before(async () => {
+  // uvu does not print a failing hook's error: say it here, or the run shows only "0 / 3".
+  if (!existsSync(CHROMIUM)) {
+    const why = `${CHROMIUM} is missing: install Debian's chromium (apt-get install chromium), as .ci/run does`;
+    console.error(why);
+    throw new Error(why);
+  }
   home = mkdtempSync(join(tmpdir(), 'burrow-login-'));
   fwd = await startForwarder();
   idp = await startIdp({ redirectUri: `${fwd.url}/auth/v1/corp/callback` });
@@ -50,7 +56,7 @@ test.after(async () => {
   await t?.stop();
   await idp?.close();
   await fwd?.close();
-  rmSync(home, { recursive: true, force: true });
+  if (home) rmSync(home, { recursive: true, force: true });
 });
 
 interface Run {
