@@ -4,9 +4,8 @@
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createKeyFor, createUser } from '../helpers/fixtures.js';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { burrow, closedPort, exitOf, spawnBurrow, tempDir, waitFor, type CliEnv } from './harness.js';
+import { adminOf, burrow, closedPort, exitOf, memberOf, RunningBurrows, tempDir, type CliEnv } from './harness.js';
 
 let srv: TestServer;
 let home: { dir: string; remove: () => void };
@@ -14,7 +13,7 @@ let web: Server;
 let webPort: number;
 let alice: CliEnv;
 let bob: CliEnv;
-const children: { kill: (s?: NodeJS.Signals) => boolean }[] = [];
+const burrows = new RunningBurrows();
 
 const listen = (s: Server) =>
   new Promise<number>((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as { port: number }).port)));
@@ -31,26 +30,19 @@ test.before(async () => {
     });
   });
   webPort = await listen(web);
-  alice = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
-  const b = await createUser(srv, { email: 'bob@example.test' });
-  bob = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: await createKeyFor(srv, b.id, { scopes: ['tunnels'] }) } };
+  alice = adminOf(srv, home.dir);
+  ({ cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test' }, ['tunnels']));
 });
 
 test.after(async () => {
-  for (const c of children) c.kill('SIGKILL');
+  burrows.killAll();
   web?.close();
   await srv?.stop();
   home?.remove();
 });
 
-function start(env: CliEnv, args: string[]) {
-  const child = spawnBurrow(env, args);
-  children.push(child);
-  return child;
-}
-
-const firstLine = (child: ReturnType<typeof start>) =>
-  waitFor(() => (child.output.stdout.includes('\n') ? child.output.stdout.split('\n')[0] : undefined), 15_000, 'first stdout line');
+const start = (c: CliEnv, args: string[]) => burrows.start(c, args);
+const firstLine = (child: ReturnType<typeof start>) => burrows.firstLine(child);
 
 test('an id live for another user is refused: exit 5 with a hint; reserved id: exit 2', async () => {
   const owner = start(alice, ['http', String(webPort), '--id', 'taken']);
@@ -70,8 +62,8 @@ test('bad key → exit 3; a key without the tunnels scope → exit 3; closed por
   const bad = await burrow({ ...bob, env: { ...bob.env, BURROW_TOKEN: 'bk_AAAAAAAAAAAA_' + 'A'.repeat(43) } }, ['http', String(webPort)]);
   assert.is(bad.code, 3);
   assert.match(bad.stderr, /^error: tunnel refused: /);
-  const mgmtOnly = await createKeyFor(srv, (await createUser(srv)).id, { scopes: ['management'] });
-  const noScope = await burrow({ ...bob, env: { ...bob.env, BURROW_TOKEN: mgmtOnly } }, ['http', String(webPort)]);
+  const { cli: mgmtOnly } = await memberOf(srv, home.dir, { email: 'mgmt@example.test' }, ['management']);
+  const noScope = await burrow(mgmtOnly, ['http', String(webPort)]);
   assert.is(noScope.code, 3);
   assert.match(noScope.stderr, /hint: .*tunnels/);
   const dead = await burrow({ ...bob, env: { ...bob.env, BURROW_SERVER: `http://127.0.0.1:${await closedPort()}` } }, ['http', String(webPort)]);

@@ -6,9 +6,9 @@ import { createServer as createHttpServer, type Server } from 'node:http';
 import { createServer as createTcpServer, connect, type Server as TcpServer } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
+import { withDeadline } from '../helpers/fixtures.js';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { burrow, CLI, cliEnv, exitOf, spawnBurrow, tempDir, waitFor, type CliEnv } from './harness.js';
+import { adminOf, burrow, CLI, cliEnv, exitOf, memberOf, RunningBurrows, tempDir, waitFor, type CliEnv } from './harness.js';
 
 let srv: TestServer;
 let home: { dir: string; remove: () => void };
@@ -18,7 +18,7 @@ let webPort: number;
 let echoPort: number;
 let alice: CliEnv;
 let bob: CliEnv;
-const children: { kill: (s?: NodeJS.Signals) => boolean }[] = [];
+const burrows = new RunningBurrows();
 
 const listen = (s: Server | TcpServer) =>
   new Promise<number>((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as { port: number }).port)));
@@ -37,27 +37,20 @@ test.before(async () => {
   echo = createTcpServer((sock) => sock.pipe(sock));
   webPort = await listen(web);
   echoPort = await listen(echo);
-  alice = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
-  const b = await createUser(srv, { email: 'bob@example.test' });
-  bob = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: await createKeyFor(srv, b.id, { scopes: ['tunnels'] }) } };
+  alice = adminOf(srv, home.dir);
+  ({ cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test' }, ['tunnels']));
 });
 
 test.after(async () => {
-  for (const c of children) c.kill('SIGKILL');
+  burrows.killAll();
   web?.close();
   echo?.close();
   await srv?.stop();
   home?.remove();
 });
 
-function start(env: CliEnv, args: string[]) {
-  const child = spawnBurrow(env, args);
-  children.push(child);
-  return child;
-}
-
-const firstLine = (child: ReturnType<typeof start>) =>
-  waitFor(() => (child.output.stdout.includes('\n') ? child.output.stdout.split('\n')[0] : undefined), 15_000, 'first stdout line');
+const start = (c: CliEnv, args: string[]) => burrows.start(c, args);
+const firstLine = (child: ReturnType<typeof start>) => burrows.firstLine(child);
 
 async function visit(host: string, path: string): Promise<{ status: number; text: string }> {
   // Raw HTTP/1.1 on a socket: public tunnel traffic is routed by the Host header.
@@ -167,7 +160,7 @@ test('on a TTY: the live status block on stderr, redrawn in place, request lines
   // script(1) gives the child a pseudo-terminal; `exec` makes node the direct child of script.
   const cmd = `exec '${process.execPath}' '${CLI}' http ${webPort} --id cli-tty`;
   const child = spawn('script', ['-qfc', cmd, '/dev/null'], { env: { ...cliEnv(alice), COLUMNS: '100', LINES: '30' }, stdio: ['pipe', 'pipe', 'pipe'] });
-  children.push(child);
+  burrows.track(child);
   let screen = '';
   child.stdout.on('data', (d) => (screen += d));
   await waitFor(() => (/Session Status\s+online/.test(screen) ? true : undefined), 15_000, 'status online');

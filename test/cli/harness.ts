@@ -6,6 +6,8 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { withDeadline } from '../helpers/deadline.js';
+import { createKeyFor, createUser } from '../helpers/fixtures.js';
+import type { TestServer } from '../helpers/server.js';
 
 export { CLI } from '../helpers/server.js';
 import { CLI } from '../helpers/server.js';
@@ -63,6 +65,43 @@ export function spawnBurrow(c: CliEnv, args: string[]): ChildProcess & { output:
   child.stdout!.on('data', (d) => (child.output.stdout += d));
   child.stderr!.on('data', (d) => (child.output.stderr += d));
   return child;
+}
+
+/** The seed admin of `srv` as a CLI caller (server and key from the environment). */
+export function adminOf(srv: TestServer, configDir: string): CliEnv {
+  return { configDir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
+}
+
+/** A new member of `srv` with a key (both scopes unless given), as a CLI caller. */
+export async function memberOf(
+  srv: TestServer,
+  configDir: string,
+  user: { email: string; name?: string },
+  scopes?: string[],
+): Promise<{ id: string; email: string; cli: CliEnv }> {
+  const u = await createUser(srv, user);
+  return { ...u, cli: { configDir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: await createKeyFor(srv, u.id, { scopes }) } } };
+}
+
+/** `burrow http|tcp` children of one suite: started, read until their URL, killed together. */
+export class RunningBurrows {
+  private readonly children: ChildProcess[] = [];
+  start(c: CliEnv, args: string[]): ReturnType<typeof spawnBurrow> {
+    const child = spawnBurrow(c, args);
+    this.children.push(child);
+    return child;
+  }
+  /** Also kill `child` (started some other way) at the end. */
+  track(child: ChildProcess): void {
+    this.children.push(child);
+  }
+  /** The first stdout line (the public URL, or the first JSON event). */
+  firstLine(child: ReturnType<typeof spawnBurrow>): Promise<string> {
+    return waitFor(() => (child.output.stdout.includes('\n') ? child.output.stdout.split('\n')[0] : undefined), 15_000, 'first stdout line');
+  }
+  killAll(): void {
+    for (const c of this.children) c.kill('SIGKILL');
+  }
 }
 
 export function tempDir(prefix = 'burrow-cli-'): { dir: string; remove: () => void } {

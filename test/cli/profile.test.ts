@@ -4,7 +4,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createKeyFor, createUser } from '../helpers/fixtures.js';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { burrow, tempDir, type CliEnv } from './harness.js';
+import { adminOf, burrow, memberOf, tempDir, type CliEnv } from './harness.js';
 
 let srv: TestServer;
 let cfg: { dir: string; remove: () => void };
@@ -15,10 +15,8 @@ let memberEmail: string;
 test.before(async () => {
   srv = await startServer();
   cfg = tempDir();
-  admin = { configDir: cfg.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
-  const u = await createUser(srv, { email: 'member@example.test', name: 'Mem Ber' });
-  memberEmail = u.email;
-  member = { configDir: cfg.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: await createKeyFor(srv, u.id) } };
+  admin = adminOf(srv, cfg.dir);
+  ({ email: memberEmail, cli: member } = await memberOf(srv, cfg.dir, { email: 'member@example.test', name: 'Mem Ber' }));
 });
 
 test.after(async () => {

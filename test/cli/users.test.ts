@@ -1,9 +1,8 @@
 // burrow users ... (admins): human and --json output against a real burrowd.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createKeyFor, createUser } from '../helpers/fixtures.js';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { burrow, tempDir, type CliEnv } from './harness.js';
+import { adminOf, burrow, memberOf, tempDir, type CliEnv } from './harness.js';
 
 let srv: TestServer;
 let home: { dir: string; remove: () => void };
@@ -14,10 +13,8 @@ let bobId: string;
 test.before(async () => {
   srv = await startServer();
   home = tempDir();
-  admin = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
-  const b = await createUser(srv, { email: 'bob@example.test', name: 'Bob' });
-  bobId = b.id;
-  bob = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: await createKeyFor(srv, b.id) } };
+  admin = adminOf(srv, home.dir);
+  ({ id: bobId, cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test', name: 'Bob' }));
 });
 
 test.after(async () => {
