@@ -15,9 +15,10 @@ import type { Downstream, Upstream } from './stream.js';
 // uWS rules kept here: `req` is read synchronously; nothing touches `res` after onAborted or
 // after the response ended; every write goes through res.cork (one syscall for head and body),
 // and writes that arrive inside another socket's callback (the control WebSocket's message
-// handler, where `res` cannot cork) wait for the end of the loop turn (src/http/cork.ts). Request bodies are paused (res.pause) when the stream's credit
-// runs out; response bytes are reported consumed only once uWS accepted them, so a slow
-// visitor holds back only its own stream.
+// handler, where `res` cannot cork) wait for the end of the loop turn (src/http/cork.ts).
+// Request bodies are paused (res.pause) when the stream's credit runs out; response bytes are
+// reported consumed only once uWS accepted them, so a slow visitor holds back only its own
+// stream.
 
 /** Finds where a request for `tunnelId` goes: an Upstream, or null (unknown tunnel). */
 export type OpenUpstream = (tunnelId: string, head: HttpHead, down: HttpVisitor) => Upstream | null;
