@@ -163,10 +163,10 @@ export const INITIAL_WINDOW_BYTES = 2 * 1024 * 1024;
 export const CREDIT_BATCH_BYTES = 128 * 1024;
 /** Request / response head size limit (sum of header names and values). */
 export const MAX_HEAD_BYTES = 64 * 1024;
-/** Both sides send Ping this often... */
+/** Both sides send Ping this often (burrowd --heartbeat-interval; Welcome tells the client)... */
 export const HEARTBEAT_INTERVAL_MS = 5_000;
-/** ...and drop a connection that sent nothing for this long (a half-open TCP connection). */
-export const HEARTBEAT_TIMEOUT_MS = 15_000;
+/** ...and drop a connection that sent nothing for this many intervals (a half-open TCP connection). */
+export const HEARTBEAT_MISSES = 3;
 /** Live streams per control connection; more are answered 503 at the edge. */
 export const MAX_STREAMS_PER_CONNECTION = 4096;
 /** Tunnels per control connection. */

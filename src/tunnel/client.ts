@@ -4,7 +4,7 @@ import net from 'node:net';
 import { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import {
-  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, INITIAL_WINDOW_BYTES, CREDIT_BATCH_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS,
+  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, INITIAL_WINDOW_BYTES, CREDIT_BATCH_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
   RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrameHead,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type ResetCode, type TcpHead,
 } from '../protocol/frames.js';
@@ -493,14 +493,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       this.teardown();
       this.lost(new TunnelRefused('connection-lost', `control connection closed (${code}${reason ? `: ${reason}` : ''})`, false));
     });
-    this.heartbeatTimer = setInterval(() => {
-      if (Date.now() - this.lastSeenMs > HEARTBEAT_TIMEOUT_MS) {
-        ws.destroy();
-        return;
-      }
-      this.send([F.Ping, Date.now()]);
-    }, HEARTBEAT_INTERVAL_MS);
-    this.heartbeatTimer.unref();
+    this.startHeartbeat(ws, HEARTBEAT_INTERVAL_MS);
     this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
     const req: OpenRequest = {
       type: this.opts.type,
@@ -509,6 +502,19 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       remotePort: this.registered?.remotePort ?? this.opts.remotePort ?? null,
     };
     this.send([F.Open, this.nextReq++, req]);
+  }
+
+  /** Ping every `intervalMs`; a server silent for HEARTBEAT_MISSES intervals is a dead connection. */
+  private startHeartbeat(ws: WsClient, intervalMs: number): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
+    this.heartbeatTimer = setInterval(() => {
+      if (Date.now() - this.lastSeenMs > intervalMs * HEARTBEAT_MISSES) {
+        ws.destroy();
+        return;
+      }
+      this.send([F.Ping, Date.now()]);
+    }, intervalMs);
+    this.heartbeatTimer.unref();
   }
 
   /** Ends the current connection's state (streams die with it). */
@@ -572,7 +578,12 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       return;
     }
     switch (frame[0]) {
-      case F.Welcome:
+      case F.Welcome: {
+        // The server's interval (burrowd --heartbeat-interval), within sane bounds.
+        const ms = frame[1].heartbeatMs;
+        if (this.ws && ms >= 100 && ms <= 60_000) this.startHeartbeat(this.ws, ms);
+        return;
+      }
       case F.Pong:
         return;
       case F.Ping:

@@ -9,7 +9,7 @@ import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
-  HEARTBEAT_INTERVAL_MS, HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
+  HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
 import type { StreamCarrier, TunnelActor, TunnelStream } from '../actors/tunnel.js';
@@ -199,7 +199,7 @@ export class ControlConnection implements StreamCarrier {
     }
     this.helloDone = true;
     clearTimeout(this.helloTimer);
-    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: HEARTBEAT_INTERVAL_MS }]);
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs }]);
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {

@@ -2,7 +2,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type { ShardContext } from '../workers/shard-context.js';
 import type { HostDispatch } from '../http/uws.js';
 import type { TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
-import { HEARTBEAT_INTERVAL_MS, HEARTBEAT_TIMEOUT_MS, type HttpHead, type OpenRequest } from '../protocol/frames.js';
+import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest } from '../protocol/frames.js';
 import { assertNever } from '../errors.js';
 import { TunnelActor } from '../actors/tunnel.js';
 import { ControlConnection, installControlRoute, type ControlHost } from './control.js';
@@ -118,10 +118,11 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   }, STATS_REPORT_MS);
   statsTimer.unref();
 
+  const heartbeatMs = ctx.config.heartbeatIntervalMs;
   const heartbeatTimer = setInterval(() => {
     const now = Date.now();
-    for (const c of connections) c.ping(now, HEARTBEAT_TIMEOUT_MS);
-  }, HEARTBEAT_INTERVAL_MS);
+    for (const c of connections) c.ping(now, heartbeatMs * HEARTBEAT_MISSES);
+  }, heartbeatMs);
   heartbeatTimer.unref();
 
   // Learn where live tunnels are (a restarted shard starts empty).

@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import http from 'node:http';
+import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient, TunnelRefused } from '../../src/tunnel/client.js';
@@ -213,6 +214,79 @@ test('the server answers heartbeats', async () => {
   p.send([F.Ping, 42]);
   assert.equal(await p.next(), [F.Pong, 42]);
   p.ws.close();
+});
+
+// Half-open connections: a peer that stops talking without closing. A server with a 200 ms
+// heartbeat makes the three missed intervals take well under a second.
+
+test('a silent client is dropped after three missed heartbeats; its tunnel ends', async () => {
+  const quick = await startServer({ args: ['--heartbeat-interval', '200'] });
+  try {
+    const ws = await WsClient.connect(`${quick.url}/tunnel/v1/connect`, { authorization: `Bearer ${quick.adminKey}` }, MAX_FRAME_BYTES, 5_000);
+    const frames: Frame[] = [];
+    ws.on('message', (m) => frames.push(decodeFrame(m)));
+    const closed = new Promise<void>((r) => ws.once('close', () => r()));
+    ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: 'test' }]));
+    ws.send(encodeFrame([F.Open, 1, { type: 'http', id: 'mute' }]));
+    await eventually(() => frames.some((f) => f[0] === F.Opened), 5_000, 'opened');
+    assert.equal(frames.find((f) => f[0] === F.Welcome), [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200 }]);
+    assert.is((await api(quick, 'GET', '/tunnels/mute', { key: quick.adminKey })).status, 200);
+    // From here on the peer neither answers Ping nor sends anything, and keeps its socket open.
+    await withDeadline(closed, 5_000, 'the server closes the silent connection');
+    assert.ok(frames.filter((f) => f[0] === F.Ping).length >= 2, 'the server pinged before giving up');
+    await eventually(async () => (await api(quick, 'GET', '/tunnels/mute', { key: quick.adminKey })).status === 404, 5_000, 'tunnel gone');
+    assert.is((await visit(quick.port, 'mute.localhost')).status, 404);
+  } finally {
+    await quick.stop();
+  }
+});
+
+/** A TCP relay whose open connections can be silenced: nothing forwarded, nothing closed. */
+async function relay(targetPort: number): Promise<{ port: number; silence(): void; close(): void }> {
+  const pairs: [net.Socket, net.Socket][] = [];
+  const server = net.createServer((a) => {
+    const b = net.connect(targetPort, '127.0.0.1');
+    for (const s of [a, b]) s.on('error', () => undefined);
+    a.pipe(b);
+    b.pipe(a);
+    pairs.push([a, b]);
+  });
+  const { port } = await listen(server);
+  return {
+    port,
+    silence() {
+      for (const [a, b] of pairs) {
+        a.unpipe(b);
+        b.unpipe(a);
+        a.pause();
+        b.pause();
+      }
+    },
+    close() {
+      for (const [a, b] of pairs) a.destroy(), b.destroy();
+      server.close();
+    },
+  };
+}
+
+test('a client notices a silent server and reconnects', async () => {
+  const quick = await startServer({ args: ['--heartbeat-interval', '200'] });
+  const path = await relay(quick.port);
+  const c = new TunnelClient({ server: `http://127.0.0.1:${path.port}`, token: quick.adminKey, type: 'http', id: 'deaf', local: { host: '127.0.0.1', port: local.port } });
+  try {
+    await withDeadline(c.start(), 10_000, 'start');
+    const reconnecting = once<[{ attempt: number; reason: string }]>(c, 'reconnecting', 5_000);
+    const registered = once<[{ id: string }]>(c, 'registered', 10_000);
+    path.silence();
+    const [r] = await reconnecting;
+    assert.is(r.attempt, 1);
+    assert.is((await registered)[0].id, 'deaf');
+    await eventually(async () => (await visit(quick.port, 'deaf.localhost', { path: '/again' })).status === 200, 5_000, 'served again');
+  } finally {
+    await c.stop();
+    path.close();
+    await quick.stop();
+  }
 });
 
 test.run();
