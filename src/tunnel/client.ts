@@ -581,7 +581,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       case F.Welcome: {
         // The server's interval (burrowd --heartbeat-interval), within sane bounds.
         const ms = frame[1].heartbeatMs;
-        if (this.ws && ms >= 100 && ms <= 60_000) this.startHeartbeat(this.ws, ms);
+        if (this.ws && ms >= 100 && ms <= 10_000) this.startHeartbeat(this.ws, ms);
         return;
       }
       case F.Pong:

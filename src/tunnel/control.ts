@@ -282,7 +282,8 @@ export function installControlRoute(host: ControlHost): void {
   ctx.app.ws<ConnData>('/tunnel/v1/connect', {
     maxPayloadLength: MAX_FRAME_BYTES,
     // Heartbeats are ours (Ping frames both ways, see shard.ts); uWS's idle timer is a
-    // backstop for a client that stopped sending anything at all.
+    // backstop for a client that stopped sending anything at all. It must stay above
+    // 3 × the largest --heartbeat-interval (10 s).
     idleTimeout: 32,
     sendPingsAutomatically: false,
     maxBackpressure: 64 * 1024 * 1024,
