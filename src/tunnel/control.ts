@@ -56,23 +56,25 @@ export class ControlConnection implements StreamCarrier {
   private readonly helloTimer: NodeJS.Timeout;
   /** Frame waiting for a cork callback (avoids a closure per frame). */
   private pending: Uint8Array | null = null;
-  private readonly corkedSend = (): void => {
-    const r = this.ws.send(this.pending!, true);
-    if (r === 2) this.fail('the client does not read its control connection');
-  };
+  private readonly corkedSend = (): void => void this.write(this.pending!);
   /** Frames sent while another socket held the cork (visitor requests): one send at turn end. */
   private outbox: Uint8Array[] | null = null;
-  private readonly flushOutbox = (): void => {
-    const frames = this.outbox;
+  private readonly corkedOutbox = (): void => {
+    const frames = this.outbox!;
     this.outbox = null;
-    if (!frames || this.closed) return;
-    this.ws.cork(() => {
-      for (const f of frames) {
-        if (this.closed) return;
-        if (this.ws.send(f, true) === 2) return this.fail('the client does not read its control connection');
-      }
-    });
+    for (const f of frames) if (this.closed || !this.write(f)) return;
   };
+  private readonly flushOutbox = (): void => {
+    if (this.outbox && !this.closed) this.ws.cork(this.corkedOutbox);
+    else this.outbox = null;
+  };
+
+  /** One frame to uWS (inside a cork); a client that stopped reading ends the connection. */
+  private write(bytes: Uint8Array): boolean {
+    if (this.ws.send(bytes, true) !== 2) return true;
+    this.fail('the client does not read its control connection');
+    return false;
+  }
 
   constructor(
     readonly ws: WebSocket<ConnData>,
