@@ -6,6 +6,8 @@ import { keyPrefixOf } from '../../src/auth/key-format.js';
 import { WsClient, WsRefused } from '../../src/tunnel/ws-client.js';
 import { F, MAX_FRAME_BYTES } from '../../src/protocol/frames.js';
 import { rawPeer, refusalIn, type RawPeer } from './raw-peer.js';
+import { TunnelClient } from '../../src/tunnel/client.js';
+import { once } from './helpers.js';
 
 // Losing the right to tunnel reaches live control connections before the API call that
 // caused it answers: revoke, deactivation, key expiry (a timer), team-member removal and team
@@ -103,6 +105,24 @@ test('revoking a key ends its live control connections before DELETE /keys answe
   assert.ok(ids.includes('rv-other'));
   assert.not.ok(survivor.isClosed());
   assert.is(await refusedUpgrade(key), 401);
+});
+
+test('the tunnel client stops for good when its key is revoked (no reconnect)', async () => {
+  const u = await createUser(server);
+  const key = await createKeyFor(server, u.id);
+  const c = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: 9 }, id: 'rv-client' });
+  let reconnects = 0;
+  c.on('reconnecting', () => reconnects++);
+  await withDeadline(c.start(), 10_000, 'client start');
+  const ended = once<[{ permanent: boolean; code: string; reason: string }]>(c, 'closed', 10_000);
+  const r = await api(server, 'DELETE', `/keys/${await keyId(key)}`, { key });
+  assert.is(r.status, 200, r.text);
+  const [why] = await ended;
+  assert.is(why.permanent, true);
+  assert.is(why.code, 'unauthorized');
+  assert.match(why.reason, /revoked/);
+  assert.is(reconnects, 0);
+  await c.stop();
 });
 
 test('deactivating a user ends their control connections before the API answers', async () => {
