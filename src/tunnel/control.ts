@@ -36,6 +36,8 @@ export interface ControlHost {
   log: Logger;
   /** Registers a tunnel (registry admission, TCP listener); answers Opened or throws ApiError. */
   open(conn: ControlConnection, req: OpenRequest): Promise<{ id: string; url: string; remotePort: number | null }>;
+  /** Bumped by every endConnections (revoke, deactivation) on this shard. */
+  revocations(): number;
   /** The client gave a tunnel up, or the connection ended: forget it and report. */
   ended(actor: TunnelActor, last: StatsDelta | null): void;
   connections: Set<ControlConnection>;
@@ -364,7 +366,17 @@ function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context
       res.end(JSON.stringify(problemOf(code as never, detail)), true);
     });
   };
-  host.ctx.authenticate(authorization || undefined, ip).then(
+  // A revoke that lands while the key is being verified finds no connection to end yet, and
+  // the verification may have read the row before it: verify again (a fresh read) then.
+  const authenticate = async (): Promise<Principal> => {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const seen = host.revocations();
+      const principal = await host.ctx.authenticate(authorization || undefined, ip);
+      if (host.revocations() === seen) return principal;
+    }
+    throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
+  };
+  authenticate().then(
     (principal) => {
       if (!scopeAllows('tunnels', principal.scopes)) return refuse(403, 'forbidden', 'this key lacks the "tunnels" scope');
       if (aborted) return;

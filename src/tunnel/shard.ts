@@ -46,6 +46,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const dirty = new Set<TunnelActor>();
   const connections = new Set<ControlConnection>();
   const markDirty = (t: TunnelActor): void => void dirty.add(t);
+  let revocations = 0;
 
   const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
     const t = tunnels.get(tunnelId);
@@ -68,6 +69,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     ctx,
     log,
     connections,
+    revocations: () => revocations,
     async open(conn: ControlConnection, req: OpenRequest) {
       const gone = (): ApiError => new ApiError('unavailable', 'the control connection closed while the tunnel was being admitted');
       // TCP: the user's port quota is claimed from the registry before binding, so concurrent
@@ -211,6 +213,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       mesh.attach(shard, port);
     },
     endConnections(keyIds, userIds, reason) {
+      revocations++;
       const keys = new Set(keyIds);
       const users = new Set(userIds);
       for (const c of [...connections]) {

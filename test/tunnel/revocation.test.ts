@@ -125,6 +125,31 @@ test('the tunnel client stops for good when its key is revoked (no reconnect)', 
   await c.stop();
 });
 
+test('a connection whose authentication raced the revoke does not outlive it', async () => {
+  // The upgrade's verification (a cache miss: row read, then argon2 on main) overlaps the
+  // revoke, done with another key of the user. Whichever finishes first, once the revoke has
+  // answered the connection must be refused or ended. Several rounds: the overlap varies.
+  const u = await createUser(server);
+  const manager = await createKeyFor(server, u.id);
+  for (let round = 0; round < 12; round++) {
+    const key = await createKeyFor(server, u.id);
+    const id = await keyId(key);
+    const connecting = WsClient.connect(`${server.url}/tunnel/v1/connect`, { authorization: `Bearer ${key}` }, MAX_FRAME_BYTES, 5_000).then(
+      (ws) => ws,
+      (err: unknown) => {
+        if (err instanceof WsRefused && err.status === 401) return null;
+        throw err;
+      },
+    );
+    const r = await api(server, 'DELETE', `/keys/${id}`, { key: manager });
+    assert.is(r.status, 200, r.text);
+    const ws = await withDeadline(connecting, 10_000, 'upgrade');
+    if (!ws) continue;
+    const closed = new Promise<void>((resolve) => ws.once('close', () => resolve()));
+    await withDeadline(closed, 5_000, `round ${round}: the connection opened with a revoked key stays open`);
+  }
+});
+
 test('deactivating a user ends their control connections before the API answers', async () => {
   const u = await createUser(server);
   const key = await createKeyFor(server, u.id);
