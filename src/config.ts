@@ -39,6 +39,8 @@ export interface Config {
   dataDir: string;
   workers: number;
   tcpPortRange: { min: number; max: number } | null;
+  /** Live TCP tunnels (bound ports) one user may hold across all connections and shards. */
+  maxTcpPortsPerUser: number;
   seedApiKey: boolean;
   initialAdminEmail: string | null;
   github: GithubConfig | null;
@@ -99,6 +101,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--data-dir <dir>', 'embedded database files').default('./burrow-data'))
     .addOption(opt('--workers <n>', 'shard worker threads').argParser(int('--workers', 1, 256)).default(availableParallelism(), 'CPU count'))
     .addOption(opt('--tcp-port-range <min-max|off>', 'ports TCP tunnels may take').argParser(portRange).default(portRange('20000-29999'), '20000-29999'))
+    .addOption(opt('--max-tcp-ports-per-user <n>', 'TCP tunnel ports one user may hold at once (all connections), so one key cannot take the whole range').argParser(int('--max-tcp-ports-per-user', 1, 65535)).default(10))
     .addOption(opt('--seed-api-key', 'create the seed admin and print a fresh admin key as the first stdout line').default(false))
     .addOption(opt('--initial-admin-email <email>', 'promote this user to admin at first OAuth login'))
     .addOption(opt('--github-client-id <id>', 'GitHub OAuth app client id', 'GITHUB_CLIENT_ID'))
@@ -184,6 +187,7 @@ export function configFromOptions(o: Opts): Config {
     dataDir: String(o.dataDir),
     workers: o.workers as number,
     tcpPortRange: o.tcpPortRange === 'off' ? null : (o.tcpPortRange as Config['tcpPortRange']),
+    maxTcpPortsPerUser: o.maxTcpPortsPerUser as number,
     seedApiKey: Boolean(o.seedApiKey),
     initialAdminEmail: str(o.initialAdminEmail)?.toLowerCase() ?? null,
     github,

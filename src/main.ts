@@ -94,7 +94,7 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
       return undefined;
     }
     case 'auth-invalidate':
-      return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds }, INVALIDATE_TIMEOUT_MS).then(() => ({}));
+      return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds, endConnections: msg.endConnections }, INVALIDATE_TIMEOUT_MS).then(() => ({}));
     case 'health':
       return { shardsUp: supervisor.up, shardsTotal: supervisor.total };
     default:

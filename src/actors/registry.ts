@@ -4,7 +4,7 @@ import type { Sql } from '../db/sql.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
 import type { StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
-import { randomTunnelId, tunnelIdProblem } from '../protocol/frames.js';
+import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
 
@@ -17,10 +17,18 @@ import { StatsActor } from './stats.js';
 //                           ──▶ StatsActor.open(session) ──▶ tunnel-route to every shard
 //   shard ──tunnel-down───▶ StatsActor.close(session, final counters) ──▶ tunnel-route null
 //   API   ──tunnels-close─▶ owning shard: tunnel-close (permanent: the client must not return)
+//   shard ──tunnel-port-claim─▶ one of the user's --max-tcp-ports-per-user, held until
+//           tunnel-admit spends it or tunnel-port-release returns it (counted before the bind,
+//           so concurrent Opens cannot overshoot, on one shard or several)
 
 export interface ShardDirectory {
   tell(shard: number, msg: TunnelMainToShard): void;
   ask<R>(shard: number, msg: TunnelMainToShard, timeoutMs: number): Promise<R>;
+}
+
+interface PortClaim {
+  userId: string;
+  shard: number;
 }
 
 interface Entry {
@@ -35,6 +43,11 @@ const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/
 
 export class RegistryActor {
   private readonly tunnels = new Map<string, Entry>();
+  private readonly claims = new Map<number, PortClaim>();
+  private nextClaim = 0;
+  /** Bumped whenever memberships or users lose tunnels: an admission whose team check
+   *  awaited across such a change is refused (transient: the client retries and re-checks). */
+  private revocations = 0;
   readonly stats: StatsActor;
 
   constructor(
@@ -68,6 +81,13 @@ export class RegistryActor {
         return this.close(msg.id, msg.reason);
       case 'tunnels-close-owner':
         return this.closeOwner(msg.userId, msg.teamId, msg.reason);
+      case 'tunnels-close-member':
+        return this.closeMember(msg.teamId, msg.userId, msg.reason);
+      case 'tunnel-port-claim':
+        return { claim: this.claimPort(fromShard, msg.userId, msg.id) };
+      case 'tunnel-port-release':
+        this.claims.delete(msg.claim);
+        return undefined;
       case 'tunnel-admit':
         return this.admit(fromShard, msg);
       case 'tunnel-down':
@@ -84,6 +104,7 @@ export class RegistryActor {
 
   /** A shard died: its tunnels are gone; their sessions close with the last counters heard. */
   shardDown(shard: number): void {
+    for (const [claim, c] of this.claims) if (c.shard === shard) this.claims.delete(claim);
     for (const [id, e] of this.tunnels) {
       if (e.shard !== shard) continue;
       this.tunnels.delete(id);
@@ -108,15 +129,40 @@ export class RegistryActor {
     return `${base.protocol}//${id}.${this.config.domain}${base.port ? `:${base.port}` : ''}`;
   }
 
+  private claimPort(shard: number, userId: string, id: string | null): number {
+    const max = this.config.maxTcpPortsPerUser;
+    let held = 0;
+    for (const e of this.tunnels.values()) if (e.info.owner_id === userId && e.info.tunnel_type === 'tcp' && e.info.id !== id) held++;
+    for (const c of this.claims.values()) if (c.userId === userId) held++;
+    if (held >= max) {
+      throw new ApiError('forbidden', `limit reached: at most ${max} TCP ports per user (max-tcp-ports-per-user); you hold or are opening ${held}: close a TCP tunnel first`);
+    }
+    const claim = ++this.nextClaim;
+    this.claims.set(claim, { userId, shard });
+    return claim;
+  }
+
   private async admit(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
+    try {
+      return await this.admitOnce(shard, m);
+    } finally {
+      // Spent either way; on success the entry now counts instead (set before this runs).
+      if (m.claim !== null) this.claims.delete(m.claim);
+    }
+  }
+
+  private async admitOnce(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
     if (m.id !== null) {
       const problem = tunnelIdProblem(m.id, this.config.domain);
       if (problem) throw new ApiError('bad-request', problem);
     }
     if (m.teamId !== null) {
       if (!UUID_RE.test(m.teamId)) throw new ApiError('bad-request', `team id "${m.teamId}" is not a uuid`);
+      const before = this.revocations;
       const rows = await this.sql`select 1 from team_members where team_id = ${m.teamId} and user_id = ${m.userId}`;
       if (rows.length === 0) throw new ApiError('forbidden', `you are not a member of team ${m.teamId}`);
+      // A removal or team deletion that closed tunnels while we read may have missed this one.
+      if (this.revocations !== before) throw new ApiError('unavailable', `team ${m.teamId} changed while this tunnel was admitted; try again`);
     }
     let id = m.id;
     if (id === null) {
@@ -130,7 +176,13 @@ export class RegistryActor {
       // registration wins; the old one is told so and must not come back.
       // Its session closes when that shard reports tunnel-down with the final counters.
       this.tunnels.delete(id);
-      this.shards.tell(old.shard, { type: 'tunnel-close', tunnelId: id, reason: 'taken over by a newer connection with the same tunnel id', permanent: true, sessionId: old.sessionId });
+      // A shard that no longer holds it (or is gone) sends no tunnel-down: close the session here.
+      this.shards
+        .ask<{ closed: boolean }>(old.shard, { type: 'tunnel-close', tunnelId: id, reason: 'taken over by a newer connection with the same tunnel id', permanent: true, sessionId: old.sessionId }, CLOSE_TIMEOUT_MS)
+        .then(
+          (r) => !r.closed && this.stats.close(old.sessionId),
+          () => this.stats.close(old.sessionId),
+        );
     }
     const sessionId = randomUUID();
     this.tunnels.set(id, {
@@ -174,11 +226,11 @@ export class RegistryActor {
     return e ? this.view(e) : null;
   }
 
-  private async close(id: string, reason: string): Promise<Record<string, never>> {
+  private async close(id: string, reason: string, code?: RefusalCode): Promise<Record<string, never>> {
     const e = this.tunnels.get(id);
     if (!e) throw new ApiError('not-found', `no live tunnel "${id}"`);
     // The entry goes when the shard reports tunnel-down (with the final counters).
-    await this.shards.ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: e.sessionId }, CLOSE_TIMEOUT_MS);
+    await this.shards.ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: e.sessionId, code }, CLOSE_TIMEOUT_MS);
     const still = this.tunnels.get(id);
     if (still === e) {
       this.tunnels.delete(id);
@@ -189,10 +241,18 @@ export class RegistryActor {
   }
 
   private async closeOwner(userId: string | null, teamId: string | null, reason: string): Promise<number> {
+    this.revocations++;
     const victims = [...this.tunnels.entries()].filter(
       ([, e]) => (userId !== null && e.info.owner_id === userId) || (teamId !== null && e.info.team_id === teamId),
     );
     await Promise.all(victims.map(([id]) => this.close(id, reason).catch((err) => this.log.warn({ err, id }, 'closing tunnel failed'))));
+    return victims.length;
+  }
+
+  private async closeMember(teamId: string, userId: string, reason: string): Promise<number> {
+    this.revocations++;
+    const victims = [...this.tunnels.entries()].filter(([, e]) => e.info.owner_id === userId && e.info.team_id === teamId);
+    await Promise.all(victims.map(([id]) => this.close(id, reason, 'forbidden').catch((err) => this.log.warn({ err, id }, 'closing tunnel failed'))));
     return victims.length;
   }
 }

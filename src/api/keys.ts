@@ -28,7 +28,7 @@ async function createKey({ shard, principal, body }: ApiCall<Static<typeof Creat
 async function revokeMyKey({ shard, principal, params }: ApiCall) {
   const revoked = await revokeKey(shard.sql, principal.userId, params.id!);
   if (!revoked) throw new ApiError('not-found', `no active key ${params.id} among your keys`);
-  await invalidateKeys(shard, [revoked.id], []);
+  await invalidateKeys(shard, [revoked.id], [], 'the API key was revoked');
   return {};
 }
 

@@ -76,6 +76,9 @@ async function removeMember({ shard, principal, params }: ApiCall) {
   const r = await teams.changeMember(shard.sql, params.id!, params.user_id!, { remove: true });
   if (r === null) throw new ApiError('not-found', `user ${params.user_id} is not a member of team ${params.id}`);
   if (r === 'last-owner') throw lastOwner(params.id!);
+  // Their tunnels bound to the team end before this answers (admission re-checks membership).
+  const reason = params.user_id === principal.userId ? `you left team ${params.id}` : `you were removed from team ${params.id}`;
+  await shard.main.ask({ type: 'tunnels-close-member', teamId: params.id!, userId: params.user_id!, reason }, CLOSE_TIMEOUT_MS);
   return {};
 }
 

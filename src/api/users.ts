@@ -31,8 +31,9 @@ async function changeKeepingAnAdmin(sql: Sql, id: string, change: { role: Role }
 async function deactivate({ shard, principal, params }: ApiCall) {
   if (params.id === principal.userId) throw new ApiError('conflict', 'you cannot deactivate yourself; ask another admin');
   const u = await changeKeepingAnAdmin(shard.sql, params.id!, { deactivate: true });
-  // Keys stop working at once on every shard, and the user's live tunnels close.
-  await invalidateKeys(shard, [], [u.id]);
+  // Keys stop working at once on every shard, the user's control connections end (their
+  // tunnels with them), and tunnels left elsewhere close.
+  await invalidateKeys(shard, [], [u.id], 'the user was deactivated');
   await shard.main.ask({ type: 'tunnels-close-owner', userId: u.id, teamId: null, reason: 'the user was deactivated' }, CLOSE_TIMEOUT_MS);
   return u;
 }
@@ -46,6 +47,8 @@ async function setRole({ shard, params, body }: ApiCall<Static<typeof RoleBody>>
   const target = await existing(shard.sql, params.id!);
   if (target.role === body.role) return target;
   const u = await changeKeepingAnAdmin(shard.sql, params.id!, { role: body.role });
+  // Cached principals carry the role. Live control connections stay: holding a tunnel needs
+  // the key's `tunnels` scope (and team membership), which no role grants or removes.
   await invalidateKeys(shard, [], [u.id]);
   return u;
 }

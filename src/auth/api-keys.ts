@@ -28,7 +28,7 @@ export async function issueKey(shard: Pick<ShardContext, 'sql' | 'main'>, req: I
       if (req.replaceSameName) revoked = await revokeByName(tx as never, req.userId, req.name);
       return insertKey(tx as never, { userId: req.userId, name: req.name, prefix, hash, scopes: req.scopes, expiresAt: req.expiresAt });
     });
-    if (revoked.length) await invalidateKeys(shard, revoked, []);
+    if (revoked.length) await invalidateKeys(shard, revoked, [], 'the API key was revoked (replaced by a new key of the same name)');
     return { info: info as CreatedKey['info'], key };
   } catch (err) {
     if (uniqueViolation(err) === 'api_keys_active_name') {
@@ -38,7 +38,10 @@ export async function issueKey(shard: Pick<ShardContext, 'sql' | 'main'>, req: I
   }
 }
 
-/** Every shard drops these keys/users from its cache before this resolves. */
-export async function invalidateKeys(shard: Pick<ShardContext, 'main'>, keyIds: string[], userIds: string[]): Promise<void> {
-  await shard.main.ask({ type: 'auth-invalidate', keyIds, userIds }, INVALIDATE_TIMEOUT_MS);
+/**
+ * Every shard drops these keys/users from its cache before this resolves. With
+ * `endConnections` (the reason the client is told), their tunnel control connections end too.
+ */
+export async function invalidateKeys(shard: Pick<ShardContext, 'main'>, keyIds: string[], userIds: string[], endConnections: string | null = null): Promise<void> {
+  await shard.main.ask({ type: 'auth-invalidate', keyIds, userIds, endConnections }, INVALIDATE_TIMEOUT_MS);
 }

@@ -79,7 +79,7 @@ export class Authenticator {
         from api_keys k join users u on u.id = k.user_id where k.key_prefix = ${prefix}`;
     if (!row || row.revoked_at || row.deactivated_at || (row.expires_at && row.expires_at.getTime() <= Date.now())) return null;
     if (!(await this.deps.verify(row.key_hash, token))) return null;
-    const principal: Principal = { keyId: row.id, userId: row.user_id, role: row.role, scopes: row.scopes };
+    const principal: Principal = { keyId: row.id, userId: row.user_id, role: row.role, scopes: row.scopes, keyExpiresAtMs: row.expires_at?.getTime() ?? null };
     if (epoch === this.epoch) {
       if (this.cache.size >= MAX_CACHED_KEYS) this.cache.delete(this.cache.keys().next().value!);
       this.cache.set(digest, { principal, expiresAtMs: row.expires_at?.getTime() ?? null });

@@ -14,6 +14,8 @@ export interface Principal {
   userId: string;
   role: Role;
   scopes: Scope[];
+  /** The key's expires_at (epoch ms), null when it never expires: live control connections end then. */
+  keyExpiresAtMs: number | null;
 }
 
 /** The API's Tunnel shape plus what visibility checks need. */
@@ -29,8 +31,10 @@ export interface TunnelInfo {
 
 export type MainToShard =
   | TunnelMainToShard
-  /** Drop cached keys of these keys / users; the ask answers once dropped (ack). */
-  | { type: 'auth-invalidate'; keyIds: string[]; userIds: string[] }
+  /** Drop cached keys of these keys / users; the ask answers once dropped (ack). With
+   *  `endConnections` (revoke, deactivation) their tunnel control connections also end, with a
+   *  permanent Fatal saying this, before the ack. */
+  | { type: 'auth-invalidate'; keyIds: string[]; userIds: string[]; endConnections: string | null }
   /** An IP crossed the failed-auth limit: answer 429 until `untilMs` (epoch ms). */
   | { type: 'ip-blocked'; ip: string; untilMs: number }
   /** Stop accepting, let in-flight requests finish within `timeoutMs`; answers when idle. */
@@ -47,7 +51,8 @@ export type ShardToMain =
   | { type: 'verify-secret'; hash: string; secret: string }
   /** A failed authentication from `ip` (counts toward the 429 limit). */
   | { type: 'auth-failure'; ip: string }
-  /** Invalidate cached keys on every shard; answers after every shard acknowledged. */
-  | { type: 'auth-invalidate'; keyIds: string[]; userIds: string[] }
+  /** Invalidate cached keys on every shard (and end control connections, see MainToShard);
+   *  answers after every shard acknowledged. */
+  | { type: 'auth-invalidate'; keyIds: string[]; userIds: string[]; endConnections: string | null }
   /** Readiness: answers {shardsUp, shardsTotal}. */
   | { type: 'health' };

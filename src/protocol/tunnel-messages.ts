@@ -7,7 +7,7 @@
 //   shard ──tunnel-down (tell)──────▶ RegistryActor (session closed with final counters)
 //   shard A ◀──TunnelMesh (tell, MessagePort mesh)──▶ shard B   (public HTTP landing on B for A's tunnel)
 import type { Principal } from './messages.js';
-import type { ResetCode, ResponseHead, StreamHead } from './frames.js';
+import type { RefusalCode, ResetCode, ResponseHead, StreamHead } from './frames.js';
 
 /** Counters of one session since the last report (decisions.md "Counters"). */
 export interface StatsDelta {
@@ -27,6 +27,15 @@ export type TunnelShardToMain =
   | { type: 'tunnels-close'; id: string; reason: string }
   /** Close every live tunnel of a user (deactivated) or of a team (deleted). */
   | { type: 'tunnels-close-owner'; userId: string | null; teamId: string | null; reason: string }
+  /** A user left a team: close that user's live tunnels bound to the team (and refuse their
+   *  admissions in flight for it); answers when closed. */
+  | { type: 'tunnels-close-member'; teamId: string; userId: string; reason: string }
+  /** Before binding a TCP port: count one toward the user's --max-tcp-ports-per-user (a live
+   *  tcp tunnel of the same id, about to be taken over, does not count); answers the claim
+   *  number or throws `forbidden` naming the limit. Spent by tunnel-admit, else released. */
+  | { type: 'tunnel-port-claim'; userId: string; id: string | null }
+  /** A claim that will not reach tunnel-admit (bind failed, connection gone). */
+  | { type: 'tunnel-port-release'; claim: number }
   /** Admit a tunnel registered on this shard; answers TunnelAdmitted or throws a coded error
    *  (conflict, bad-request, forbidden). `id` null: pick a random free one. */
   | {
@@ -37,6 +46,8 @@ export type TunnelShardToMain =
       teamId: string | null;
       remotePort: number | null;
       clientIp: string | null;
+      /** tcp: the tunnel-port-claim this admission spends (admitted or refused), else null */
+      claim: number | null;
     }
   /** A tunnel of this shard ended (client gone, stopped, closed); `last` holds its final counters. */
   | { type: 'tunnel-down'; id: string; sessionId: string; last: StatsDelta | null }
@@ -61,8 +72,9 @@ export interface TunnelRoute {
 /** main → shard. */
 export type TunnelMainToShard =
   /** Close a tunnel owned by this shard; `permanent` tells the client not to reconnect.
-   *  With `sessionId`, only that registration (a same-user takeover must not close the new one). */
-  | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string }
+   *  With `sessionId`, only that registration (a same-user takeover must not close the new one).
+   *  `code`: the Closed frame's code (default: deleted / taken-over / unavailable from the reason). */
+  | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
   /** Where a live tunnel lives now (`shard` null: gone). Sent to every shard. */
   | { type: 'tunnel-route'; id: string; shard: number | null };
 

@@ -36,6 +36,8 @@ export interface ControlHost {
   log: Logger;
   /** Registers a tunnel (registry admission, TCP listener); answers Opened or throws ApiError. */
   open(conn: ControlConnection, req: OpenRequest): Promise<{ id: string; url: string; remotePort: number | null }>;
+  /** Bumped by every endConnections (revoke, deactivation) on this shard. */
+  revocations(): number;
   /** The client gave a tunnel up, or the connection ended: forget it and report. */
   ended(actor: TunnelActor, last: StatsDelta | null): void;
   connections: Set<ControlConnection>;
@@ -45,6 +47,8 @@ const WS_NORMAL = 1000;
 const WS_GOING_AWAY = 1001;
 const WS_PROTOCOL_ERROR = 1002;
 const WS_POLICY = 1008;
+/** setTimeout's longest wait (2^31-1 ms, ~24.8 days); a key expiring later re-arms. */
+const MAX_TIMER_MS = 2_147_483_647;
 
 export class ControlConnection implements StreamCarrier {
   readonly tunnels = new Map<string, TunnelActor>();
@@ -52,6 +56,9 @@ export class ControlConnection implements StreamCarrier {
   private nextSid = 1;
   private helloDone = false;
   private closed = false;
+  /** Opens waiting for admission: they count toward MAX_TUNNELS_PER_CONNECTION. */
+  private admitting = 0;
+  private expiryTimer: NodeJS.Timeout | null = null;
   lastSeenMs = Date.now();
   private readonly helloTimer: NodeJS.Timeout;
   /** Frame waiting for a cork callback (avoids a closure per frame). */
@@ -85,6 +92,22 @@ export class ControlConnection implements StreamCarrier {
     this.helloTimer = setTimeout(() => {
       if (!this.helloDone) this.fatal({ code: 'bad-request', message: `no hello within ${HELLO_TIMEOUT_MS} ms`, permanent: false });
     }, HELLO_TIMEOUT_MS);
+    this.armExpiry();
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  /** The key's expiry ends the connection like a revoke (a cached key would be refused then too). */
+  private armExpiry(): void {
+    const at = this.principal.keyExpiresAtMs;
+    if (at === null) return;
+    this.expiryTimer = setTimeout(() => {
+      if (Date.now() < at) return this.armExpiry();
+      this.revoke(`the API key expired at ${new Date(at).toISOString()}`);
+    }, Math.min(Math.max(0, at - Date.now()), MAX_TIMER_MS));
+    this.expiryTimer.unref();
   }
 
   // ---- sending ----
@@ -205,10 +228,13 @@ export class ControlConnection implements StreamCarrier {
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {
-    if (this.tunnels.size >= MAX_TUNNELS_PER_CONNECTION) {
-      this.send([F.Refused, reqId, { code: 'bad-request', message: `at most ${MAX_TUNNELS_PER_CONNECTION} tunnels per connection`, permanent: true }]);
+    // Admission is asynchronous: Opens still being admitted count, or a burst overshoots.
+    if (this.tunnels.size + this.admitting >= MAX_TUNNELS_PER_CONNECTION) {
+      const message = `limit reached: at most ${MAX_TUNNELS_PER_CONNECTION} tunnels per connection (open or being admitted)`;
+      this.send([F.Refused, reqId, { code: 'bad-request', message, permanent: true }]);
       return;
     }
+    this.admitting++;
     try {
       const opened = await this.host.open(this, req);
       if (this.closed) return;
@@ -216,6 +242,8 @@ export class ControlConnection implements StreamCarrier {
     } catch (err) {
       if (this.closed) return;
       this.send([F.Refused, reqId, refusalOf(err)]);
+    } finally {
+      this.admitting--;
     }
   }
 
@@ -239,9 +267,17 @@ export class ControlConnection implements StreamCarrier {
     this.send([F.Ping, nowMs]);
   }
 
+  /** The key or its user lost the right (revoked, expired, deactivated): end for good. */
+  revoke(reason: string): void {
+    this.fatal({ code: 'unauthorized', message: reason, permanent: true }, WS_POLICY);
+  }
+
   /** Ends the connection after telling the client why. */
   fatal(why: Refusal, code = WS_NORMAL): void {
     if (this.closed) return;
+    // Frames waiting for the turn's end would be dropped by the close: write them first
+    // (when no other socket holds the cork; else the Fatal joins them and may be lost).
+    if (this.outbox && !corkHeldByOther(this.ws)) this.ws.cork(this.corkedOutbox);
     this.send([F.Fatal, why]);
     this.closed = true;
     this.ws.end(code, why.message.slice(0, 120));
@@ -258,6 +294,7 @@ export class ControlConnection implements StreamCarrier {
   onClosed(): void {
     this.closed = true;
     clearTimeout(this.helloTimer);
+    if (this.expiryTimer) clearTimeout(this.expiryTimer);
     for (const t of this.tunnels.values()) this.host.ended(t, t.close(null));
     this.tunnels.clear();
     this.streams.clear();
@@ -329,7 +366,17 @@ function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context
       res.end(JSON.stringify(problemOf(code as never, detail)), true);
     });
   };
-  host.ctx.authenticate(authorization || undefined, ip).then(
+  // A revoke that lands while the key is being verified finds no connection to end yet, and
+  // the verification may have read the row before it: verify again (a fresh read) then.
+  const authenticate = async (): Promise<Principal> => {
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const seen = host.revocations();
+      const principal = await host.ctx.authenticate(authorization || undefined, ip);
+      if (host.revocations() === seen) return principal;
+    }
+    throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
+  };
+  authenticate().then(
     (principal) => {
       if (!scopeAllows('tunnels', principal.scopes)) return refuse(403, 'forbidden', 'this key lacks the "tunnels" scope');
       if (aborted) return;

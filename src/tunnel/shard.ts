@@ -2,14 +2,14 @@ import type { MessagePort } from 'node:worker_threads';
 import type { ShardContext } from '../workers/shard-context.js';
 import type { HostDispatch } from '../http/uws.js';
 import type { TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
-import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest } from '../protocol/frames.js';
-import { assertNever } from '../errors.js';
+import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
+import { ApiError, assertNever } from '../errors.js';
 import { TunnelActor } from '../actors/tunnel.js';
 import { ControlConnection, installControlRoute, type ControlHost } from './control.js';
 import { serveVisitor, type HttpVisitor } from './ingress.js';
 import { Mesh } from './mesh.js';
 import { installUpgradeRoute } from './upgrade.js';
-import { bindTcpPort, serveTcp } from './tcp.js';
+import { bindTcpPort, checkTcpRequest, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
 
 // The tunnel data plane of one shard worker:
@@ -30,6 +30,8 @@ export interface ShardTunnels {
   onPeer(shard: number, port: MessagePort): void;
   /** Close every tunnel and control connection (shutdown). */
   drain(): Promise<void>;
+  /** Key revoked / user deactivated: end those control connections now (permanent Fatal). */
+  endConnections(keyIds: readonly string[], userIds: readonly string[], reason: string): void;
 }
 
 /** Deltas leave a shard at most this often (design.md: ≤ 250 ms). */
@@ -44,6 +46,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const dirty = new Set<TunnelActor>();
   const connections = new Set<ControlConnection>();
   const markDirty = (t: TunnelActor): void => void dirty.add(t);
+  let revocations = 0;
 
   const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
     const t = tunnels.get(tunnelId);
@@ -66,8 +69,26 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     ctx,
     log,
     connections,
+    revocations: () => revocations,
     async open(conn: ControlConnection, req: OpenRequest) {
-      const tcp = req.type === 'tcp' ? await bindTcpPort(ctx.config.host, ctx.config.tcpPortRange, req.remotePort ?? null) : null;
+      const gone = (): ApiError => new ApiError('unavailable', 'the control connection closed while the tunnel was being admitted');
+      // TCP: the user's port quota is claimed from the registry before binding, so concurrent
+      // Opens (any connection, any shard) cannot bind more than --max-tcp-ports-per-user.
+      let claim: number | null = null;
+      let tcp: Awaited<ReturnType<typeof bindTcpPort>> | null = null;
+      if (req.type === 'tcp') {
+        checkTcpRequest(ctx.config.tcpPortRange, req.remotePort ?? null);
+        claim = (await ctx.main.ask<{ claim: number }>({ type: 'tunnel-port-claim', userId: conn.principal.userId, id: req.id ?? null }, ADMIT_TIMEOUT_MS)).claim;
+        try {
+          if (conn.isClosed) throw gone();
+          tcp = await bindTcpPort(ctx.config.host, ctx.config.tcpPortRange, req.remotePort ?? null);
+          if (conn.isClosed) throw gone();
+        } catch (err) {
+          tcp?.close();
+          ctx.main.tell({ type: 'tunnel-port-release', claim });
+          throw err;
+        }
+      }
       const port = tcp ? (tcp.address() as { port: number }).port : null;
       let admitted: TunnelAdmitted;
       try {
@@ -80,12 +101,20 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
             teamId: req.teamId ?? null,
             remotePort: port,
             clientIp: conn.ip,
+            claim,
           },
           ADMIT_TIMEOUT_MS,
         );
       } catch (err) {
         tcp?.close();
         throw err;
+      }
+      if (conn.isClosed) {
+        // The client left (or was revoked) during admission: undo it, or the id stays routed
+        // to nobody (503s), the port stays bound and the session open.
+        tcp?.close();
+        ctx.main.tell({ type: 'tunnel-down', id: admitted.id, sessionId: admitted.sessionId, last: null });
+        throw gone();
       }
       // A takeover on this same shard: the registry's tunnel-close for the old one came first.
       const actor = new TunnelActor(
@@ -133,11 +162,11 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     })
     .catch((err: unknown) => log.warn({ err }, 'could not load tunnel routes'));
 
-  const closeLocal = (tunnelId: string, reason: string, permanent: boolean, sessionId?: string): boolean => {
+  const closeLocal = (tunnelId: string, reason: string, permanent: boolean, sessionId?: string, given?: RefusalCode): boolean => {
     const t = tunnels.get(tunnelId);
     if (!t || (sessionId !== undefined && t.spec.sessionId !== sessionId)) return false;
     tunnels.delete(tunnelId);
-    const code = reason.startsWith('taken over') ? 'taken-over' : permanent ? 'deleted' : 'unavailable';
+    const code = given ?? (reason.startsWith('taken over') ? 'taken-over' : permanent ? 'deleted' : 'unavailable');
     const last = t.close({ code, message: reason, permanent });
     for (const c of connections) c.drop(t);
     report(t, last);
@@ -171,8 +200,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     onMain(msg) {
       switch (msg.type) {
         case 'tunnel-close':
-          closeLocal(msg.tunnelId, msg.reason, msg.permanent, msg.sessionId);
-          return {};
+          return { closed: closeLocal(msg.tunnelId, msg.reason, msg.permanent, msg.sessionId, msg.code) };
         case 'tunnel-route':
           if (msg.shard === null) routes.delete(msg.id);
           else routes.set(msg.id, msg.shard);
@@ -183,6 +211,18 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     },
     onPeer(shard, port) {
       mesh.attach(shard, port);
+    },
+    endConnections(keyIds, userIds, reason) {
+      revocations++;
+      const keys = new Set(keyIds);
+      const users = new Set(userIds);
+      for (const c of [...connections]) {
+        if (!keys.has(c.principal.keyId) && !users.has(c.principal.userId)) continue;
+        log.info({ ip: c.ip, user: c.principal.userId, key: c.principal.keyId, reason }, 'ending control connection');
+        // Synchronous: the Fatal is written and the tunnels are down (tunnel-down sent) before
+        // this shard acknowledges the invalidation, so before the API call answers.
+        c.revoke(reason);
+      }
     },
     async drain() {
       clearInterval(heartbeatTimer);

@@ -86,13 +86,18 @@ function listenOn(host: string, port: number): Promise<net.Server> {
   });
 }
 
+/** Throws the refusal of a TCP Open this server can never serve (disabled, port off range). */
+export function checkTcpRequest(range: { min: number; max: number } | null, requested: number | null): asserts range is { min: number; max: number } {
+  if (!range) throw new ApiError('bad-request', 'TCP tunnels are disabled on this server (--tcp-port-range off)');
+  if (requested !== null && (!Number.isInteger(requested) || requested < range.min || requested > range.max)) {
+    throw new ApiError('bad-request', `remote port ${requested} is outside ${range.min}-${range.max}`);
+  }
+}
+
 /** Binds the requested port, or a free one of the range. */
 export async function bindTcpPort(host: string, range: { min: number; max: number } | null, requested: number | null): Promise<net.Server> {
-  if (!range) throw new ApiError('bad-request', 'TCP tunnels are disabled on this server (--tcp-port-range off)');
+  checkTcpRequest(range, requested);
   if (requested !== null) {
-    if (!Number.isInteger(requested) || requested < range.min || requested > range.max) {
-      throw new ApiError('bad-request', `remote port ${requested} is outside ${range.min}-${range.max}`);
-    }
     try {
       return await listenOn(host, requested);
     } catch (err) {

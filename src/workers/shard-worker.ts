@@ -83,6 +83,7 @@ main.handle(async (msg) => {
   switch (msg.type) {
     case 'auth-invalidate':
       auth.invalidate(msg.keyIds, msg.userIds);
+      if (msg.endConnections !== null) tunnels.endConnections(msg.keyIds, msg.userIds, msg.endConnections);
       return {};
     case 'ip-blocked':
       auth.block(msg.ip, msg.untilMs);
