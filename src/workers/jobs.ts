@@ -13,9 +13,15 @@ import { FairQueue } from './fair-queue.js';
 export const MAX_QUEUED_JOBS = 256;
 /** Lane of key creation (issueKey): not a client's guess, but it shares the pool fairly. */
 export const ISSUE_LANE = '\0issue';
+/**
+ * A job that waited this long is answered 503 instead of run: shards stop waiting for the
+ * answer at 15 s (VERIFY_TIMEOUT_MS), and a verification nobody awaits only delays the rest.
+ */
+const MAX_QUEUE_WAIT_MS = 10_000;
 
 interface Job {
   task: Argon2Task;
+  queuedAtMs: number;
   resolve(v: string | boolean): void;
   reject(err: unknown): void;
 }
@@ -68,7 +74,7 @@ export class Jobs {
 
   private enqueue(lane: string, task: Argon2Task): Promise<string | boolean> {
     return new Promise((resolve, reject) => {
-      const dropped = this.queue.push(lane, { task, resolve, reject });
+      const dropped = this.queue.push(lane, { task, queuedAtMs: Date.now(), resolve, reject });
       dropped?.reject(overloaded());
       this.pump();
     });
@@ -79,6 +85,10 @@ export class Jobs {
     while (this.running < this.threads) {
       const job = this.queue.shift();
       if (!job) return;
+      if (Date.now() - job.queuedAtMs > MAX_QUEUE_WAIT_MS) {
+        job.reject(overloaded());
+        continue;
+      }
       this.running++;
       (this.pool.run(job.task) as Promise<string | boolean>)
         .then(job.resolve, job.reject)
