@@ -5,11 +5,12 @@ import { createKeyFor, createUser, eventually } from '../helpers/fixtures.js';
 import { generateKey } from '../../src/auth/key-format.js';
 import { callFrom, closeAgents, verificationsIn, type Answer } from './source-address.js';
 
-// The failed-authentication limit (--auth-failure-limit 20 here) counts an attempt while it is
+// The failed-authentication limit (--auth-failure-limit 10 here) counts an attempt while it is
 // still being verified, per client IP and per key prefix, and main keeps the blocks, so a
 // restarted shard applies them too. Nothing here is timed: we count answers and argon2 runs.
 
-const LIMIT = 20;
+// Small: the admitted guesses are verified one after another, on a machine that may be busy.
+const LIMIT = 10;
 let server: TestServer;
 
 test.before(async () => {
@@ -20,6 +21,17 @@ test.after(async () => {
   await closeAgents();
   await server?.stop();
 });
+
+/**
+ * Only 401, 429, and 503 "overloaded" (a verification that waited over 10 s for the pool, which
+ * happens only on a heavily loaded machine; it counts neither way) are acceptable answers.
+ */
+function assertOnlyLimitAnswers(answers: Answer[]): void {
+  for (const a of answers) {
+    const ok = a.status === 401 || a.status === 429 || (a.status === 503 && a.detail.includes('overloaded'));
+    assert.ok(ok, `unexpected answer ${a.status}: ${a.detail}`);
+  }
+}
 
 function tally(answers: Answer[]): Record<number, number> {
   const t: Record<number, number> = {};
@@ -42,14 +54,15 @@ test('400 concurrent unknown keys from one IP: 429 past the limit, a second IP s
   const answers = await flood;
   assert.is(other.status, 200, `the other IP's valid key: ${other.detail}`);
   const t = tally(answers);
-  assert.equal(Object.keys(t).sort(), ['401', '429'], `only 401 and 429: ${JSON.stringify(t)}`);
+  assertOnlyLimitAnswers(answers);
   assert.ok(t[401]! <= LIMIT, `at most ${LIMIT} verified failures, got ${JSON.stringify(t)}`);
+  assert.ok(t[429]! >= 400 - 2 * LIMIT, `the rest refused, got ${JSON.stringify(t)}`);
   for (const a of answers.filter((x) => x.status === 429)) assert.ok(Number(a.retryAfter) >= 1, `429 carries Retry-After (${a.retryAfter})`);
   // Every unknown key that got a 401 cost one verification (no more), plus the other IP's one.
   await eventually(() => verificationsIn(server.stderr()) - before >= t[401]! + 1, 5_000, 'verifications logged');
   assert.ok(verificationsIn(server.stderr()) - before <= LIMIT + 1, `argon2 runs: ${verificationsIn(server.stderr()) - before}`);
   // The block holds afterwards, even for a request without any key.
-  assert.is((await callFrom(server.url, '127.0.0.2', undefined)).status, 429);
+  await eventually(async () => (await callFrom(server.url, '127.0.0.2', undefined)).status === 429, 10_000, '127.0.0.2 blocked');
 });
 
 test('a prefix attacked from many addresses is blocked; its owner keeps working', async () => {
@@ -63,8 +76,9 @@ test('a prefix attacked from many addresses is blocked; its owner keeps working'
     Array.from({ length: 100 }, (_, i) => callFrom(server.url, `127.0.2.${1 + (i % 50)}`, `Bearer ${wrongSecretFor(key)}`, 60_000)),
   );
   const t = tally(answers);
-  assert.equal(Object.keys(t).sort(), ['401', '429'], `only 401 and 429: ${JSON.stringify(t)}`);
+  assertOnlyLimitAnswers(answers);
   assert.ok(t[401]! <= LIMIT, `at most ${LIMIT} verified failures for the prefix, got ${JSON.stringify(t)}`);
+  assert.ok(t[429]! >= 100 - 2 * LIMIT, `the rest refused, got ${JSON.stringify(t)}`);
   await eventually(() => verificationsIn(server.stderr()) - before >= t[401]!, 5_000, 'verifications logged');
   assert.ok(verificationsIn(server.stderr()) - before <= LIMIT, `argon2 runs: ${verificationsIn(server.stderr()) - before}`);
   // A fresh address guessing the same prefix is refused without a verification.
@@ -76,7 +90,10 @@ test('a prefix attacked from many addresses is blocked; its owner keeps working'
 });
 
 test('a restarted shard applies the blocks main holds', async () => {
-  // 127.0.0.2 was blocked by the first test (60 s). Crash shards until both have restarted.
+  // Block 127.0.0.9 with requests that carry no key (no verification needed).
+  for (let i = 0; i < LIMIT; i++) assert.is((await callFrom(server.url, '127.0.0.9', undefined)).status, 401);
+  await eventually(async () => (await callFrom(server.url, '127.0.0.9', undefined)).status === 429, 10_000, '127.0.0.9 blocked');
+  // Crash shards until both have restarted.
   const crashed = new Set<string>();
   for (let i = 0; i < 40 && crashed.size < 2; i++) {
     const r = await fetch(`${server.url}/__fault/crash-shard`, { method: 'POST' }).catch(() => null);
@@ -86,7 +103,7 @@ test('a restarted shard applies the blocks main holds', async () => {
   assert.is(crashed.size, 2, 'both shards crashed');
   await eventually(async () => (await fetch(`${server.url}/readyz`)).status === 200, 20_000, 'shards back');
   // Several connections: the kernel spreads them over both (restarted) shards.
-  const answers = await Promise.all(Array.from({ length: 8 }, () => callFrom(server.url, '127.0.0.2', undefined)));
+  const answers = await Promise.all(Array.from({ length: 8 }, () => callFrom(server.url, '127.0.0.9', undefined)));
   assert.equal(tally(answers), { 429: 8 }, JSON.stringify(answers));
 });
 
