@@ -121,7 +121,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--oauth-name-field <field>', 'claim holding the display name', 'OAUTH_NAME_FIELD').default('name'))
     .addOption(opt('--oauth-avatar-field <field>', 'claim holding the avatar URL', 'OAUTH_AVATAR_FIELD').default('picture'))
     .addOption(opt('--login-key-ttl <duration>', 'validity of keys issued by browser login').argParser(duration).default(90 * 86400, '90d'))
-    .addOption(opt('--auth-failure-limit <n>', 'failed authentications per client IP per minute before 429').argParser(int('--auth-failure-limit', 1, 1_000_000)).default(100))
+    .addOption(opt('--auth-failure-limit <n>', 'failed authentications per minute, per client IP and per key prefix, before 429').argParser(int('--auth-failure-limit', 1, 1_000_000)).default(100))
     .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
     .addOption(opt('--heartbeat-interval <ms>', 'tunnel control connections ping this often; one silent for 3 intervals is dropped').argParser(int('--heartbeat-interval', 100, 10_000)).default(5_000))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())

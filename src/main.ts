@@ -15,7 +15,8 @@ import { ShardSupervisor } from './workers/shards.js';
 import { RegistryActor } from './actors/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
 import { issueKey, INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
-import type { ShardToMain } from './protocol/messages.js';
+import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
+import { ApiError } from './errors.js';
 
 const SEED_EMAIL = 'seed@burrow.local';
 
@@ -59,8 +60,12 @@ if (!databaseUrl) {
 const sql: Sql = connect(databaseUrl, { max: 4, applicationName: 'burrowd-main' });
 await migrate(sql, log);
 
-const jobs = new Jobs(Math.max(1, Math.min(4, availableParallelism() - 1)));
-const limiter = new FailureLimiter(config.authFailureLimit);
+const jobs = new Jobs(Math.max(1, Math.min(4, availableParallelism() - 1)), log);
+const limiter = new FailureLimiter(config.authFailureLimit, (block) => {
+  log.warn({ [block.kind]: block.subject, untilMs: block.untilMs }, 'failed-authentication limit reached; answering 429');
+  // Prefix blocks stay here: a blocked prefix still admits its owner's addresses, which only main knows.
+  if (block.kind === 'ip') supervisor.broadcast({ type: 'ip-blocked', ip: block.subject, untilMs: block.untilMs });
+});
 
 const supervisor: ShardSupervisor = new ShardSupervisor(config, databaseUrl, log, {
   onMessage: (shard, msg) => handleShardMessage(shard, msg),
@@ -82,17 +87,14 @@ await registry.start();
 function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 'ready' }>): unknown {
   switch (msg.type) {
     case 'hash-secret':
-      return jobs.argon2({ op: 'hash', secret: msg.secret });
-    case 'verify-secret':
-      return jobs.argon2({ op: 'verify', hash: msg.hash, secret: msg.secret });
-    case 'auth-failure': {
-      const until = limiter.fail(msg.ip);
-      if (until !== null) {
-        log.warn({ ip: msg.ip }, 'failed-authentication limit reached; answering 429');
-        supervisor.broadcast({ type: 'ip-blocked', ip: msg.ip, untilMs: until });
-      }
+      return jobs.hash(msg.secret);
+    case 'verify-key':
+      return verifyKey(msg);
+    case 'auth-failure':
+      limiter.fail(msg.ip);
       return undefined;
-    }
+    case 'auth-blocks':
+      return limiter.blocks().flatMap((b): IpBlock[] => (b.kind === 'ip' ? [{ ip: b.subject, untilMs: b.untilMs }] : []));
     case 'auth-invalidate':
       return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds, endConnections: msg.endConnections }, INVALIDATE_TIMEOUT_MS).then(() => ({}));
     case 'health':
@@ -101,6 +103,22 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return registry.handle(shard, msg);
   }
+}
+
+/** Counts the attempt as pending before it is verified, so concurrent guesses cannot overrun the limit. */
+async function verifyKey(msg: Extract<ShardToMain, { type: 'verify-key' }>): Promise<KeyVerdict> {
+  const admission = limiter.admit(msg.ip, msg.prefix);
+  if (!admission.admitted) return { verdict: 'limited', kind: admission.kind, retryAfterS: admission.retryAfterS };
+  let valid = false;
+  try {
+    valid = await jobs.verify(msg.hash, msg.secret, msg.ip);
+  } catch (err) {
+    limiter.settle(msg.ip, msg.prefix, 'none');
+    if (err instanceof ApiError && err.code === 'unavailable') return { verdict: 'busy' };
+    throw err;
+  }
+  limiter.settle(msg.ip, msg.prefix, valid ? 'valid' : 'invalid');
+  return { verdict: valid ? 'valid' : 'invalid' };
 }
 
 async function seedKey(): Promise<string> {

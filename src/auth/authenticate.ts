@@ -1,5 +1,5 @@
 import type { Sql } from '../db/sql.js';
-import type { Principal } from '../protocol/messages.js';
+import type { KeyVerdict, Principal } from '../protocol/messages.js';
 import type { Role, Scope } from './scopes.js';
 import { ApiError } from '../errors.js';
 import { keyDigest, keyPrefixOf } from './key-format.js';
@@ -8,10 +8,16 @@ import { keyDigest, keyPrefixOf } from './key-format.js';
 // shard's cache until an invalidation (revoke, deactivate, role change) arrives from main.
 // The cache is keyed by SHA-256 of the key: a lookup by digest reveals nothing about how
 // close a guess was, and the secret comparison itself is argon2's constant-time verify.
+// Every uncached key costs one verification on main, which first admits it against the
+// failed-auth limit (per IP and per prefix) and counts the outcome; a key whose row is
+// missing or unusable is verified against a dummy hash, so timing does not tell which
+// prefixes exist.
 
 export interface AuthDeps {
   sql: Sql;
-  verify(hash: string, secret: string): Promise<boolean>;
+  /** Main's `verify-key`: `hash` null verifies against the dummy hash. */
+  verify(req: { ip: string; prefix: string; hash: string | null; secret: string }): Promise<KeyVerdict>;
+  /** A failure main did not see (missing or malformed key). */
   reportFailure(ip: string): void;
 }
 
@@ -27,13 +33,19 @@ function unauthorized(detail: string): ApiError {
   return new ApiError('unauthorized', detail, undefined, { 'www-authenticate': 'Bearer' });
 }
 
+function tooMany(what: string, waitS: number): ApiError {
+  return new ApiError('too-many-requests', `too many failed authentications ${what}; retry in ${waitS} s`, undefined, {
+    'retry-after': String(waitS),
+  });
+}
+
 // One answer for unknown, expired, revoked and deactivated: nothing to learn from it.
 const REJECTED = 'the API key is missing, invalid, expired or revoked, or its user is deactivated';
 
 export class Authenticator {
   private readonly cache = new Map<string, CachedKey>();
   private readonly blockedUntil = new Map<string, number>();
-  /** Verifications in flight by digest: 64 connections opening with one key cost one argon2 run. */
+  /** Verifications in flight by IP + digest: 64 connections opening with one key cost one argon2 run. */
   private readonly verifying = new Map<string, Promise<Principal | null>>();
   /** Bumped by every invalidation: a verification that raced one is not cached. */
   private epoch = 0;
@@ -50,35 +62,48 @@ export class Authenticator {
     const until = this.blockedUntil.get(ip);
     if (until !== undefined) {
       const waitS = Math.ceil((until - Date.now()) / 1000);
-      if (waitS > 0) {
-        throw new ApiError('too-many-requests', `too many failed authentications from ${ip}; retry in ${waitS} s`, undefined, {
-          'retry-after': String(waitS),
-        });
-      }
+      if (waitS > 0) throw tooMany(`from ${ip}`, waitS);
       this.blockedUntil.delete(ip);
     }
     if (!token) return this.fail(ip, authorization ? 'the Authorization header must be "Bearer <API key>"' : 'an Authorization: Bearer <API key> header is required');
     const prefix = keyPrefixOf(token);
     if (!prefix) return this.fail(ip, REJECTED);
 
-    let pending = this.verifying.get(digest!);
+    // By IP too: main's verdict (a 429 for this IP) must not answer another client.
+    const joinKey = `${ip} ${digest!}`;
+    let pending = this.verifying.get(joinKey);
     if (!pending) {
-      pending = this.verify(prefix, token, digest!).finally(() => this.verifying.delete(digest!));
-      this.verifying.set(digest!, pending);
+      pending = this.verify(ip, prefix, token, digest!).finally(() => {
+        if (this.verifying.get(joinKey) === pending) this.verifying.delete(joinKey);
+      });
+      this.verifying.set(joinKey, pending);
     }
     const principal = await pending;
-    return principal ?? this.fail(ip, REJECTED);
+    // Main already counted this failure.
+    if (!principal) throw unauthorized(REJECTED);
+    return principal;
   }
 
   /** Reads the key's row and argon2-verifies it; caches and returns the principal, or null. */
-  private async verify(prefix: string, token: string, digest: string): Promise<Principal | null> {
+  private async verify(ip: string, prefix: string, token: string, digest: string): Promise<Principal | null> {
     const epoch = this.epoch;
     const [row] = await this.deps.sql<
       { id: string; key_hash: string; scopes: Scope[]; expires_at: Date | null; revoked_at: Date | null; user_id: string; role: Role; deactivated_at: Date | null }[]
     >`select k.id, k.key_hash, k.scopes, k.expires_at, k.revoked_at, u.id as user_id, u.role, u.deactivated_at
         from api_keys k join users u on u.id = k.user_id where k.key_prefix = ${prefix}`;
-    if (!row || row.revoked_at || row.deactivated_at || (row.expires_at && row.expires_at.getTime() <= Date.now())) return null;
-    if (!(await this.deps.verify(row.key_hash, token))) return null;
+    const usable = row && !row.revoked_at && !row.deactivated_at && !(row.expires_at && row.expires_at.getTime() <= Date.now());
+    const answer = await this.deps.verify({ ip, prefix, hash: usable ? row.key_hash : null, secret: token });
+    switch (answer.verdict) {
+      case 'limited':
+        throw tooMany(answer.kind === 'ip' ? `from ${ip}` : 'with this key', answer.retryAfterS);
+      case 'busy':
+        throw new ApiError('unavailable', 'key verification is overloaded; retry shortly', undefined, { 'retry-after': '1' });
+      case 'invalid':
+        return null;
+      case 'valid':
+        break;
+    }
+    if (!usable) return null;
     const principal: Principal = { keyId: row.id, userId: row.user_id, role: row.role, scopes: row.scopes, keyExpiresAtMs: row.expires_at?.getTime() ?? null };
     if (epoch === this.epoch) {
       if (this.cache.size >= MAX_CACHED_KEYS) this.cache.delete(this.cache.keys().next().value!);

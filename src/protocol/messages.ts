@@ -29,6 +29,18 @@ export interface TunnelInfo {
   stats: { bytes_in: number; bytes_out: number; requests: number };
 }
 
+/** Main's answer to `verify-key`: `limited` → 429 (by the IP's or the prefix's count), `busy` → 503. */
+export type KeyVerdict =
+  | { verdict: 'valid' | 'invalid' }
+  | { verdict: 'limited'; kind: 'ip' | 'prefix'; retryAfterS: number }
+  | { verdict: 'busy' };
+
+/** An IP answered 429 until `untilMs` (epoch ms). */
+export interface IpBlock {
+  ip: string;
+  untilMs: number;
+}
+
 export type MainToShard =
   | TunnelMainToShard
   /** Drop cached keys of these keys / users; the ask answers once dropped (ack). With
@@ -47,10 +59,16 @@ export type ShardToMain =
   | { type: 'ready'; port: number }
   /** argon2id hash of a new key's secret (piscina pool on main); answers the hash. */
   | { type: 'hash-secret'; secret: string }
-  /** argon2id verify; answers boolean. */
-  | { type: 'verify-secret'; hash: string; secret: string }
-  /** A failed authentication from `ip` (counts toward the 429 limit). */
+  /**
+   * Admit (failed-auth limit per IP and prefix) and argon2id-verify an uncached key from `ip`;
+   * `hash` null (unknown, revoked, expired or deactivated) verifies against a dummy hash so
+   * the cost is the same. Answers KeyVerdict; main counts the outcome.
+   */
+  | { type: 'verify-key'; ip: string; prefix: string; hash: string | null; secret: string }
+  /** A failed authentication from `ip` that needed no verification (missing/malformed key). */
   | { type: 'auth-failure'; ip: string }
+  /** A starting shard asks for the IP blocks in force; answers IpBlock[]. */
+  | { type: 'auth-blocks' }
   /** Invalidate cached keys on every shard (and end control connections, see MainToShard);
    *  answers after every shard acknowledged. */
   | { type: 'auth-invalidate'; keyIds: string[]; userIds: string[]; endConnections: string | null }

@@ -3,7 +3,7 @@ import type { us_listen_socket } from '@trufflesuite/uws-js-unofficial';
 import { loadUws } from '../http/uws-loader.js';
 import { closeApp, Inflight, problemReply, route, type HttpServer } from '../http/uws.js';
 import { Mailbox, type PortLike } from '../actors/actor.js';
-import type { MainToShard, ShardToMain } from '../protocol/messages.js';
+import type { IpBlock, KeyVerdict, MainToShard, ShardToMain } from '../protocol/messages.js';
 import { connect } from '../db/sql.js';
 import { createLogger } from '../log.js';
 import { Authenticator } from '../auth/authenticate.js';
@@ -41,7 +41,7 @@ const app = uws.App();
 const http: HttpServer = { app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
 const auth = new Authenticator({
   sql,
-  verify: (hash, secret) => main.ask<boolean>({ type: 'verify-secret', hash, secret }, VERIFY_TIMEOUT_MS),
+  verify: (req) => main.ask<KeyVerdict>({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
   reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
 });
 const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
@@ -107,6 +107,9 @@ async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
   closeApp(app);
   return { idle };
 }
+
+// Main holds the blocks: a restarted shard applies those in force before it serves anyone.
+for (const b of await main.ask<IpBlock[]>({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);
 
 app.listen(config.host, port, (s) => {
   if (!s) {
