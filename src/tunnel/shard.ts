@@ -1,7 +1,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { ShardContext } from '../workers/shard-context.js';
 import type { HostDispatch } from '../http/uws.js';
-import type { TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
+import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
 import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest } from '../protocol/frames.js';
 import { assertNever } from '../errors.js';
 import { TunnelActor } from '../actors/tunnel.js';
@@ -44,6 +44,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const dirty = new Set<TunnelActor>();
   const connections = new Set<ControlConnection>();
   const markDirty = (t: TunnelActor): void => void dirty.add(t);
+  let pendingAdmissions = 0;
 
   const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
     const t = tunnels.get(tunnelId);
@@ -70,6 +71,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       const tcp = req.type === 'tcp' ? await bindTcpPort(ctx.config.host, ctx.config.tcpPortRange, req.remotePort ?? null) : null;
       const port = tcp ? (tcp.address() as { port: number }).port : null;
       let admitted: TunnelAdmitted;
+      pendingAdmissions++;
       try {
         admitted = await ctx.main.ask<TunnelAdmitted>(
           {
@@ -86,6 +88,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       } catch (err) {
         tcp?.close();
         throw err;
+      } finally {
+        pendingAdmissions--;
       }
       // A takeover on this same shard: the registry's tunnel-close for the old one came first.
       const actor = new TunnelActor(
@@ -177,6 +181,21 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
           if (msg.shard === null) routes.delete(msg.id);
           else routes.set(msg.id, msg.shard);
           return undefined;
+        case 'tunnel-counts': {
+          let streams = 0;
+          for (const c of connections) streams += c.streamCount;
+          const counts: ShardCounts = {
+            shard: ctx.index,
+            tunnels: tunnels.size,
+            routes: routes.size,
+            control_connections: connections.size,
+            streams,
+            mesh_streams: mesh.streamCount,
+            pending_admissions: pendingAdmissions,
+            heap_used_bytes: process.memoryUsage().heapUsed,
+          };
+          return counts;
+        }
         default:
           return assertNever(msg);
       }
