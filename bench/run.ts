@@ -18,8 +18,9 @@ import { httpScenario } from './scenarios/http.js';
 import { tcpScenario } from './scenarios/tcp.js';
 import { idleScenario } from './scenarios/idle.js';
 import { holScenario } from './scenarios/hol.js';
+import { churnScenario } from './scenarios/churn.js';
 
-const SCENARIOS: Scenario[] = [httpScenario, tcpScenario, idleScenario, holScenario];
+const SCENARIOS: Scenario[] = [httpScenario, tcpScenario, idleScenario, holScenario, churnScenario];
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 
 const USAGE = `usage: npm run bench -- <scenario> [flags]
@@ -33,6 +34,8 @@ flags:
   --warmup SECS        unrecorded warm-up before each measurement (default 2)
   --connections LIST   keep-alive connection counts for http (default 1,64,256)
   --counts LIST        idle tunnels / connections for idle (default 1000,10000)
+  --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
+  --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
   --threads N          wrk threads, capped at the connection count (default 1)
   --targets LIST       subset of direct,burrow,ssh (default all three)
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
@@ -73,6 +76,8 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       warmup: { type: 'string', default: '2' },
       connections: { type: 'string', default: '1,64,256' },
       counts: { type: 'string', default: '1000,10000' },
+      'churn-secs': { type: 'string', default: '60' },
+      'after-secs': { type: 'string', default: '60' },
       threads: { type: 'string', default: '1' },
       targets: { type: 'string', default: TARGET_NAMES.join(',') },
       origin: { type: 'string', default: 'nginx' },
@@ -111,6 +116,8 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       threads: positive(values.threads, 'threads', 1, 64),
       connections: list(values.connections, 'connections'),
       idleCounts: counts,
+      churnSecs: positive(values['churn-secs'], 'churn-secs'),
+      afterSecs: positive(values['after-secs'], 'after-secs', 0),
       origin: values.origin,
       targets,
       repeat: positive(values.repeat, 'repeat', 1, 15),
@@ -136,7 +143,7 @@ async function runScenario(scenario: Scenario, settings: Settings, install: bool
       scenario: scenario.name,
       environment: env,
       settings: {
-        ...(scenario.name === 'idle' ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
+        ...(scenario.name === 'idle' || scenario.name === 'churn' ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
         ...(scenario.name === 'http' || scenario.name === 'hol' ? { 'wrk threads': settings.threads } : {}),
         ...(scenario.name === 'idle' ? {} : { rounds: settings.repeat > 1 ? `${settings.repeat}, median reported` : 1 }),
         ...(out.settings ?? {}),

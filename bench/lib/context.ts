@@ -16,6 +16,9 @@ export interface Settings {
   threads: number;
   connections: number[];
   idleCounts: number[];
+  /** churn: seconds of cycles, and how long after them RSS is taken. */
+  churnSecs: number;
+  afterSecs: number;
   origin: 'nginx' | 'node';
   targets: TargetName[];
   burrowWorkers?: number;

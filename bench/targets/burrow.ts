@@ -42,7 +42,9 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn'];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
-  const server = start('burrowd', process.execPath, args);
+  // The glibc setting burrowd's shebang and `npm start` give it (README "Memory"): the harness
+  // starts node itself, so it passes it the same way.
+  const server = start('burrowd', process.execPath, args, { env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '65536' } });
 
   let key: string;
   let port: number;
@@ -135,7 +137,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   return {
     name: 'burrow',
     checkIdleTunnels,
-    describe: `burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>\` per exposed service`,
+    describe: `MALLOC_MMAP_THRESHOLD_=65536 burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>\` per exposed service`,
     expose,
     openIdleTunnels,
     serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),

@@ -1,6 +1,7 @@
 // The peer: OpenSSH remote forwarding. Our own sshd on loopback (generated host key, one
-// authorized client key, nothing from /etc/ssh), and one `ssh -N -R 0:127.0.0.1:<origin>`
-// per exposed service, with the AES-GCM cipher (the fastest OpenSSH offers on AES-NI CPUs).
+// authorized client key, nothing from /etc/ssh), and one `ssh -tt -R 0:127.0.0.1:<origin> …
+// 'exec sleep …'` per exposed service (a pty: TCP_NODELAY on both ends, as an interactive
+// ssh has), with the AES-GCM cipher (the fastest OpenSSH offers on AES-NI CPUs).
 //
 //   load tool ──TCP──▶ sshd session child (listens on the allocated port)
 //                        ══ one SSH connection (channels multiplexed) ══▶ ssh client ──TCP──▶ origin
@@ -76,8 +77,11 @@ export async function sshTarget(): Promise<Target> {
     // (GatewayPorts clientspecified) keeps sshd to one listener each instead of ::1 and IPv4.
     const ports = count === 1 ? [0] : await freePorts(count);
     const forwards = ports.flatMap((p) => ['-R', `${LOOPBACK}:${p}:${LOOPBACK}:${originPort}`]);
+    // -tt and a remote command, as an interactive user runs ssh: with a pty both ends set
+    // TCP_NODELAY (OpenSSH's "interactive" session). `-N` leaves Nagle on, which alone costs a
+    // small request ~40 ms at p99 (delayed ACK); that peer would be an unfairly slow one.
     const proc = start('ssh-R', ssh!, [
-      '-N', '-T',
+      '-tt',
       '-o', 'BatchMode=yes',
       '-o', 'StrictHostKeyChecking=no',
       '-o', 'UserKnownHostsFile=/dev/null',
@@ -89,6 +93,8 @@ export async function sshTarget(): Promise<Target> {
       '-p', String(port),
       ...forwards,
       `${user}@${LOOPBACK}`,
+      // Holds the session (and so the pty) open; the harness's stdin is /dev/null.
+      'exec sleep 2147483647',
     ]);
     tunnels.push(proc);
     if (count === 1) {
@@ -105,7 +111,7 @@ export async function sshTarget(): Promise<Target> {
 
   return {
     name: 'ssh',
-    describe: `${version.stderr.trim() || version.stdout.trim()}; own sshd on ${LOOPBACK}; ssh -N -o Ciphers=${SSH_CIPHER} -o Compression=no -R 0:127.0.0.1:<origin>, one ssh connection per exposed service`,
+    describe: `${version.stderr.trim() || version.stdout.trim()}; own sshd on ${LOOPBACK}; ssh -tt (pty: TCP_NODELAY both ends) -o Ciphers=${SSH_CIPHER} -o Compression=no -R 0:127.0.0.1:<origin> 'exec sleep 2147483647', one ssh connection per exposed service`,
     expose: async (_kind, originPort) => ({ port: (await forward(originPort, 1))[0]! }),
     openIdleTunnels: async (originPort, count) => {
       await forward(originPort, count);

@@ -3,7 +3,7 @@ import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
-import type { StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
+import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
@@ -39,6 +39,7 @@ interface Entry {
 }
 
 const CLOSE_TIMEOUT_MS = 5_000;
+const COUNTS_TIMEOUT_MS = 2_000;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export class RegistryActor {
@@ -97,9 +98,20 @@ export class RegistryActor {
         return undefined;
       case 'tunnel-routes':
         return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard }));
+      case 'data-plane-counts':
+        return this.counts();
       default:
         return assertNever(msg);
     }
+  }
+
+  /** Live objects here and on every running shard (a shard that does not answer is left out). */
+  private async counts(): Promise<DataPlaneCounts> {
+    const asks = Array.from({ length: this.config.workers }, (_, i) =>
+      this.shards.ask<ShardCounts>(i, { type: 'tunnel-counts' }, COUNTS_TIMEOUT_MS).catch(() => null),
+    );
+    const shards = (await Promise.all(asks)).filter((c): c is ShardCounts => c !== null);
+    return { registry: { tunnels: this.tunnels.size, sessions: this.stats.size, heap_used_bytes: process.memoryUsage().heapUsed }, shards };
   }
 
   /** A shard died: its tunnels are gone; their sessions close with the last counters heard. */

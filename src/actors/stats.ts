@@ -157,6 +157,11 @@ export class StatsActor {
     if (this.pending() > 0) this.log.error({ sessions: this.pending() }, 'session counters could not be written before shutdown');
   }
 
+  /** Sessions held: live ones, and ended ones not yet written. */
+  get size(): number {
+    return this.rows.size;
+  }
+
   pending(): number {
     let n = 0;
     for (const r of this.rows.values()) if (r.version !== r.flushedVersion) n++;

@@ -1,4 +1,7 @@
-import { jsonReply, problemReply, route } from '../http/uws.js';
+import { jsonReply, problemReply, route, type RequestData } from '../http/uws.js';
+import { ApiError } from '../errors.js';
+import { scopeAllows } from '../auth/scopes.js';
+import type { DataPlaneCounts } from '../protocol/tunnel-messages.js';
 import type { ShardContext } from '../workers/shard-context.js';
 import { openApiDocument } from './openapi.js';
 import { API_PREFIX } from './route.js';
@@ -9,10 +12,28 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
   return Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error('timeout')), ms).unref())]);
 }
 
-/** Unauthenticated endpoints: liveness, readiness, and the API description. */
+/**
+ * `GET /readyz?detail=1`: live data-plane objects of main and every shard, for operators (and
+ * the cleanup test): all must return to 0 once every peer has left. Admin only: it shows load.
+ */
+async function dataPlaneCounts(shard: ShardContext, req: RequestData): Promise<DataPlaneCounts> {
+  const principal = await shard.authenticate(req.headers.get('authorization'), req.ip);
+  if (!scopeAllows('management', principal.scopes)) {
+    throw new ApiError('forbidden', `readiness detail needs the management scope; this key has ${principal.scopes.join(', ')}`);
+  }
+  if (principal.role !== 'admin') throw new ApiError('forbidden', 'readiness detail needs the admin role');
+  return shard.main.ask<DataPlaneCounts>({ type: 'data-plane-counts' }, READY_TIMEOUT_MS + 1_000);
+}
+
+/** Unauthenticated endpoints: liveness, readiness, and the API description (plus the admin-only readiness detail). */
 export function installHealth(shard: ShardContext): void {
   route(shard.http, 'get', '/healthz', 0, () => jsonReply(200, { status: 'ok' }));
-  route(shard.http, 'get', '/readyz', 0, async () => {
+  route(shard.http, 'get', '/readyz', 0, async (req) => {
+    if (req.query.has('detail')) {
+      const detail = req.query.get('detail');
+      if (detail !== '1') throw new ApiError('bad-request', `query field "detail" must be 1, got "${detail}"`);
+      return jsonReply(200, await dataPlaneCounts(shard, req));
+    }
     const [db, shards] = await Promise.allSettled([
       within(shard.sql`select 1`, READY_TIMEOUT_MS),
       shard.main.ask<{ shardsUp: number; shardsTotal: number }>({ type: 'health' }, READY_TIMEOUT_MS),

@@ -54,7 +54,9 @@ export type TunnelShardToMain =
   /** Merged counter deltas of this shard's sessions (sent at most every 250 ms). */
   | { type: 'tunnel-stats'; deltas: StatsDelta[] }
   /** Every live tunnel's shard (a shard asks this once at start); answers TunnelRoute[]. */
-  | { type: 'tunnel-routes' };
+  | { type: 'tunnel-routes' }
+  /** Live data-plane objects of main and every shard (GET /readyz?detail=1); answers DataPlaneCounts. */
+  | { type: 'data-plane-counts' };
 
 /** Answer to tunnel-admit. */
 export interface TunnelAdmitted {
@@ -62,6 +64,31 @@ export interface TunnelAdmitted {
   sessionId: string;
   /** public URL: http://<id>.<domain>:<port> or tcp://<host>:<port> */
   url: string;
+}
+
+/** Live objects of one shard's data plane: all 0 once every peer has left (named as gauges). */
+export interface ShardCounts {
+  shard: number;
+  /** TunnelActors registered here */
+  tunnels: number;
+  /** this shard's copy of the registry's id → shard map */
+  routes: number;
+  control_connections: number;
+  /** TunnelStreams (HTTP requests, WebSockets, TCP connections) of this shard's tunnels */
+  streams: number;
+  /** cross-shard streams, both roles (visitor here, tunnel here) */
+  mesh_streams: number;
+  /** Open requests waiting for the registry's admission */
+  pending_admissions: number;
+  /** V8 heap of this thread after the last GC (not RSS: a leak shows here, allocator retention does not) */
+  heap_used_bytes: number;
+}
+
+/** Answer to data-plane-counts. */
+export interface DataPlaneCounts {
+  /** The RegistryActor's live tunnels and the StatsActor's unwritten or live sessions (main thread). */
+  registry: { tunnels: number; sessions: number; heap_used_bytes: number };
+  shards: ShardCounts[];
 }
 
 export interface TunnelRoute {
@@ -76,7 +103,9 @@ export type TunnelMainToShard =
    *  `code`: the Closed frame's code (default: deleted / taken-over / unavailable from the reason). */
   | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
   /** Where a live tunnel lives now (`shard` null: gone). Sent to every shard. */
-  | { type: 'tunnel-route'; id: string; shard: number | null };
+  | { type: 'tunnel-route'; id: string; shard: number | null }
+  /** This shard's live data-plane objects; answers ShardCounts. */
+  | { type: 'tunnel-counts' };
 
 /** shard ↔ shard over the mesh: one public HTTP stream whose visitor is on the ingress shard
  *  and whose tunnel is on the owner shard. `xid` is chosen by the ingress shard; messages toward

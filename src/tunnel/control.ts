@@ -156,6 +156,10 @@ export class ControlConnection implements StreamCarrier {
   forget(sid: number): void {
     this.streams.delete(sid);
   }
+  /** Open streams (GET /readyz?detail=1). */
+  get streamCount(): number {
+    return this.streams.size;
+  }
 
   // ---- receiving ----
   onMessage(message: ArrayBuffer): void {

@@ -100,6 +100,13 @@ export class Mesh {
     private readonly openLocal: (tunnelId: string, head: HttpHead, down: Downstream) => Upstream | null,
   ) {}
 
+  /** Cross-shard streams held here in both roles (GET /readyz?detail=1). */
+  get streamCount(): number {
+    let n = 0;
+    for (const p of this.peers.values()) n += p.outgoing.size + p.incoming.size;
+    return n;
+  }
+
   /** A (new) port to `shard`. A replaced port means that shard restarted: its streams are lost. */
   attach(shard: number, port: MessagePort): void {
     this.detach(shard);

@@ -1,7 +1,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import type { ShardContext } from '../workers/shard-context.js';
 import type { HostDispatch } from '../http/uws.js';
-import type { TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
+import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
 import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever } from '../errors.js';
 import { TunnelActor } from '../actors/tunnel.js';
@@ -47,6 +47,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const connections = new Set<ControlConnection>();
   const markDirty = (t: TunnelActor): void => void dirty.add(t);
   let revocations = 0;
+  let pendingAdmissions = 0;
 
   const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
     const t = tunnels.get(tunnelId);
@@ -91,6 +92,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       }
       const port = tcp ? (tcp.address() as { port: number }).port : null;
       let admitted: TunnelAdmitted;
+      pendingAdmissions++;
       try {
         admitted = await ctx.main.ask<TunnelAdmitted>(
           {
@@ -108,6 +110,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       } catch (err) {
         tcp?.close();
         throw err;
+      } finally {
+        pendingAdmissions--;
       }
       if (conn.isClosed) {
         // The client left (or was revoked) during admission: undo it, or the id stays routed
@@ -205,6 +209,21 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
           if (msg.shard === null) routes.delete(msg.id);
           else routes.set(msg.id, msg.shard);
           return undefined;
+        case 'tunnel-counts': {
+          let streams = 0;
+          for (const c of connections) streams += c.streamCount;
+          const counts: ShardCounts = {
+            shard: ctx.index,
+            tunnels: tunnels.size,
+            routes: routes.size,
+            control_connections: connections.size,
+            streams,
+            mesh_streams: mesh.streamCount,
+            pending_admissions: pendingAdmissions,
+            heap_used_bytes: process.memoryUsage().heapUsed,
+          };
+          return counts;
+        }
         default:
           return assertNever(msg);
       }

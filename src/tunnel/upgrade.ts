@@ -72,6 +72,11 @@ class WsVisitor implements Downstream {
     method: string,
   ) {
     this.http = new HttpVisitor(res, method);
+    // Until the 101 the plain visitor decides when the stream is over (a refused upgrade, an
+    // abort, a 502): the mesh must forget it then, or its entry outlives the visitor.
+    this.http.onDone = () => {
+      if (!this.upgraded) this.onDone?.();
+    };
   }
 
   aborted(): void {
