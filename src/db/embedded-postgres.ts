@@ -168,6 +168,11 @@ function startServer(bin: string, cluster: string, port: number, opts: PostgresO
     max_connections: opts.maxConnections,
     // burrow's data is small: 16 MB of buffers keep the idle server near 20 MB (PSS).
     shared_buffers: '16MB',
+    // Fewer idle processes: synchronous I/O instead of 3 io workers, no replication launcher.
+    io_method: 'sync',
+    max_logical_replication_workers: 0,
+    max_wal_senders: 0,
+    wal_level: 'minimal',
     ...(opts.ephemeral ? { fsync: 'off', synchronous_commit: 'off', full_page_writes: 'off' } : {}),
   };
   const args = ['-D', cluster, ...Object.entries(settings).flatMap(([k, v]) => ['-c', `${k}=${v}`])];
