@@ -57,7 +57,8 @@ const { from: uwsFrom } = loadUws();
 let embedded: EmbeddedDb | null = null;
 let databaseUrl = config.databaseUrl;
 if (!databaseUrl) {
-  embedded = await startEmbedded(config.dataDir, log);
+  // Pools: main's 4 and 4 per shard (shard-worker.ts); doubled so restarting shards never run out.
+  embedded = await startEmbedded(config.dataDir, log, { maxConnections: 2 * 4 * (config.workers + 1) + 10 });
   databaseUrl = embedded.url;
 }
 const sql: Sql = connect(databaseUrl, { max: 4, applicationName: 'burrowd-main' });

@@ -6,12 +6,33 @@ import { listKeys, revokeKey } from '../db/api-keys.js';
 import { issueKey, invalidateKeys } from '../auth/api-keys.js';
 import { ApiError } from '../errors.js';
 import { SCOPES } from '../auth/scopes.js';
+import { getUser } from '../db/users.js';
 
 async function listMyKeys({ shard, principal }: ApiCall) {
   return listKeys(shard.sql, principal.userId);
 }
 
-async function createKey({ shard, principal, body }: ApiCall<Static<typeof CreateKeyBody>>) {
+async function createKey(call: ApiCall<Static<typeof CreateKeyBody>>) {
+  return issueFor(call, call.principal.userId);
+}
+
+/** Create_user_key (admin): a key for another user, e.g. one an admin just created. */
+async function createUserKey(call: ApiCall<Static<typeof CreateKeyBody>>) {
+  const u = await getUser(call.shard.sql, call.params.id!);
+  if (!u) throw new ApiError('not-found', `no user ${call.params.id}`);
+  // 409, not 400: the request is well-formed, the user's state refuses it (as other state conflicts).
+  if (u.deactivated_at) throw new ApiError('conflict', `${u.email} is deactivated: reactivate them first (POST /users/${u.id}/reactivate)`);
+  try {
+    return await issueFor(call, u.id);
+  } catch (err) {
+    if (err instanceof ApiError && err.code === 'conflict') {
+      throw new ApiError('conflict', `${u.email} already has an active key named "${call.body.name.trim()}"; choose another name`);
+    }
+    throw err;
+  }
+}
+
+async function issueFor({ shard, principal, body }: ApiCall<Static<typeof CreateKeyBody>>, userId: string) {
   const scopes = body.scopes ?? [...SCOPES];
   const missing = scopes.filter((s) => !principal.scopes.includes(s));
   if (missing.length) {
@@ -22,7 +43,7 @@ async function createKey({ shard, principal, body }: ApiCall<Static<typeof Creat
     expiresAt = new Date(body.expires_at);
     if (expiresAt.getTime() <= Date.now()) throw new ApiError('bad-request', `expires_at ${body.expires_at} is in the past`);
   }
-  return issueKey(shard, { userId: principal.userId, name: body.name.trim(), scopes, expiresAt, replaceSameName: false });
+  return issueKey(shard, { userId, name: body.name.trim(), scopes, expiresAt, replaceSameName: false });
 }
 
 async function revokeMyKey({ shard, principal, params }: ApiCall) {
@@ -38,6 +59,9 @@ export const keyRoutes: ApiRoute[] = [
   { operationId: 'Create_key', summary: 'Create a key; the plaintext is returned only here', method: 'post', path: '/keys',
     scope: 'management', body: CreateKeyBody, status: 201, response: CreatedKey,
     errors: ['bad-request', 'forbidden', 'conflict', 'payload-too-large', 'unsupported-media-type'], handle: createKey },
+  { operationId: 'Create_user_key', summary: "Create a key for another user (admin); the plaintext is returned only here", method: 'post',
+    path: '/users/{id}/keys', adminOnly: true, scope: 'management', params: { id: 'uuid' }, body: CreateKeyBody, status: 201, response: CreatedKey,
+    errors: ['bad-request', 'forbidden', 'not-found', 'conflict', 'payload-too-large', 'unsupported-media-type'], handle: createUserKey },
   { operationId: 'Revoke_key', summary: 'Revoke one of your keys (effective on every shard before this answers)', method: 'delete', path: '/keys/{id}',
     scope: 'management', params: { id: 'uuid' }, status: 200, response: Empty, errors: ['bad-request', 'forbidden', 'not-found'], handle: revokeMyKey },
 ];

@@ -115,6 +115,10 @@ export const CreateTeamBody = Type.Object({ name: Name, owner_id: Type.Optional(
 export const AddMemberBody = Type.Object({ user_id: Uuid }, { additionalProperties: false });
 export const TeamRoleBody = Type.Object({ role: TeamRole }, { additionalProperties: false });
 export const RoleBody = Type.Object({ role: Role }, { additionalProperties: false });
+// An address a provider could vouch for: one @, a dot in the domain, no spaces or control
+// characters; 254 is the longest address SMTP carries.
+const Email = Type.String({ format: 'email', minLength: 3, maxLength: 254 });
+export const CreateUserBody = Type.Object({ email: Email, name: Type.Optional(Name), role: Type.Optional(Role) }, { additionalProperties: false });
 
 const Limit = Type.Integer({ minimum: 1, maximum: 1000, default: 50 });
 export const SessionsQuery = Type.Object({ limit: Type.Optional(Limit), all: Type.Optional(Type.Boolean({ default: false })) }, { additionalProperties: false });
@@ -123,7 +127,9 @@ export const UsersQuery = Type.Object({ limit: Type.Optional(Limit) }, { additio
 // Formats TypeBox checks only once registered.
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const DATE_TIME_RE = /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})$/i;
+const EMAIL_RE = /^[^\s@\u0000-\u001F\u007F]+@[^\s@\u0000-\u001F\u007F]+\.[^\s@\u0000-\u001F\u007F]+$/;
 FormatRegistry.Set('uuid', (v) => UUID_RE.test(v));
+FormatRegistry.Set('email', (v) => EMAIL_RE.test(v));
 FormatRegistry.Set('date-time', (v) => DATE_TIME_RE.test(v) && isCalendarDate(v) && !Number.isNaN(Date.parse(v)));
 
 /** Date.parse rolls 2030-02-30 over to March 2: a day the month does not have is refused instead. */

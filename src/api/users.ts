@@ -1,6 +1,6 @@
 import { Type, type Static } from '@sinclair/typebox';
 import type { ApiCall, ApiRoute } from './route.js';
-import { RoleBody, User, UsersQuery } from './schemas.js';
+import { CreateUserBody, RoleBody, User, UsersQuery } from './schemas.js';
 import * as users from '../db/users.js';
 import { invalidateKeys } from '../auth/api-keys.js';
 import { ApiError } from '../errors.js';
@@ -12,6 +12,14 @@ const CLOSE_TIMEOUT_MS = 10_000;
 
 async function list({ shard, query }: ApiCall<unknown, Static<typeof UsersQuery>>) {
   return users.listUsers(shard.sql, query.limit ?? DEFAULT_LIMIT);
+}
+
+async function create({ shard, body }: ApiCall<Static<typeof CreateUserBody>>) {
+  const email = body.email.trim();
+  // Without a name the address's local part stands in: tables always show something.
+  const u = await users.createUser(shard.sql, { email, name: body.name?.trim() ?? email.split('@')[0]!, role: body.role ?? 'member' });
+  if (u === 'taken') throw new ApiError('conflict', `a user with email ${email} already exists (emails are compared case-insensitively)`);
+  return u;
 }
 
 async function existing(sql: Sql, id: string) {
@@ -58,6 +66,9 @@ const user = { id: 'uuid' } as const;
 export const userRoutes: ApiRoute[] = [
   { operationId: 'List_users', summary: 'All users, newest first', method: 'get', path: '/users', adminOnly: true,
     scope: 'management', query: UsersQuery, status: 200, response: Type.Array(User), errors: ['bad-request', 'forbidden'], handle: list },
+  { operationId: 'Create_user', summary: 'Add a user (member unless role says admin); they log in with a key or a provider vouching for that email',
+    method: 'post', path: '/users', adminOnly: true, scope: 'management', body: CreateUserBody, status: 201, response: User,
+    errors: ['bad-request', 'forbidden', 'conflict', 'payload-too-large', 'unsupported-media-type'], handle: create },
   { operationId: 'Deactivate_user', summary: 'Deactivate a user: keys stop working, live tunnels close', method: 'post', path: '/users/{id}/deactivate', adminOnly: true,
     scope: 'management', params: user, status: 200, response: User, errors: ['bad-request', 'forbidden', 'not-found', 'conflict'], handle: deactivate },
   { operationId: 'Reactivate_user', summary: 'Reactivate a user; their unrevoked keys work again', method: 'post', path: '/users/{id}/reactivate', adminOnly: true,

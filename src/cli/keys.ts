@@ -3,6 +3,7 @@ import { act, examples, pickOne } from './common.js';
 import { CliError, EXIT } from './errors.js';
 import { err, formatAge, formatTime, out, printJson, printTable } from './output.js';
 import type { ApiKey, ApiScope, CreatedKey } from './types.js';
+import { resolveUserId } from './teams.js';
 
 // burrow keys create|list|revoke
 
@@ -54,8 +55,9 @@ export function registerKeys(program: Command): void {
     .argument('<name>', 'a name for the key, unique among your active keys (e.g. ci, laptop)')
     .option('--scopes <list>', 'comma-separated scopes: tunnels, management (default: both)', parseScopes)
     .option('--expires <when>', 'a duration (30d, 12h, 2w) or a date-time (2027-01-31T00:00:00Z); default: never')
+    .option('--user <id|email>', "admins: create the key for that user instead of yourself (e.g. one `burrow users create` added)")
     .action(
-      act<{ scopes?: ApiScope[]; expires?: string }>(async (ctx, name) => {
+      act<{ scopes?: ApiScope[]; expires?: string; user?: string }>(async (ctx, name) => {
         // Parsed here, not as an argParser, so "30d" is relative to the moment of the request.
         let expires_at: string | null = null;
         if (ctx.opts.expires !== undefined) {
@@ -65,16 +67,25 @@ export function registerKeys(program: Command): void {
             throw usage(`--expires: ${(e as Error).message}`);
           }
         }
-        const created = await ctx.client().post<CreatedKey>(
-          '/keys',
-          { name, scopes: ctx.opts.scopes ?? null, expires_at },
-          { hints: { 409: `you already have an active key named "${name}": pick another name or \`burrow keys revoke ${name}\``, 403: 'a key can only create keys with a subset of its own scopes' } },
-        );
+        const client = ctx.client();
+        const body = { name, scopes: ctx.opts.scopes ?? null, expires_at };
+        const created =
+          ctx.opts.user === undefined
+            ? await client.post<CreatedKey>('/keys', body, {
+                hints: { 409: `you already have an active key named "${name}": pick another name or \`burrow keys revoke ${name}\``, 403: 'a key can only create keys with a subset of its own scopes' },
+              })
+            : await client.post<CreatedKey>(`/users/${await resolveUserId(client, ctx.opts.user)}/keys`, body, {
+                hints: {
+                  403: 'creating keys for other users needs an admin key with the `management` scope (and the scopes asked for)',
+                  404: 'no such user; `burrow users list`',
+                  409: 'pick another key name, or `burrow users reactivate` a deactivated user first',
+                },
+              });
         if (ctx.json) return printJson(created);
         const k = created.info;
         // The key alone on stdout (so `KEY=$(burrow keys create ci)` works); the rest on stderr.
         err.line(
-          `${err.paint('green', '✓')} created key ${err.paint('bold', k.name)} (${k.key_prefix}) · scopes ${k.scopes.join(', ')} · expires ${k.expires_at ? formatTime(k.expires_at) : 'never'}`,
+          `${err.paint('green', '✓')} created key ${err.paint('bold', k.name)} (${k.key_prefix})${ctx.opts.user === undefined ? '' : ` for ${ctx.opts.user}`} · scopes ${k.scopes.join(', ')} · expires ${k.expires_at ? formatTime(k.expires_at) : 'never'}`,
         );
         out.line(created.key);
         err.line(err.paint('yellow', 'warning: this is the only time the key is shown; store it now (e.g. as a CI secret)'));
@@ -84,6 +95,8 @@ export function registerKeys(program: Command): void {
     'burrow keys create laptop',
     'burrow keys create ci --scopes tunnels --expires 30d',
     'burrow keys create deploy --expires 2027-01-31T00:00:00Z',
+    '# admins: a key for another user (by email or id), e.g. one `burrow users create` added:',
+    'burrow keys create laptop --user bob@example.com',
     '# keep only the key:',
     'KEY=$(burrow keys create ci --scopes tunnels 2>/dev/null)',
   ]);

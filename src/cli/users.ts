@@ -4,7 +4,7 @@ import { out, formatAge, printJson, printTable } from './output.js';
 import { resolveUserId } from './teams.js';
 import type { Role, User } from './types.js';
 
-// burrow users list|deactivate|reactivate|set-role (admin only on the server side).
+// burrow users list|create|deactivate|reactivate|set-role (admin only on the server side).
 
 const ROLES: readonly Role[] = ['admin', 'member'];
 const ADMIN_HINT = 'user management needs an admin key with the `management` scope';
@@ -15,7 +15,13 @@ export function userStatus(u: User): 'active' | 'deactivated' {
 
 export function registerUsers(program: Command): void {
   const users = program.command('users').description('manage users (admins)');
-  examples(users, ['burrow users list', 'burrow users set-role bob@example.com admin', 'burrow users deactivate bob@example.com']);
+  examples(users, [
+    'burrow users list',
+    'burrow users create bob@example.com --name Bob',
+    'burrow keys create laptop --user bob@example.com',
+    'burrow users set-role bob@example.com admin',
+    'burrow users deactivate bob@example.com',
+  ]);
 
   examples(
     users
@@ -42,6 +48,32 @@ export function registerUsers(program: Command): void {
         }),
       ),
     ['burrow users list', 'burrow users list --limit 500 --json'],
+  );
+
+  examples(
+    users
+      .command('create')
+      .description('add a user (no identity provider needed); give them a key with `burrow keys create NAME --user EMAIL`')
+      .argument('<email>', "the user's email: a provider login that vouches for it later is this same user")
+      .option('--name <name>', 'display name (default: the part of the email before @)')
+      .option('--role <role>', 'admin or member (default: member)', parseChoice('role', ROLES))
+      .action(
+        act<{ name?: string; role?: Role }>(async (ctx, email) => {
+          const u = await ctx.client().post<User>(
+            '/users',
+            { email, ...(ctx.opts.name !== undefined ? { name: ctx.opts.name } : {}), ...(ctx.opts.role ? { role: ctx.opts.role } : {}) },
+            { hints: { 403: ADMIN_HINT, 409: `a user with that email exists; \`burrow users list\`` } },
+          );
+          if (ctx.json) return printJson(u);
+          out.line(`${out.paint('green', '✓')} created ${u.role} ${u.email} (${u.id})`);
+          out.line(`  give them a key: burrow keys create NAME --user ${u.email}`);
+        }),
+      ),
+    [
+      'burrow users create bob@example.com',
+      'burrow users create alice@example.com --name "Alice Liddell" --role admin',
+      'burrow users create bob@example.com --json | jq -r .id',
+    ],
   );
 
   for (const [verb, effect] of [

@@ -1,5 +1,48 @@
 import { Worker } from 'node:worker_threads';
+import { existsSync, mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Logger } from '../log.js';
+import { postgresBinDir, startPostgres } from './embedded-postgres.js';
+
+// The embedded database behind --data-dir: a real PostgreSQL server (embedded-postgres.ts)
+// where the platform package ships its binaries; PGlite (below) where it does not, and for a
+// data directory PGlite created before (its cluster cannot be opened by another major version).
+// `memory://` is a throwaway database deleted when the server stops.
+
+export interface EmbeddedOptions {
+  /** PGlite only: a dump of a fresh database to start `memory://` from. */
+  templateFile?: string;
+  /** PostgreSQL only: a fresh cluster to copy instead of running initdb (the test suite). */
+  templateDir?: string;
+  /** PostgreSQL's max_connections: every pool's size together, with room for a restart. */
+  maxConnections?: number;
+  engine?: 'postgres' | 'pglite';
+}
+
+const DEFAULT_MAX_CONNECTIONS = 100;
+
+export async function startEmbedded(dataDir: string, log: Logger, opts: EmbeddedOptions = {}): Promise<EmbeddedDb> {
+  const memory = dataDir.startsWith('memory://');
+  const bin = postgresBinDir();
+  const pgliteDir = !memory && existsSync(join(dataDir, 'PG_VERSION'));
+  const engine = opts.engine ?? (bin && !pgliteDir ? 'postgres' : 'pglite');
+  if (engine === 'pglite' || !bin) {
+    if (!bin) log.warn(`no PostgreSQL binaries for ${process.platform}-${process.arch}; using PGlite (slower, more memory)`);
+    else if (pgliteDir) log.warn({ dataDir }, 'this data directory holds a PGlite database; staying on PGlite (to move: pg_dump it into a fresh --data-dir)');
+    return startPglite(dataDir, log, opts);
+  }
+  const dir = memory ? mkdtempSync(join(tmpdir(), 'burrow-pg-')) : dataDir;
+  const t0 = performance.now();
+  const db = await startPostgres(bin, dir, log, {
+    maxConnections: opts.maxConnections ?? DEFAULT_MAX_CONNECTIONS,
+    ephemeral: memory,
+    templateDir: opts.templateDir,
+    removeOnStop: memory,
+  });
+  log.info({ dataDir: dir, startMs: Math.round(performance.now() - t0) }, 'embedded database (PostgreSQL) ready');
+  return db;
+}
 
 //   main thread                      embedded-db worker thread
 //   startEmbedded() ──workerData──▶  PGlite(dataDir) + pglite-socket on 127.0.0.1:0
@@ -17,7 +60,7 @@ export interface EmbeddedDb {
 const START_TIMEOUT_MS = 60_000;
 const STOP_TIMEOUT_MS = 10_000;
 
-export function startEmbedded(dataDir: string, log: Logger, opts: { templateFile?: string } = {}): Promise<EmbeddedDb> {
+function startPglite(dataDir: string, log: Logger, opts: EmbeddedOptions): Promise<EmbeddedDb> {
   const worker = new Worker(new URL('./embedded-worker.js', import.meta.url), { workerData: { dataDir, templateFile: opts.templateFile } });
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {

@@ -86,3 +86,18 @@ export async function ensureUser(sql: Sql, email: string, name: string, role: Ro
   const [r] = await sql<UserRow[]>`insert into users (email, name, role) values (${email}, ${name}, ${role}) returning *`;
   return toUser(r!);
 }
+
+/**
+ * Creates a user unless one with that email (case-insensitive) exists. Emails are not unique in
+ * the table (an unverified login may share one), so the check and the insert run under a lock
+ * on the lower-cased address: two concurrent creates of one email cannot both insert.
+ */
+export async function createUser(sql: Sql, u: { email: string; name: string; role: Role }): Promise<User | 'taken'> {
+  return sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock(hashtext(lower(${u.email})))`;
+    const [taken] = await tx<{ id: string }[]>`select id from users where lower(email) = lower(${u.email}) limit 1`;
+    if (taken) return 'taken' as const;
+    const [r] = await tx<UserRow[]>`insert into users (email, name, role) values (${u.email}, ${u.name}, ${u.role}) returning *`;
+    return toUser(r!);
+  }) as Promise<User | 'taken'>;
+}

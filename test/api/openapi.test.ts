@@ -3,7 +3,8 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser } from '../helpers/fixtures.js';
 
-// GET /api/v1/openapi.json: an OpenAPI 3.1 description of all 20 operations of api.md with
+// GET /api/v1/openapi.json: an OpenAPI 3.1 description of all 20 operations of api.md, and the
+// 2 added since (Create_user, Create_user_key), with
 // their success status and shape, their problem responses, and a component per resource
 // whose fields are the ones the server really answers with.
 
@@ -30,6 +31,8 @@ const OPERATIONS: [string, string, number, string | [string]][] = [
   ['post', '/users/{id}/deactivate', 200, 'User'],
   ['post', '/users/{id}/reactivate', 200, 'User'],
   ['put', '/users/{id}/role', 200, 'User'],
+  ['post', '/users', 201, 'User'],
+  ['post', '/users/{id}/keys', 201, 'CreatedKey'],
   ['get', '/tunnels', 200, ['Tunnel']],
   ['get', '/tunnels/{id}', 200, 'Tunnel'],
   ['delete', '/tunnels/{id}', 200, 'Empty'],
@@ -41,7 +44,7 @@ const SPEC_ERROR_COUNTS: Record<string, number> = {
   'get /teams': 1, 'post /teams': 3, 'delete /teams/{id}': 3, 'get /teams/{id}/members': 3, 'post /teams/{id}/members': 4,
   'delete /teams/{id}/members/{user_id}': 4, 'put /teams/{id}/members/{user_id}/role': 4, 'get /users': 2,
   'post /users/{id}/deactivate': 4, 'post /users/{id}/reactivate': 2, 'put /users/{id}/role': 4, 'get /tunnels': 2,
-  'get /tunnels/{id}': 3, 'delete /tunnels/{id}': 3,
+  'get /tunnels/{id}': 3, 'delete /tunnels/{id}': 3, 'post /users': 3, 'post /users/{id}/keys': 4,
 };
 
 /**
@@ -67,6 +70,8 @@ const OBSERVED_ERRORS: Record<string, number[]> = {
   'post /users/{id}/deactivate': [400, 403, 404, 409],
   'post /users/{id}/reactivate': [400, 403, 404],
   'put /users/{id}/role': [...BODY, 403, 404, 409],
+  'post /users': [...BODY, 403, 409],
+  'post /users/{id}/keys': [...BODY, 403, 404, 409],
   'get /tunnels': [],
   'get /tunnels/{id}': [404],
   'delete /tunnels/{id}': [404],
@@ -137,7 +142,7 @@ test('served without a key, as JSON, OpenAPI 3.1, with this server as its server
   assert.is((await api(t, 'GET', '/openapi.json', { key: 'bk_nope' })).status, 200);
 });
 
-test('exactly the 20 operations of the spec, each with its success status and shape', async () => {
+test('exactly the 22 operations (the 20 of the spec, Create_user, Create_user_key), each with its success status and shape', async () => {
   const have = sorted(operations().map(([m, p]) => `${m} ${p}`));
   assert.equal(have, sorted(OPERATIONS.map(([m, p]) => `${m} ${P}${p}`)));
   const ids = new Set<string>();
@@ -241,6 +246,8 @@ test('parameters and request bodies: path ids, limit 1..1000, body fields and wh
     ['post', '/teams/{id}/members', ['user_id'], ['user_id']],
     ['put', '/teams/{id}/members/{user_id}/role', ['role'], ['role']],
     ['put', '/users/{id}/role', ['role'], ['role']],
+    ['post', '/users', ['email', 'name', 'role'], ['email']],
+    ['post', '/users/{id}/keys', ['name', 'expires_at', 'scopes'], ['name']],
   ];
   for (const [method, path, fields, required] of bodies) {
     const s = doc.paths[P + path][method].requestBody.content['application/json'].schema;

@@ -236,4 +236,84 @@ if (process.env.TEST_DATABASE_URL) test('two admins demoting each other at the s
   }
 });
 
+test('Create_user: 201 User, member by default, name defaulting to the local part; admin role on request', async () => {
+  const res = await api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'new.person@example.test' } });
+  assert.is(res.status, 201, res.text);
+  assertUser(res.body, 'created');
+  assert.is(res.body.email, 'new.person@example.test');
+  assert.is(res.body.name, 'new.person');
+  assert.is(res.body.role, 'member');
+  assert.is(res.body.deactivated_at, null);
+  const listed = await api(t, 'GET', '/users?limit=1000', { key: t.adminKey });
+  assert.ok(listed.body.some((u: { id: string }) => u.id === res.body.id), 'listed');
+  const admin = await api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'boss@example.test', name: 'The Boss', role: 'admin' } });
+  assert.is(admin.status, 201, admin.text);
+  assert.is(admin.body.name, 'The Boss');
+  assert.is(admin.body.role, 'admin');
+});
+
+test('Create_user: a taken email is 409, case-insensitively; concurrent creates of one email: one 201', async () => {
+  assert.is((await api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'Dup@Example.test' } })).status, 201);
+  const dup = await api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'dup@example.TEST' } });
+  assertProblem(dup, 409, 'conflict');
+  assert.match(dup.body.detail, /dup@example\.TEST already exists/);
+  const race = await Promise.all(Array.from({ length: 6 }, () => api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'race@example.test' } })));
+  assert.equal(race.map((r) => r.status).sort(), [201, 409, 409, 409, 409, 409]);
+  const [{ n }] = await t.sql<{ n: number }[]>`select count(*)::int as n from users where lower(email) = 'race@example.test'`;
+  assert.is(n, 1);
+});
+
+test('Create_user: a bad email, role or unknown field is 400 naming the field', async () => {
+  for (const body of [{ email: 'no-at-sign' }, { email: 'two@@example.test' }, { email: 'sp ace@example.test' }, { email: 'a@nodot' }, {}, { email: 'ok@example.test', role: 'owner' }, { email: 'ok@example.test', extra: 1 }]) {
+    const res = await api(t, 'POST', '/users', { key: t.adminKey, body });
+    assertProblem(res, 400, 'bad-request');
+    assert.ok(res.body.detail.length > 0, JSON.stringify(body));
+  }
+  const bad = await api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'no-at-sign' } });
+  assert.match(bad.body.detail, /email/);
+});
+
+test('Create_user and Create_user_key: a member is 403, a tunnels-only admin key is 403', async () => {
+  const bob = await user('member');
+  assertProblem(await api(t, 'POST', '/users', { key: bob.key, body: { email: 'x1@example.test' } }), 403, 'forbidden');
+  assertProblem(await api(t, 'POST', `/users/${bob.id}/keys`, { key: bob.key, body: { name: 'mine' } }), 403, 'forbidden');
+  const tunnelsOnly = await createKeyFor(t, seedId, { scopes: ['tunnels'] });
+  assertProblem(await api(t, 'POST', '/users', { key: tunnelsOnly, body: { email: 'x2@example.test' } }), 403, 'forbidden');
+  assertProblem(await api(t, 'POST', `/users/${bob.id}/keys`, { key: tunnelsOnly, body: { name: 'k' } }), 403, 'forbidden');
+  const [{ n }] = await t.sql<{ n: number }[]>`select count(*)::int as n from users where email in ('x1@example.test', 'x2@example.test')`;
+  assert.is(n, 0);
+});
+
+test('Create_user_key: 201 CreatedKey for that user; the key answers /me as them with the scopes asked', async () => {
+  const created = await api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'keyed@example.test', name: 'Keyed' } });
+  const res = await api(t, 'POST', `/users/${created.body.id}/keys`, { key: t.adminKey, body: { name: 'laptop', scopes: ['tunnels'] } });
+  assert.is(res.status, 201, res.text);
+  assert.equal(Object.keys(res.body).sort(), ['info', 'key']);
+  assert.is(res.body.info.name, 'laptop');
+  assert.equal(res.body.info.scopes, ['tunnels']);
+  const me = await api(t, 'GET', '/me', { key: res.body.key });
+  assert.is(me.status, 200, me.text);
+  assert.is(me.body.id, created.body.id);
+  assert.is(me.body.email, 'keyed@example.test');
+  // Not the admin's key: the admin's own list does not show it.
+  const mine = await api(t, 'GET', '/keys', { key: t.adminKey });
+  assert.not.ok(mine.body.some((k: { id: string }) => k.id === res.body.info.id));
+  const dup = await api(t, 'POST', `/users/${created.body.id}/keys`, { key: t.adminKey, body: { name: 'laptop' } });
+  assertProblem(dup, 409, 'conflict');
+  assert.match(dup.body.detail, /keyed@example\.test already has an active key named "laptop"/);
+});
+
+test('Create_user_key: unknown user 404, deactivated user 409 with a clear detail, bad body 400', async () => {
+  const missing = await api(t, 'POST', `/users/${NO_SUCH}/keys`, { key: t.adminKey, body: { name: 'k' } });
+  assertProblem(missing, 404, 'not-found');
+  assert.match(missing.body.detail, new RegExp(NO_SUCH));
+  const gone = await user('member');
+  assert.is((await api(t, 'POST', `/users/${gone.id}/deactivate`, { key: t.adminKey })).status, 200);
+  const refused = await api(t, 'POST', `/users/${gone.id}/keys`, { key: t.adminKey, body: { name: 'k' } });
+  assertProblem(refused, 409, 'conflict');
+  assert.match(refused.body.detail, /is deactivated: reactivate them first/);
+  assertProblem(await api(t, 'POST', `/users/${gone.id}/keys`, { key: t.adminKey, body: { scopes: ['tunnels'] } }), 400, 'bad-request');
+  assertProblem(await api(t, 'POST', '/users/not-a-uuid/keys', { key: t.adminKey, body: { name: 'k' } }), 400, 'bad-request');
+});
+
 test.run();

@@ -256,6 +256,18 @@ test('an unverified email is not linked to the existing user; a verified one is 
   assert.is.not(owner.body.id, squatter.body.id, 'pre-registered unverified user is not a link target');
 });
 
+test('a user an admin created (Create_user, Create_user_key) is the same user at their first verified login', async () => {
+  const created = await api(t, 'POST', '/users', { key: t.adminKey, body: { email: 'Hana@Example.com', name: 'Hana' } });
+  assert.is(created.status, 201, created.text);
+  const handed = await api(t, 'POST', `/users/${created.body.id}/keys`, { key: t.adminKey, body: { name: 'handed-over' } });
+  assert.is(handed.status, 201, handed.text);
+  idp.users.set('hana', { email: 'hana@example.com', email_verified: true, name: 'Hana H' });
+  const me = await api(t, 'GET', '/me', { key: (await login('hana')).key });
+  assert.is(me.body.id, created.body.id);
+  assert.is(me.body.role, 'member');
+  assert.is((await api(t, 'GET', '/me', { key: handed.body.key })).body.id, created.body.id, 'the handed-over key still works');
+});
+
 test('the initial admin email is promoted at first login, only when verified', async () => {
   idp.users.set('fake-boss', { email: ADMIN_EMAIL, email_verified: false });
   const fake = await api(t, 'GET', '/me', { key: (await login('fake-boss')).key });

@@ -3,7 +3,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { burrow, memberOf, tempDir, type CliEnv } from './harness.js';
+import { adminOf, burrow, memberOf, tempDir, type CliEnv } from './harness.js';
 
 let srv: TestServer;
 let cfg: { dir: string; remove: () => void };
@@ -108,6 +108,26 @@ test('keys revoke with an ambiguous id prefix is a usage error naming the candid
   const ok = await burrow(member, ['keys', 'revoke', 'bk_twin00000002']);
   assert.is(ok.code, 0, ok.stderr);
   assert.match(ok.stdout, /revoked key abcdef00-0000-4000-8000-000000000002/);
+});
+
+test('keys create --user (admins): a key for that user by email or id, which answers whoami as them', async () => {
+  const admin = adminOf(srv, cfg.dir);
+  const r = await burrow(admin, ['keys', 'create', 'handed-over', '--user', memberEmail, '--scopes', 'tunnels']);
+  assert.is(r.code, 0, r.stderr);
+  const key = r.stdout.trim();
+  assert.match(key, /^bk_[0-9A-Za-z]{12}_[0-9A-Za-z]{43}$/);
+  assert.match(r.stderr, new RegExp(`created key handed-over \\(bk_[0-9A-Za-z]{12}\\) for ${memberEmail.replace('.', '\\.')} · scopes tunnels`));
+  const me = JSON.parse((await burrow({ ...member, env: { ...member.env, BURROW_TOKEN: key } }, ['whoami', '--json'])).stdout);
+  assert.is(me.email, memberEmail);
+  const j = await burrow(admin, ['keys', 'create', 'by-id', '--user', me.id, '--json']);
+  assert.is(j.code, 0, j.stderr);
+  assert.is(JSON.parse(j.stdout).info.name, 'by-id');
+  const mine = JSON.parse((await burrow(member, ['keys', 'list', '--json'])).stdout) as { name: string }[];
+  assert.ok(mine.some((k) => k.name === 'by-id'), 'the member lists the key as theirs');
+  assert.is((await burrow(admin, ['keys', 'create', 'x', '--user', 'nobody@example.test'])).code, 4);
+  assert.is((await burrow(admin, ['keys', 'create', 'x', '--user', '00000000-0000-4000-8000-000000000000'])).code, 4);
+  assert.is((await burrow(admin, ['keys', 'create', 'by-id', '--user', me.id])).code, 5);
+  assert.is((await burrow(member, ['keys', 'create', 'x', '--user', me.id])).code, 3);
 });
 
 test.run();

@@ -58,4 +58,26 @@ test('users set-role (human and --json); unknown email → exit 4', async () => 
   assert.is(missing.code, 4);
 });
 
+test('users create: human and --json; --name, --role; taken email exit 5; member exit 3; bad email exit 2 with the detail', async () => {
+  const h = await burrow(admin, ['users', 'create', 'carol@example.test']);
+  assert.is(h.code, 0, h.stderr);
+  assert.match(h.stdout, /^✓ created member carol@example\.test \([0-9a-f-]{36}\)$/m);
+  assert.match(h.stdout, /burrow keys create NAME --user carol@example\.test/);
+  const j = await burrow(admin, ['users', 'create', 'dave@example.test', '--name', 'Dave D', '--role', 'admin', '--json']);
+  assert.is(j.code, 0, j.stderr);
+  const dave = JSON.parse(j.stdout);
+  assert.equal([dave.email, dave.name, dave.role, dave.deactivated_at], ['dave@example.test', 'Dave D', 'admin', null]);
+  const listed = await burrow(admin, ['users', 'list']);
+  assert.match(listed.stdout, /carol@example\.test\s+carol\s+member\s+active/);
+  const dup = await burrow(admin, ['users', 'create', 'CAROL@example.test']);
+  assert.is(dup.code, 5);
+  assert.match(dup.stderr, /^error: Conflict: .*already exists/m);
+  assert.is((await burrow(bob, ['users', 'create', 'eve@example.test'])).code, 3);
+  const bad = await burrow(admin, ['users', 'create', 'not-an-email']);
+  assert.is(bad.code, 2, bad.stderr);
+  assert.match(bad.stderr, /email/);
+  const role = await burrow(admin, ['users', 'create', 'x@example.test', '--role', 'owner']);
+  assert.is(role.code, 2);
+});
+
 test.run();

@@ -20,7 +20,7 @@ test('ReadyForQuery status is found after other messages', () => {
 });
 
 test('concurrent queries and transactions on many connections all succeed and stay isolated', async () => {
-  const db = await startEmbedded('memory://', createLogger('warn'), { templateFile: join(tmpdir(), 'burrow-pglite-queue-test.tar') });
+  const db = await startEmbedded('memory://', createLogger('warn'), { templateFile: join(tmpdir(), 'burrow-pglite-queue-test.tar'), engine: 'pglite' });
   const pools = Array.from({ length: 3 }, () => connect(db.url, { max: 4, applicationName: 'queue-test' }));
   try {
     await pools[0]!`create table t (id int primary key, v text)`;

@@ -4,23 +4,25 @@ import { join } from 'node:path';
 import { readFileSync } from 'node:fs';
 import { connect, type Sql } from '../../src/db/sql.js';
 import { startEmbedded } from '../../src/db/embedded.js';
+import { postgresBinDir } from '../../src/db/embedded-postgres.js';
 import { createLogger } from '../../src/log.js';
 
-const pgliteVersion = (JSON.parse(readFileSync(new URL('../../../node_modules/@electric-sql/pglite/package.json', import.meta.url), 'utf8')) as { version: string }).version;
-
-// A fresh database per test server: the embedded PGlite (default), or a schema of its own
-// on the PostgreSQL named by TEST_DATABASE_URL (dropped afterwards), so test files can run
-// in parallel against one server.
+// A fresh database per test server: the embedded database (default: PostgreSQL from the
+// platform package, see src/db/embedded.ts), or a schema of its own on the PostgreSQL named by
+// TEST_DATABASE_URL (dropped afterwards), so test files can run in parallel against one server.
 export interface TestDatabase {
   url: string;
-  kind: 'pglite' | 'postgres';
+  kind: 'embedded' | 'postgres';
   sql: Sql;
   stop(): Promise<void>;
 }
 
 const log = createLogger('warn', { test: 'database' });
-// A dump of a freshly initialised PGlite, shared by every test process (keyed by version).
-const TEMPLATE = join(tmpdir(), `burrow-pglite-template-${pgliteVersion}.tar`);
+const bin = postgresBinDir();
+// A freshly initialised cluster, shared by every test process (keyed by the binaries' version):
+// each test server starts from a copy of it instead of running initdb.
+const binVersion = bin ? (JSON.parse(readFileSync(join(bin, '..', '..', 'package.json'), 'utf8')) as { version: string }).version : 'none';
+const TEMPLATE = join(tmpdir(), `burrow-postgres-template-${binVersion}`);
 
 export async function startDatabase(): Promise<TestDatabase> {
   const pg = process.env.TEST_DATABASE_URL;
@@ -43,11 +45,11 @@ export async function startDatabase(): Promise<TestDatabase> {
       },
     };
   }
-  const db = await startEmbedded('memory://', log, { templateFile: TEMPLATE });
+  const db = await startEmbedded('memory://', log, { templateDir: TEMPLATE, maxConnections: 100 });
   const sql = connect(db.url, { max: 4, applicationName: 'burrow-test' });
   return {
     url: db.url,
-    kind: 'pglite',
+    kind: 'embedded',
     sql,
     async stop() {
       await sql.end({ timeout: 1 });
