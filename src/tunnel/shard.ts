@@ -11,6 +11,7 @@ import { Mesh } from './mesh.js';
 import { installUpgradeRoute } from './upgrade.js';
 import { bindTcpPort, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
+import { VisitorLimit } from './visitor-limit.js';
 
 // The tunnel data plane of one shard worker:
 //
@@ -44,6 +45,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const dirty = new Set<TunnelActor>();
   const connections = new Set<ControlConnection>();
   const markDirty = (t: TunnelActor): void => void dirty.add(t);
+  const visitors = new VisitorLimit(ctx.config.visitorConcurrency);
 
   const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
     const t = tunnels.get(tunnelId);
@@ -165,7 +167,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     dispatch: (res, req) => {
       const id = tunnelOf(req.getHeader('host'));
       if (id === null) return false;
-      serveVisitor(res, req, id, openAnywhere);
+      serveVisitor(res, req, id, openAnywhere, visitors);
       return true;
     },
     onMain(msg) {
