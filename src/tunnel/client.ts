@@ -413,6 +413,8 @@ export interface TunnelClientEvents {
   'open-streams': [number];
   reconnecting: [{ attempt: number; delayMs: number; reason: string }];
   closed: [{ permanent: boolean; code: string; reason: string }];
+  /** The server is shutting down: open streams finish, then the connection closes and we reconnect. */
+  draining: [{ timeoutMs: number }];
 }
 
 export class TunnelClient extends EventEmitter<TunnelClientEvents> {
@@ -615,6 +617,11 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         return this.refused(frame[1]);
       case F.StreamOpen:
         return this.openStream(frame[1], frame[3]);
+      case F.GoAway:
+        // Nothing to stop (the server opens every stream): its Closed/Fatal follows once the
+        // open streams ended, and the usual reconnect (backoff) finds the restarted server.
+        this.emit('draining', { timeoutMs: frame[1].timeoutMs });
+        return;
       case F.Data:
         return this.streams.get(frame[1])?.onData(frame[2] as Buffer);
       case F.End:

@@ -99,7 +99,8 @@ async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
   http.inflight.draining = true;
   if (listenSocket) uws.us_listen_socket_close(listenSocket);
   listenSocket = null;
-  const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain()]);
+  // API requests and tunnelled streams finish side by side, both within the one timeout.
+  const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain(timeoutMs)]);
   await sql.end({ timeout: 2 });
   // Closes every socket of this App. A worker whose uWS loop still has sockets must not
   // end: Node aborts the whole process on thread exit with open uv handles.
