@@ -4,8 +4,10 @@ import { watchResponses } from './response-watchdog.js';
 
 export type Sql = postgres.Sql<Record<string, never>>;
 
-/** A new connection must be ready within this (a refused or frozen database fails fast). */
-export const CONNECT_TIMEOUT_S = 2;
+/** A bounded pool's new connection must be ready within this (a refused or frozen database fails fast). */
+export const CONNECT_TIMEOUT_S = 3;
+/** The main pool's: start-up (migrations) on a busy embedded database must not fail for a slow connect. */
+const MAIN_CONNECT_TIMEOUT_S = 10;
 /** Server-side cap on one statement of a bounded pool (the API's queries are all short). */
 export const STATEMENT_TIMEOUT_MS = 3_000;
 /** A bounded pool's connection that waits this long for any answer is destroyed (a frozen link). */
@@ -15,7 +17,7 @@ export interface PoolOptions {
   max: number;
   applicationName: string;
   /**
-   * Statement timeout and response watchdog: for pools that serve callers who wait (the API).
+   * Short connect timeout, statement timeout and response watchdog: for pools that serve callers who wait (the API).
    * The main pool runs migrations and retries its stats flush by itself, so it stays unbounded.
    */
   bounded?: boolean;
@@ -54,7 +56,7 @@ export function connect(url: string, opts: PoolOptions): Sql {
   return postgres(url, {
     max: opts.max,
     idle_timeout: 30,
-    connect_timeout: CONNECT_TIMEOUT_S,
+    connect_timeout: opts.bounded ? CONNECT_TIMEOUT_S : MAIN_CONNECT_TIMEOUT_S,
     // postgres.js waits up to 20 s (3^failures / 100) before reconnecting after failures: the
     // first call after an outage would wait for it. A short cap lets the pool recover at once.
     backoff: (retries: number) => Math.min(0.05 * retries, 0.5),
