@@ -51,6 +51,8 @@ export interface Config {
   shutdownTimeoutMs: number;
   /** Tunnel control connections: Ping interval (a connection silent for HEARTBEAT_MISSES of them is dropped). */
   heartbeatIntervalMs: number;
+  /** Concurrent tunnelled HTTP requests one visitor IP may have on a shard (more: 429). */
+  visitorConcurrency: number;
   /** Tests only: enables the route that crashes a shard. */
   faultInjection: boolean;
 }
@@ -124,6 +126,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--auth-failure-limit <n>', 'failed authentications per minute, per client IP and per key prefix, before 429').argParser(int('--auth-failure-limit', 1, 1_000_000)).default(100))
     .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
     .addOption(opt('--heartbeat-interval <ms>', 'tunnel control connections ping this often; one silent for 3 intervals is dropped').argParser(int('--heartbeat-interval', 100, 10_000)).default(5_000))
+    .addOption(opt('--visitor-concurrency <n>', 'concurrent tunnelled HTTP requests per visitor IP and shard worker; more are answered 429').argParser(int('--visitor-concurrency', 1, 1_000_000)).default(128))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .showHelpAfterError('(burrowd --help lists every flag)')
@@ -197,6 +200,7 @@ export function configFromOptions(o: Opts): Config {
     authFailureLimit: o.authFailureLimit as number,
     shutdownTimeoutMs: o.shutdownTimeout as number,
     heartbeatIntervalMs: o.heartbeatInterval as number,
+    visitorConcurrency: o.visitorConcurrency as number,
     faultInjection: Boolean(o.faultInjection),
   });
 }

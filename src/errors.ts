@@ -34,6 +34,14 @@ export class ApiError extends Error {
   }
 }
 
+/** Seconds a caller is told to wait (Retry-After) when a dependency is down for a moment. */
+export const RETRY_AFTER_S = 2;
+
+/** 503 with Retry-After: the failure passes (the database is down, the server is draining). */
+export function unavailableError(detail: string): ApiError {
+  return new ApiError('unavailable', detail, undefined, { 'retry-after': String(RETRY_AFTER_S) });
+}
+
 export interface Problem {
   type: string;
   title: string;

@@ -8,7 +8,8 @@ import { tunnelRoutes } from './tunnels.js';
 import { isUuid } from './schemas.js';
 import { validate, validateQuery } from './validate.js';
 import { scopeAllows } from '../auth/scopes.js';
-import { ApiError } from '../errors.js';
+import { ApiError, unavailableError } from '../errors.js';
+import { isDatabaseDown } from '../db/sql.js';
 import { jsonReply, problemReply, route, type RequestData } from '../http/uws.js';
 import type { ShardContext } from '../workers/shard-context.js';
 
@@ -36,7 +37,31 @@ function parseJsonBody(req: RequestData): unknown {
   }
 }
 
+/**
+ * The longest an API caller waits. The pool fails faster on its own (connect timeout, statement
+ * timeout, response watchdog: src/db/sql.ts); this also covers queries queued behind them.
+ */
+export const CALL_BOUND_MS = 6_000;
+
 async function call(shard: ShardContext, r: ApiRoute, names: string[], req: RequestData) {
+  let timer: NodeJS.Timeout | undefined;
+  const bound = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(unavailableError(`the server could not answer within ${CALL_BOUND_MS / 1000} s (its database is unreachable or overloaded); try again shortly`)), CALL_BOUND_MS);
+  });
+  try {
+    return await Promise.race([callUnbounded(shard, r, names, req), bound]);
+  } catch (err) {
+    if (isDatabaseDown(err)) {
+      shard.log.warn({ err: { code: (err as { code?: string }).code, message: (err as Error).message }, path: req.path }, 'database unavailable');
+      throw unavailableError('the database is unreachable; try again shortly');
+    }
+    throw err;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+async function callUnbounded(shard: ShardContext, r: ApiRoute, names: string[], req: RequestData) {
   const principal = await shard.authenticate(req.headers.get('authorization'), req.ip);
   if (!scopeAllows(r.scope, principal.scopes)) {
     throw new ApiError('forbidden', `${r.operationId} needs ${SCOPE_WORDS[r.scope]}; this key has ${principal.scopes.join(', ')}`);

@@ -12,6 +12,7 @@ import { decode, encode } from './codec.js';
 //   ◀─▶ Data sid bytes / End sid / Reset sid / Credit sid n (both ways)
 //   ◀─▶ Ping n / Pong n                                     (heartbeats, both ways)
 //   ◀── Closed tunnelId {code,reason,permanent}            (deleted by an admin, taken over, ...)
+//   ◀── GoAway {timeoutMs}                                  (shutdown: open streams finish, then close)
 //
 // Every WebSocket message is exactly one frame: a msgpack array whose first element is the
 // frame type. Arrays (not maps) keep the hot Data frame at 3 bytes of overhead plus the
@@ -59,6 +60,8 @@ export const F = {
   Pong: 15,
   /** s→c [16, Refusal] the whole connection is refused or ended (then the socket closes). */
   Fatal: 16,
+  /** s→c [17, GoAway] the server drains: no new streams here; it closes once open ones end (≤ timeoutMs), then reconnect. */
+  GoAway: 17,
 } as const;
 
 /** Why a stream was reset; the server maps them to public status codes. */
@@ -81,6 +84,10 @@ export type ResetCode =
 /** Codes of Refused / Closed / Fatal; the client treats `permanent` ones as final. */
 export type RefusalCode = 'unauthorized' | 'forbidden' | 'conflict' | 'bad-request' | 'version' | 'not-found' | 'unavailable' | 'deleted' | 'taken-over' | 'internal';
 
+export interface GoAway {
+  /** the longest the server keeps this connection for streams still open */
+  timeoutMs: number;
+}
 export interface Hello {
   v: number;
   agent: string;
@@ -146,7 +153,8 @@ export type Frame =
   | [typeof F.Credit, number, number]
   | [typeof F.Ping, number]
   | [typeof F.Pong, number]
-  | [typeof F.Fatal, Refusal];
+  | [typeof F.Fatal, Refusal]
+  | [typeof F.GoAway, GoAway];
 
 // ---- limits ---------------------------------------------------------------------------
 
@@ -277,6 +285,8 @@ export function decodeFrame(bytes: Uint8Array): Frame {
         return a.length === 2 && isInt(a[1]);
       case F.Fatal:
         return a.length === 2 && refusalOk(a[1]);
+      case F.GoAway:
+        return a.length === 2 && isObj(a[1]) && isInt(a[1].timeoutMs);
       default:
         return false;
     }

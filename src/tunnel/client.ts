@@ -50,6 +50,10 @@ const BACKOFF_MAX_MS = 30_000;
 const AGENT = `burrow-client/${PROTOCOL_VERSION}`;
 /** Connections to the local service at most; further requests wait in the pool (streams are capped per tunnel). */
 const MAX_LOCAL_CONNECTIONS = 256;
+// Requests with a body take a second, uncapped pool: a visitor that stalls its upload holds its
+// local connection until the body ends, and 256 such visitors made every GET of the tunnel queue
+// behind them for seconds. Bodiless requests, which never stall on the visitor, keep the capped
+// pool to themselves. (The edge bounds streams per connection and requests per visitor IP.)
 
 /** Maps a refused upgrade's HTTP status to a refusal. */
 function refusalOfStatus(status: number, body: string): TunnelRefused {
@@ -409,6 +413,8 @@ export interface TunnelClientEvents {
   'open-streams': [number];
   reconnecting: [{ attempt: number; delayMs: number; reason: string }];
   closed: [{ permanent: boolean; code: string; reason: string }];
+  /** The server is shutting down: open streams finish, then the connection closes and we reconnect. */
+  draining: [{ timeoutMs: number }];
 }
 
 export class TunnelClient extends EventEmitter<TunnelClientEvents> {
@@ -416,6 +422,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private readonly streams = new Map<number, ClientStream>();
   private readonly agent: http.Agent;
   private readonly pool: Pool;
+  private readonly uploadPool: Pool;
   private registered: { id: string; url: string; remotePort: number | null } | null = null;
   private stopped = false;
   private attempt = 0;
@@ -441,6 +448,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
     const host = opts.local.host.includes(':') ? `[${opts.local.host}]` : opts.local.host;
     this.pool = new Pool(`http://${host}:${opts.local.port}`, { connections: MAX_LOCAL_CONNECTIONS, pipelining: 1 });
+    this.uploadPool = new Pool(`http://${host}:${opts.local.port}`, { connections: null, pipelining: 1 });
   }
 
   start(): Promise<{ id: string; url: string }> {
@@ -462,6 +470,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.teardown();
     this.agent.destroy();
     void this.pool.destroy().catch(() => undefined);
+    void this.uploadPool.destroy().catch(() => undefined);
     this.emit('closed', { permanent: true, code: 'stopped', reason: 'stopped by the client' });
   }
 
@@ -555,6 +564,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.teardown();
     this.agent.destroy();
     void this.pool.destroy().catch(() => undefined);
+    void this.uploadPool.destroy().catch(() => undefined);
     if (this.first) {
       this.first.reject(why);
       this.first = null;
@@ -607,6 +617,11 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         return this.refused(frame[1]);
       case F.StreamOpen:
         return this.openStream(frame[1], frame[3]);
+      case F.GoAway:
+        // Nothing to stop (the server opens every stream): its Closed/Fatal follows once the
+        // open streams ended, and the usual reconnect (backoff) finds the restarted server.
+        this.emit('draining', { timeoutMs: frame[1].timeoutMs });
+        return;
       case F.Data:
         return this.streams.get(frame[1])?.onData(frame[2] as Buffer);
       case F.End:
@@ -640,7 +655,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     const s =
       head.kind === 'http'
         ? poolCanCarry(head)
-          ? new PoolHttpStream(sid, this.sender, onFinish, head, this.pool, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS)
+          ? new PoolHttpStream(sid, this.sender, onFinish, head, head.end ? this.pool : this.uploadPool, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS)
           : new HttpStream(sid, this.sender, onFinish, head, this.opts.local, this.agent, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS)
         : new TcpStream(sid, this.sender, onFinish, head, this.opts.local);
     this.streams.set(sid, s);

@@ -41,6 +41,8 @@ export interface ControlHost {
   /** The client gave a tunnel up, or the connection ended: forget it and report. */
   ended(actor: TunnelActor, last: StatsDelta | null): void;
   connections: Set<ControlConnection>;
+  /** True once the shard drains (shutdown): new control connections are refused. */
+  draining?: () => boolean;
 }
 
 const WS_NORMAL = 1000;
@@ -212,6 +214,7 @@ export class ControlConnection implements StreamCarrier {
       case F.Closed:
       case F.StreamOpen:
       case F.Fatal:
+      case F.GoAway:
         this.fatal({ code: 'bad-request', message: `frame type ${frame[0]} is server-to-client only`, permanent: false }, WS_PROTOCOL_ERROR);
         return;
       default:
@@ -370,6 +373,7 @@ function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context
       res.end(JSON.stringify(problemOf(code as never, detail)), true);
     });
   };
+  if (host.draining?.()) return refuse(503, 'unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
   // A revoke that lands while the key is being verified finds no connection to end yet, and
   // the verification may have read the row before it: verify again (a fresh read) then.
   const authenticate = async (): Promise<Principal> => {

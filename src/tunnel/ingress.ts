@@ -6,6 +6,7 @@ import { remoteIp } from '../http/uws.js';
 import { INITIAL_WINDOW_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
 import { requestHeaders } from './headers.js';
 import type { Downstream, Upstream } from './stream.js';
+import type { VisitorLimit } from './visitor-limit.js';
 
 // Public HTTP ingress: a visitor request for <id>.<domain> on this shard's uWS app.
 //
@@ -58,6 +59,9 @@ export class HttpVisitor implements Downstream {
   private deferredEnd = false;
   private flushScheduled = false;
   onDone: (() => void) | null = null;
+  get ended(): boolean {
+    return this.finished;
+  }
 
   private readonly corkedChunk = (): void => {
     if (this.head || this.deferred) this.corkedFlush();
@@ -331,13 +335,14 @@ export class HttpVisitor implements Downstream {
  * Serves one public request. Called from the shard's HostDispatch with the raw uWS objects;
  * `open` finds the tunnel (local or over the mesh).
  */
-export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: string, open: OpenUpstream): void {
+export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: string, open: OpenUpstream, limit?: VisitorLimit): void {
   const method = req.getCaseSensitiveMethod();
   const query = req.getQuery();
   const target = query ? `${req.getUrl()}?${query}` : req.getUrl();
   const raw: string[] = [];
   req.forEach((k, v) => raw.push(k, v));
   const ip = remoteIp(res);
+  if (limit && !limit.admit(ip, res)) return;
   // WebSocket upgrades are caught by the ws route (upgrade.ts); any other Upgrade (h2c...)
   // is served as a plain request, its Upgrade/Connection headers dropped as hop-by-hop.
   const upgrade = false;
@@ -347,6 +352,7 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   res.onAborted(() => visitor.aborted());
   const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade, end: !hasBody };
   const up = insideCallbackOf(res, () => open(tunnelId, head, visitor));
+  limit?.track(ip, visitor);
   if (!up) {
     visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`);
     return;

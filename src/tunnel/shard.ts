@@ -1,9 +1,10 @@
 import type { MessagePort } from 'node:worker_threads';
+import type net from 'node:net';
 import type { ShardContext } from '../workers/shard-context.js';
-import type { HostDispatch } from '../http/uws.js';
+import { problemReply, statusLine, type HostDispatch } from '../http/uws.js';
 import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
-import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
-import { ApiError, assertNever } from '../errors.js';
+import { F, HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
+import { ApiError, assertNever, unavailableError } from '../errors.js';
 import { TunnelActor } from '../actors/tunnel.js';
 import { ControlConnection, installControlRoute, type ControlHost } from './control.js';
 import { serveVisitor, type HttpVisitor } from './ingress.js';
@@ -11,6 +12,7 @@ import { Mesh } from './mesh.js';
 import { installUpgradeRoute } from './upgrade.js';
 import { bindTcpPort, checkTcpRequest, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
+import { VisitorLimit } from './visitor-limit.js';
 
 // The tunnel data plane of one shard worker:
 //
@@ -28,15 +30,22 @@ export interface ShardTunnels {
   onMain(msg: TunnelMainToShard): unknown;
   /** A MessagePort to another shard (the mesh); re-sent when that shard restarts. */
   onPeer(shard: number, port: MessagePort): void;
-  /** Close every tunnel and control connection (shutdown). */
-  drain(): Promise<void>;
   /** Key revoked / user deactivated: end those control connections now (permanent Fatal). */
   endConnections(keyIds: readonly string[], userIds: readonly string[], reason: string): void;
+  /**
+   * Shutdown: refuse new visitors, control connections, Opens and TCP connections; tell every
+   * client (GoAway); close each control connection once its streams ended and this shard's
+   * visitors are served, or when `timeoutMs` ran out.
+   */
+  drain(timeoutMs: number): Promise<void>;
 }
 
 /** Deltas leave a shard at most this often (design.md: ≤ 250 ms). */
 export const STATS_REPORT_MS = 250;
 const ADMIT_TIMEOUT_MS = 10_000;
+/** How often a drain looks for control connections whose streams all ended. */
+const DRAIN_POLL_MS = 50;
+const SHUTTING_DOWN = 'the server is shutting down; try again shortly';
 
 export function installTunnels(ctx: ShardContext): ShardTunnels {
   const suffix = `.${ctx.config.domain}`;
@@ -48,11 +57,16 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const markDirty = (t: TunnelActor): void => void dirty.add(t);
   let revocations = 0;
   let pendingAdmissions = 0;
+  const visitors = new VisitorLimit(ctx.config.visitorConcurrency);
+  /** TCP tunnels' listeners: a drain stops accepting while open connections go on. */
+  const tcpListeners = new Map<TunnelActor, net.Server>();
+  let draining = false;
 
   const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
     const t = tunnels.get(tunnelId);
     if (!t || t.spec.type !== 'http') return null;
-    const s = t.openStream(head, down);
+    // A draining owner takes no new stream (one routed here by a shard that did not drain yet).
+    const s = draining ? null : t.openStream(head, down);
     if (!s) {
       down.reset('busy');
       return { data() {}, end() {}, reset() {}, credit() {} };
@@ -71,7 +85,9 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     log,
     connections,
     revocations: () => revocations,
+    draining: () => draining,
     async open(conn: ControlConnection, req: OpenRequest) {
+      if (draining) throw unavailableError(SHUTTING_DOWN);
       const gone = (): ApiError => new ApiError('unavailable', 'the control connection closed while the tunnel was being admitted');
       // TCP: the user's port quota is claimed from the registry before binding, so concurrent
       // Opens (any connection, any shard) cannot bind more than --max-tcp-ports-per-user.
@@ -128,12 +144,16 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       );
       tunnels.set(actor.id, actor);
       conn.adopt(actor);
-      if (tcp) serveTcp(tcp, actor);
+      if (tcp) {
+        serveTcp(tcp, actor);
+        tcpListeners.set(actor, tcp);
+      }
       log.info({ id: actor.id, type: req.type, user: conn.principal.userId }, 'tunnel registered');
       return { id: admitted.id, url: admitted.url, remotePort: port };
     },
     ended(actor: TunnelActor, last: StatsDelta | null) {
       if (tunnels.get(actor.id) === actor) tunnels.delete(actor.id);
+      tcpListeners.delete(actor);
       report(actor, last);
     },
   };
@@ -170,6 +190,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     const t = tunnels.get(tunnelId);
     if (!t || (sessionId !== undefined && t.spec.sessionId !== sessionId)) return false;
     tunnels.delete(tunnelId);
+    tcpListeners.delete(t);
     const code = given ?? (reason.startsWith('taken over') ? 'taken-over' : permanent ? 'deleted' : 'unavailable');
     const last = t.close({ code, message: reason, permanent });
     for (const c of connections) c.drop(t);
@@ -194,11 +215,22 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   };
   installUpgradeRoute(ctx.app, tunnelOf, openAnywhere);
 
+  /** A visitor request while draining: 503, and the connection closes (no keep-alive). */
+  const refuseDraining = (res: Parameters<HostDispatch>[0]): void => {
+    const reply = problemReply('unavailable', SHUTTING_DOWN, unavailableError(SHUTTING_DOWN));
+    res.cork(() => {
+      res.writeStatus(statusLine(reply.status));
+      for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+      res.end(reply.body, true);
+    });
+  };
+
   return {
     dispatch: (res, req) => {
       const id = tunnelOf(req.getHeader('host'));
       if (id === null) return false;
-      serveVisitor(res, req, id, openAnywhere);
+      if (draining) refuseDraining(res);
+      else serveVisitor(res, req, id, openAnywhere, visitors);
       return true;
     },
     onMain(msg) {
@@ -243,10 +275,27 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         c.revoke(reason);
       }
     },
-    async drain() {
-      clearInterval(heartbeatTimer);
+    async drain(timeoutMs) {
+      draining = true;
+      for (const tcp of tcpListeners.values()) tcp.close();
+      for (const c of connections) c.send([F.GoAway, { timeoutMs }]);
+      const until = Date.now() + timeoutMs;
+      const idle = (c: ControlConnection): boolean => [...c.tunnels.values()].every((t) => t.streams.size === 0);
+      const closeConnection = (c: ControlConnection): void => {
+        for (const t of [...c.tunnels.values()]) closeLocal(t.id, 'the server is shutting down', false);
+        c.goAway();
+        connections.delete(c);
+      };
+      // Heartbeats go on meanwhile: a long request must not look like a dead connection.
+      for (;;) {
+        for (const c of [...connections]) if (idle(c)) closeConnection(c);
+        if ((connections.size === 0 && visitors.inflight === 0) || Date.now() >= until) break;
+        await new Promise((r) => setTimeout(r, DRAIN_POLL_MS));
+      }
+      if (connections.size > 0 || visitors.inflight > 0) log.warn({ connections: connections.size, visitors: visitors.inflight }, 'shutdown timeout: cutting open tunnel streams');
       for (const t of [...tunnels.values()]) closeLocal(t.id, 'the server is shutting down', false);
-      for (const c of [...connections]) c.goAway();
+      for (const c of [...connections]) closeConnection(c);
+      clearInterval(heartbeatTimer);
       clearInterval(statsTimer);
     },
   };

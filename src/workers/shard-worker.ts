@@ -36,7 +36,7 @@ const VERIFY_TIMEOUT_MS = 15_000;
 const log = createLogger(config.logLevel, { shard: index });
 const { uws, from } = loadUws();
 const main = new Mailbox<ShardToMain, MainToShard>(parentPort as unknown as PortLike);
-const sql = connect(databaseUrl, { max: SQL_POOL_PER_SHARD, applicationName: `burrowd-shard-${index}` });
+const sql = connect(databaseUrl, { max: SQL_POOL_PER_SHARD, applicationName: `burrowd-shard-${index}`, bounded: true });
 const app = uws.App();
 const http: HttpServer = { app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
 const auth = new Authenticator({
@@ -100,7 +100,8 @@ async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
   http.inflight.draining = true;
   if (listenSocket) uws.us_listen_socket_close(listenSocket);
   listenSocket = null;
-  const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain()]);
+  // API requests and tunnelled streams finish side by side, both within the one timeout.
+  const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain(timeoutMs)]);
   await sql.end({ timeout: 2 });
   // Closes every socket of this App. A worker whose uWS loop still has sockets must not
   // end: Node aborts the whole process on thread exit with open uv handles.
