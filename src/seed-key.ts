@@ -41,7 +41,7 @@ export function seedKeyFile(dataDir: string): string | null {
 export async function ensureSeedKey(deps: SeedDeps, dataDir: string): Promise<SeedKey> {
   const user = await ensureUser(deps.sql, SEED_EMAIL, 'Seed admin', 'admin');
   const file = seedKeyFile(dataDir);
-  const kept = file ? readKept(file) : null;
+  const kept = file ? readKept(file, deps.log) : null;
   if (kept && file && (await stillValid(deps, kept, user.id))) {
     // A copy made readable by others (restored from a backup, say) goes back to owner-only.
     if (statSync(file).mode & 0o077) chmodSync(file, 0o600);
@@ -67,10 +67,15 @@ export async function ensureSeedKey(deps: SeedDeps, dataDir: string): Promise<Se
   return { key: created.key, issued: true, file };
 }
 
-function readKept(file: string): string | null {
+function readKept(file: string, log: Logger): string | null {
   if (!existsSync(file)) return null;
-  const key = readFileSync(file, 'utf8').trim();
-  return keyPrefixOf(key) ? key : null;
+  try {
+    const key = readFileSync(file, 'utf8').trim();
+    return keyPrefixOf(key) ? key : null;
+  } catch (err) {
+    log.warn({ err, file }, 'cannot read the kept seed key; issuing a new one');
+    return null;
+  }
 }
 
 async function stillValid(deps: SeedDeps, key: string, seedUserId: string): Promise<boolean> {
