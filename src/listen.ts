@@ -15,8 +15,11 @@ export function probePort(host: string, port: number): Promise<NodeJS.ErrnoExcep
   });
 }
 
-/** Stops the start (exit 1) when the port is taken: a pino error and one line on stderr. */
-export async function assertPortFree(host: string, port: number, log: Logger): Promise<void> {
+/**
+ * Stops the start (exit 1) when the port is taken: a pino error and one line on stderr.
+ * `release` closes what start-up has opened so far (the embedded database's files).
+ */
+export async function assertPortFree(host: string, port: number, log: Logger, release?: () => Promise<unknown>): Promise<void> {
   const err = await probePort(host, port);
   if (!err) return;
   const where = `port ${port} on ${host}`;
@@ -27,6 +30,7 @@ export async function assertPortFree(host: string, port: number, log: Logger): P
     : `cannot listen on ${where}: ${err.message}`;
   log.error({ host, port, code: err.code }, why);
   process.stderr.write(`burrowd: ${why}\n`);
+  await release?.().catch((e: unknown) => log.error({ err: e }, 'error while stopping'));
   process.exit(1);
 }
 

@@ -122,7 +122,7 @@ process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 
 const seeded = config.seedApiKey ? await seedKey() : null;
 // Again just before the shards bind: the database start-up may have taken seconds.
-if (parsed.port !== 0) await assertPortFree(config.host, config.port, log);
+if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
 const port = await supervisor.start(config.port);
 if (seeded) process.stdout.write(`${seeded.key}\n`);
 process.stdout.write(`burrowd listening on ${listenAddress(config.host, port)} (${[bindScope(config.host), `base URL ${config.baseUrl}`].filter(Boolean).join('; ')})\n`);
