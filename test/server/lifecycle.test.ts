@@ -108,7 +108,8 @@ test('the embedded database keeps its data across restarts; --seed-api-key print
     p.stdout.on('data', (d) => (out += d));
     p.stderr.on('data', (d) => (err += d));
     const exited = new Promise<number | null>((r) => p.once('exit', (c) => r(c)));
-    await eventually(() => LISTENING_RE.test(out), 30_000, `embedded burrowd start: ${err.slice(-500)}`);
+    // Generous: an embedded database created from scratch on a loaded machine has taken over 30 s.
+    await eventually(() => LISTENING_RE.test(out), 90_000, `embedded burrowd start: ${err.slice(-500)}`);
     const port = Number(LISTENING_RE.exec(out)![1]);
     return { key: out.split('\n')[0]!, url: `http://127.0.0.1:${port}`, stop: async () => (p.kill('SIGTERM'), withDeadline(exited, 20_000, 'stop')) };
   };
