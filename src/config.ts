@@ -104,7 +104,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--workers <n>', 'shard worker threads').argParser(int('--workers', 1, 256)).default(availableParallelism(), 'CPU count'))
     .addOption(opt('--tcp-port-range <min-max|off>', 'ports TCP tunnels may take').argParser(portRange).default(portRange('20000-29999'), '20000-29999'))
     .addOption(opt('--max-tcp-ports-per-user <n>', 'TCP tunnel ports one user may hold at once (all connections), so one key cannot take the whole range').argParser(int('--max-tcp-ports-per-user', 1, 65535)).default(10))
-    .addOption(opt('--seed-api-key', 'create the seed admin and print a fresh admin key as the first stdout line').default(false))
+    .addOption(opt('--seed-api-key', 'create the seed admin once; print its admin key (kept in the data dir, the same at every start) as the first stdout line').default(false))
     .addOption(opt('--initial-admin-email <email>', 'promote this user to admin at first OAuth login'))
     .addOption(opt('--github-client-id <id>', 'GitHub OAuth app client id', 'GITHUB_CLIENT_ID'))
     .addOption(opt('--github-client-secret <secret>', 'GitHub OAuth app client secret', 'GITHUB_CLIENT_SECRET'))

@@ -12,16 +12,15 @@ import { loadUws } from './http/uws-loader.js';
 import { connect, type Sql } from './db/sql.js';
 import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
-import { ensureUser } from './db/users.js';
 import { Jobs } from './workers/jobs.js';
 import { ShardSupervisor } from './workers/shards.js';
 import { RegistryActor } from './actors/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
-import { issueKey, INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
+import { INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
+import { ensureSeedKey, seedKeyHint, type SeedKey } from './seed-key.js';
+import { assertPortFree, bindScope, listenAddress } from './listen.js';
 import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
 import { ApiError } from './errors.js';
-
-const SEED_EMAIL = 'seed@burrow.local';
 
 const parsed = parseConfig(process.argv.slice(2));
 try {
@@ -49,6 +48,9 @@ function freePort(host: string): Promise<number> {
   });
 }
 
+// A fixed port already taken must stop the start before the data is touched: the shards'
+// SO_REUSEPORT would otherwise share it with another burrowd and split its traffic.
+if (parsed.port !== 0) await assertPortFree(parsed.host, parsed.port, log);
 const config = withPort(parsed, parsed.port === 0 ? await freePort(parsed.host) : parsed.port);
 
 // Fail before touching the database when uWS cannot load natively.
@@ -125,25 +127,30 @@ async function verifyKey(msg: Extract<ShardToMain, { type: 'verify-key' }>): Pro
   return { verdict: valid ? 'valid' : 'invalid' };
 }
 
-async function seedKey(): Promise<string> {
-  const user = await ensureUser(sql, SEED_EMAIL, 'Seed admin', 'admin');
-  const local = {
-    sql,
-    main: { ask: <R>(m: ShardToMain, _t: number) => Promise.resolve(m.type === 'auth-invalidate' ? ({} as R) : (handleShardMessage(-1, m as never) as R)) },
-  };
-  const created = await issueKey(local as never, { userId: user.id, name: 'seed', scopes: ['tunnels', 'management'], expiresAt: null, replaceSameName: true });
-  return created.key;
+function seedKey(): Promise<SeedKey> {
+  return ensureSeedKey(
+    {
+      sql,
+      log,
+      hash: (secret) => jobs.hash(secret),
+      verify: (hash, secret) => jobs.verify(hash, secret, 'seed'),
+    },
+    config.dataDir,
+  );
 }
 
 // `burrowd --seed-api-key | head -1` closes stdout after the key: later writes must not kill us.
 process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 
 const seeded = config.seedApiKey ? await seedKey() : null;
+// Again just before the shards bind: the database start-up may have taken seconds.
+if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
 const port = await supervisor.start(config.port);
-if (seeded) process.stdout.write(`${seeded}\n`);
-process.stdout.write(`burrowd listening on http://${config.host === '0.0.0.0' ? '127.0.0.1' : config.host}:${port} (base URL ${config.baseUrl})\n`);
+if (seeded) process.stdout.write(`${seeded.key}\n`);
+process.stdout.write(`burrowd listening on ${listenAddress(config.host, port)} (${[bindScope(config.host), `base URL ${config.baseUrl}`].filter(Boolean).join('; ')})\n`);
+if (seeded && (process.stdout.isTTY || process.stderr.isTTY)) process.stderr.write(seedKeyHint(seeded, config.baseUrl));
 log.info(
-  { port, workers: config.workers, uws: uwsFrom, database: embedded ? `embedded (${config.dataDir})` : 'postgresql', startMs: Math.round(performance.now() - t0) },
+  { host: config.host, port, baseUrl: config.baseUrl, workers: config.workers, uws: uwsFrom, database: embedded ? `embedded (${config.dataDir})` : 'postgresql', startMs: Math.round(performance.now() - t0) },
   'burrowd ready',
 );
 

@@ -63,3 +63,20 @@ export async function revokeByName(sql: Sql, userId: string, name: string): Prom
     where user_id = ${userId} and name = ${name} and revoked_at is null returning id`;
   return rows.map((r) => r.id);
 }
+
+export interface StoredKey {
+  id: string;
+  userId: string;
+  name: string;
+  keyHash: string;
+  scopes: Scope[];
+  expiresAt: Date | null;
+  revokedAt: Date | null;
+}
+
+/** The row of a key by its public prefix (with its hash, for a caller that verifies it). */
+export async function findKeyByPrefix(sql: Sql, prefix: string): Promise<StoredKey | null> {
+  const [r] = await sql<(KeyRow & { user_id: string; key_hash: string })[]>`select ${sql.unsafe(COLUMNS)}, user_id, key_hash
+    from api_keys where key_prefix = ${prefix}`;
+  return r ? { id: r.id, userId: r.user_id, name: r.name, keyHash: r.key_hash, scopes: r.scopes, expiresAt: r.expires_at, revokedAt: r.revoked_at } : null;
+}

@@ -1,22 +1,21 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { CLI, startServer, type TestServer } from '../helpers/server.js';
 import { api, createUser } from '../helpers/fixtures.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { startIdp, type TestIdp } from './fixtures/idp.js';
 import { startForwarder, type Forwarder } from './fixtures/forwarder.js';
+import { launchChromium } from './fixtures/chromium.js';
 
 // End to end in a real browser: the real `burrow login --no-browser` prints the address,
-// Debian's Chromium (driven by playwright-core) opens it and fills oidc-provider's login form,
-// and the CLI must end up with a working key in its context file.
-
-const CHROMIUM = '/usr/bin/chromium';
-const CHROMIUM_ARGS = ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+// a headless Chromium (the one npm ci brings, see fixtures/chromium.ts; driven by playwright-core)
+// opens it and fills oidc-provider's login form, and the CLI must end up with a working key in
+// its context file.
 
 let idp: TestIdp;
 let fwd: Forwarder;
@@ -27,10 +26,11 @@ const children: ChildProcess[] = [];
 
 test.before(async () => {
   // uvu does not print a failing hook's error: say it here, or the run shows only "0 / 3".
-  if (!existsSync(CHROMIUM)) {
-    const why = `${CHROMIUM} is missing: install Debian's chromium (apt-get install chromium), as .ci/run does`;
-    console.error(why);
-    throw new Error(why);
+  try {
+    browser = (await launchChromium()).browser;
+  } catch (err) {
+    console.error((err as Error).message);
+    throw err;
   }
   home = mkdtempSync(join(tmpdir(), 'burrow-login-'));
   fwd = await startForwarder();
@@ -47,7 +47,6 @@ test.before(async () => {
     ],
   });
   fwd.setTarget(t.url);
-  browser = await withDeadline(chromium.launch({ executablePath: CHROMIUM, args: CHROMIUM_ARGS }), 20_000, 'chromium launch');
 });
 
 test.after(async () => {

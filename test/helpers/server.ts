@@ -1,11 +1,16 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { startDatabase, type TestDatabase } from './database.js';
 import type { Sql } from '../../src/db/sql.js';
 import { withDeadline } from './deadline.js';
 
 // Starts the real burrowd (node dist/src/main.js) on port 0 against a fresh database and
-// reads the seed key and port from its stdout, as a user's script would.
+// reads the seed key and port from its stdout, as a user's script would. Each server gets a
+// --data-dir of its own (a temp dir), where --seed-api-key keeps its key: servers of one
+// test never see each other's seed key.
 export const MAIN = fileURLToPath(new URL('../../src/main.js', import.meta.url));
 export const CLI = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const START_TIMEOUT_MS = 30_000;
@@ -18,10 +23,12 @@ export interface TestServer {
   adminKey: string;
   sql: Sql;
   db: TestDatabase;
+  /** Its --data-dir (holds the kept seed key). */
+  dataDir: string;
   proc: ChildProcess;
   stdout(): string;
   stderr(): string;
-  /** SIGTERM, wait for exit; returns the exit code. Stops the database unless kept. */
+  /** SIGTERM, wait for exit; returns the exit code. Stops the database (and removes a data dir of its own) unless kept. */
   stop(opts?: { keepDatabase?: boolean }): Promise<number | null>;
 }
 
@@ -31,13 +38,23 @@ export interface StartOptions {
   workers?: number;
   /** Reuse a database (e.g. to restart a server on the same data). */
   db?: TestDatabase;
+  /** Reuse a data dir (with `db`: a restart that keeps the seed key). The caller removes it. */
+  dataDir?: string;
 }
+
+/** Matches the start-up line; the address may be an IPv6 one in brackets. */
+export const LISTENING_RE = /listening on http:\/\/(?:\[[^\]]+\]|[^:/\s]+):(\d+)/;
 
 export async function startServer(opts: StartOptions = {}): Promise<TestServer> {
   const db = opts.db ?? (await startDatabase());
+  const ownDataDir = opts.dataDir === undefined;
+  const dataDir = opts.dataDir ?? mkdtempSync(join(tmpdir(), 'burrow-test-data-'));
+  const removeDataDir = () => {
+    if (ownDataDir) rmSync(dataDir, { recursive: true, force: true });
+  };
   const args = [
     MAIN, '--port', '0', '--host', '127.0.0.1', '--seed-api-key', '--workers', String(opts.workers ?? 2),
-    '--database-url', db.url, '--log-level', 'info', '--shutdown-timeout', '3000', ...(opts.args ?? []),
+    '--database-url', db.url, '--data-dir', dataDir, '--log-level', 'info', '--shutdown-timeout', '3000', ...(opts.args ?? []),
   ];
   const proc = spawn(process.execPath, args, {
     env: { ...process.env, ...opts.env },
@@ -50,7 +67,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   const exited = new Promise<number | null>((resolve) => proc.once('exit', (code) => resolve(code)));
   const started = new Promise<{ key: string; port: number }>((resolve, reject) => {
     const check = () => {
-      const m = /listening on http:\/\/[^:]+:(\d+)/.exec(out);
+      const m = LISTENING_RE.exec(out);
       if (m) resolve({ key: out.split('\n')[0]!.trim(), port: Number(m[1]) });
     };
     proc.stdout!.on('data', check);
@@ -63,6 +80,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
   } catch (e) {
     proc.kill('SIGKILL');
     if (!opts.db) await db.stop();
+    removeDataDir();
     throw e;
   }
   return {
@@ -72,6 +90,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     adminKey: key,
     sql: db.sql,
     db,
+    dataDir,
     proc,
     stdout: () => out,
     stderr: () => err,
@@ -82,6 +101,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
         return null;
       });
       if (!o.keepDatabase && !opts.db) await db.stop();
+      if (!o.keepDatabase) removeDataDir();
       return code;
     },
   };

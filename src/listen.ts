@@ -1,0 +1,45 @@
+// The main port before the shards bind it, and how start-up names it.
+import { createServer } from 'node:net';
+import type { Logger } from './log.js';
+
+/**
+ * Binds the port once without SO_REUSEPORT and lets it go. The shards bind it with
+ * SO_REUSEPORT, which the kernel also grants when another process (a second burrowd) holds
+ * the port the same way; this probe is refused by any listener already there.
+ */
+export function probePort(host: string, port: number): Promise<NodeJS.ErrnoException | null> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.once('error', (err: NodeJS.ErrnoException) => resolve(err));
+    probe.listen({ host, port, exclusive: true }, () => probe.close(() => resolve(null)));
+  });
+}
+
+/**
+ * Stops the start (exit 1) when the port is taken: a pino error and one line on stderr.
+ * `release` closes what start-up has opened so far (the embedded database's files).
+ */
+export async function assertPortFree(host: string, port: number, log: Logger, release?: () => Promise<unknown>): Promise<void> {
+  const err = await probePort(host, port);
+  if (!err) return;
+  const where = `port ${port} on ${host}`;
+  const why =
+    err.code === 'EADDRINUSE' ? `${where} is already in use (another burrowd or another program): stop it or choose another --port`
+    : err.code === 'EACCES' ? `not permitted to listen on ${where} (ports below 1024 need privileges): choose another --port`
+    : err.code === 'EADDRNOTAVAIL' ? `cannot listen on ${where}: no local interface has that address (--host)`
+    : `cannot listen on ${where}: ${err.message}`;
+  log.error({ host, port, code: err.code }, why);
+  process.stderr.write(`burrowd: ${why}\n`);
+  await release?.().catch((e: unknown) => log.error({ err: e }, 'error while stopping'));
+  process.exit(1);
+}
+
+/** The bound address as a URL (IPv6 in brackets). */
+export function listenAddress(host: string, port: number): string {
+  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+}
+
+/** What a wildcard bind address means, for the start-up line; '' for a specific address. */
+export function bindScope(host: string): string {
+  return host === '0.0.0.0' ? 'all IPv4 interfaces' : host === '::' ? 'all interfaces' : '';
+}

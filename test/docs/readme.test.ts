@@ -1,0 +1,134 @@
+// The README's shell blocks, run as a newcomer would paste them: every ```sh block is marked
+// `runnable` or `manual: <why>`; the runnable ones run verbatim, in order, in one bash, in a
+// directory that looks like a checkout (package.json, dist and node_modules linked in), with
+// 8080 and 3000 swapped for free ports so that the suite can run anywhere, and the database
+// given through DATABASE_URL.
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { createServer, type AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { withDeadline } from '../helpers/deadline.js';
+import { startDatabase, type TestDatabase } from '../helpers/database.js';
+
+const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+// A fresh embedded database, argon2 and several processes on a busy 2-core machine.
+const SCRIPT_TIMEOUT_MS = 90_000;
+const STOP_TIMEOUT_MS = 15_000;
+
+interface Block {
+  info: string;
+  body: string;
+  line: number;
+}
+
+function shBlocks(markdown: string): Block[] {
+  const blocks: Block[] = [];
+  const re = /^```sh([^\n]*)\n([\s\S]*?)^```$/gm;
+  for (let m = re.exec(markdown); m; m = re.exec(markdown)) {
+    blocks.push({ info: m[1]!.trim(), body: m[2]!, line: markdown.slice(0, m.index).split('\n').length });
+  }
+  return blocks;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as AddressInfo;
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+const blocks = shBlocks(readme);
+let work = '';
+let db: TestDatabase | null = null;
+
+test.after(async () => {
+  if (work) rmSync(work, { recursive: true, force: true });
+  await db?.stop();
+});
+
+test('every sh block of the README says whether the suite runs it', () => {
+  assert.ok(blocks.length >= 4, `found ${blocks.length} sh blocks`);
+  for (const b of blocks) {
+    assert.ok(b.info === 'runnable' || /^manual: \S/.test(b.info), `README.md:${b.line}: mark the block "sh runnable" or "sh manual: <why>", not "sh ${b.info}"`);
+  }
+});
+
+test('the runnable blocks run verbatim and do what their comments say', async () => {
+  const runnable = blocks.filter((b) => b.info === 'runnable');
+  assert.ok(runnable.length >= 3);
+  work = mkdtempSync(join(tmpdir(), 'burrow-readme-'));
+  for (const name of ['package.json', 'dist', 'node_modules']) symlinkSync(join(ROOT, name), join(work, name));
+  const [apiPort, servicePort] = [await freePort(), await freePort()];
+  const script = [
+    'shopt -s expand_aliases', // as in the interactive shell the blocks are pasted into
+    'set -e',
+    ...runnable.map((b) => `# README.md:${b.line}\n${b.body.replace(/\b8080\b/g, String(apiPort)).replace(/\b3000\b/g, String(servicePort))}`),
+    // Not in the README: give the last block's tcp client time to print its address.
+    'for i in $(seq 30); do grep -qs tcp:// db.url && break; sleep 1; done',
+  ].join('\n');
+  const env: NodeJS.ProcessEnv = { ...process.env, HOME: work, XDG_CONFIG_HOME: join(work, '.config'), NO_COLOR: '1' };
+  for (const k of Object.keys(env)) if (k.startsWith('BURROW_') || k === 'DATABASE_URL' || k === 'BASE_URL') delete env[k];
+  // burrowd's database comes through DATABASE_URL (the environment, not the text): the test's
+  // database (a PGlite made from a template, or a PostgreSQL schema). A PGlite created from
+  // scratch in ./burrow-data takes 20-40 s on a busy 2-core machine, too close to the runner's
+  // per-file limit; lifecycle.test.ts covers that path. The seed key is kept in ./burrow-data.
+  db = await startDatabase();
+  env.DATABASE_URL = db.url;
+  // A process group of its own: the blocks leave burrowd, a tunnel client and a service running.
+  const bash = spawn('bash', ['-c', script], { cwd: work, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let out = '';
+  let err = '';
+  bash.stdout.on('data', (d) => (out += d));
+  bash.stderr.on('data', (d) => (err += d));
+  const exited = new Promise<number | null>((r) => bash.once('exit', (c) => r(c)));
+  const killGroup = (sig: NodeJS.Signals) => {
+    try {
+      process.kill(-bash.pid!, sig);
+    } catch {
+      // the group is gone already
+    }
+  };
+  try {
+    const code = await withDeadline(exited, SCRIPT_TIMEOUT_MS, `README blocks; stdout so far:\n${out}`).catch((e: Error) => {
+      throw new Error(`${e.message}\nstdout:\n${out}\nstderr:\n${err.slice(-3000)}`);
+    });
+    const context = `stdout:\n${out}\nstderr:\n${err.slice(-3000)}`;
+    assert.is(code, 0, context);
+    assert.not.match(out, /"status":\s*40[13]/, `no call was refused\n${context}`);
+    // The walk-through: the ci key is created and shown, listed, then revoked ({}).
+    assert.match(out, /"name":"ci".*"key":"bk_[0-9A-Za-z]{12}_[0-9A-Za-z]{43}"/, context);
+    assert.match(out, /\{\}/, context);
+    // The CLI: a key alone on a line, and whoami names the seed admin.
+    assert.match(out, /^bk_[0-9A-Za-z]{12}_[0-9A-Za-z]{43}$/m, context);
+    assert.match(out, /seed@burrow\.local/, context);
+    // The tunnel reached the local service.
+    assert.match(out, /hello from :\d+/, context);
+    assert.is(readFileSync(join(work, 'myapp.url'), 'utf8').split('\n')[0], `http://myapp.localhost:${apiPort}`);
+    assert.match(readFileSync(join(work, 'db.url'), 'utf8'), /^tcp:\/\/localhost:\d+\n/);
+  } finally {
+    killGroup('SIGTERM');
+    // burrowd drains on SIGTERM: give the group a while, then SIGKILL what is left.
+    for (let waited = 0; waited < STOP_TIMEOUT_MS && groupAlive(bash.pid!); waited += 200) await new Promise((r) => setTimeout(r, 200));
+    if (groupAlive(bash.pid!)) killGroup('SIGKILL');
+  }
+});
+
+function groupAlive(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+test.run();
