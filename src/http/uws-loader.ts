@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import type * as UwsTypes from '@trufflesuite/uws-js-unofficial';
 
 // uWebSockets.js is not on the npm registry under its own name. Try the official
-// package first, then the builds that load natively here (decisions.md). The trufflesuite
+// package first, then the unofficial builds, newest first. The trufflesuite
 // package's entry point silently falls back to a pure-JS server when its binary fails to
 // load, so its binary is required directly: a failure must stop the server, not slow it.
 export type Uws = typeof UwsTypes;
@@ -14,8 +14,8 @@ const binary = `uws_${process.platform}_${process.arch}_${process.versions.modul
 // wherever they load.
 const CANDIDATES: { name: string; load: () => Uws }[] = [
   { name: 'uWebSockets.js', load: () => require('uWebSockets.js') as Uws },
-  { name: '@trufflesuite/uws-js-unofficial', load: () => require(`@trufflesuite/uws-js-unofficial/binaries/${binary}`) as Uws },
   { name: '@btc-vision/uwebsockets.js', load: () => require('@btc-vision/uwebsockets.js') as Uws },
+  { name: '@trufflesuite/uws-js-unofficial', load: () => require(`@trufflesuite/uws-js-unofficial/binaries/${binary}`) as Uws },
 ];
 
 export interface LoadedUws {
