@@ -207,6 +207,17 @@ test('a client response head with CR/LF, a bad name or a bad status: 502 to the 
     const reset = await frameOf(p, F.Reset, sid).catch((e: Error) => { throw new Error(`${what}: ${e.message}`); });
     assert.is(reset[2], 'protocol', what);
   }
+  // A WebSocket upgrade's 101: uWS writes the subprotocol as given.
+  {
+    const upgrade = `GET /ws HTTP/1.1\r\nHost: ${id}.localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat\r\n\r\n`;
+    const visit = exchange(server.port, upgrade);
+    const sid = (await frameOf(p, F.StreamOpen))[1] as number;
+    p.send([F.Response, sid, { status: 101, headers: ['Sec-WebSocket-Protocol', 'chat\r\nSet-Cookie: evil=1'] }]);
+    const x = await visit;
+    assert.is(x.responses[0]?.status, 502, x.text);
+    assert.not.ok(/(^|\n)set-cookie:/im.test(x.text), x.text);
+    assert.is((await frameOf(p, F.Reset, sid))[2], 'protocol');
+  }
   // Interim 103 is not relayed; obs-text in a value is allowed.
   const visit = exchange(server.port, `GET /fine HTTP/1.1\r\nHost: ${id}.localhost\r\n\r\n`);
   const sid = (await frameOf(p, F.StreamOpen))[1] as number;
