@@ -1,9 +1,10 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import http from 'node:http';
+import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
-import { exchange, sequence } from '../tunnel/raw-http.js';
+import { exchange, parseResponses, sequence } from '../tunnel/raw-http.js';
 
 // HTTP/1.1 at the API's edge, with raw sockets: HEAD, Connection: close, bodies over the
 // limit, Content-Length framing this uWS build cannot carry.
@@ -78,6 +79,43 @@ test('a 2 MB body is refused with 413 that fetch and node:http both read', async
     'node:http 2 MB',
   );
   assert.is(status, 413);
+});
+
+test('after a 413 the server keeps reading the body: a client that sends it after the answer sees no reset', async () => {
+  const n = 2_000_000;
+  const got = await withDeadline(
+    new Promise<{ text: string; error: string | null }>((resolve) => {
+      let buf = Buffer.alloc(0);
+      let sent = false;
+      let error: string | null = null;
+      const s = net.connect(server.port, '127.0.0.1', () => s.write(`POST /api/v1/keys HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: ${n}\r\n\r\n`));
+      const done = (): void => {
+        s.destroy();
+        resolve({ text: buf.toString('latin1'), error });
+      };
+      s.on('data', (d: Buffer) => {
+        buf = Buffer.concat([buf, d]);
+        if (!sent && buf.includes('payload-too-large')) {
+          // The answer is in: now the body, as a client that writes it after reading would.
+          sent = true;
+          s.write(Buffer.alloc(n, 0x61));
+        }
+        if (parseResponses(buf).length === 1) done();
+      });
+      s.on('error', (e: NodeJS.ErrnoException) => {
+        error = e.code ?? e.message;
+        done();
+      });
+      s.on('close', done);
+    }),
+    15_000,
+    '413 then body',
+  );
+  assert.is(got.error, null, got.text.slice(0, 300));
+  const r = parseResponses(Buffer.from(got.text, 'latin1'));
+  assert.is(r.length, 1, got.text.slice(0, 300));
+  assert.is(r[0]!.status, 413);
+  assert.equal(r[0]!.header('connection'), ['close']);
 });
 
 test('Content-Length of 10 digits or more: 413 with a detail, not a bare reset', async () => {
