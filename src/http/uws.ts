@@ -178,8 +178,7 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
   const declared = Number(headers.get('content-length') ?? 0);
   const hasBody = headers.has('content-length') || headers.has('transfer-encoding');
   if (declared > maxBodyBytes) {
-    const drop = refuseBody(res, () => aborted, problemReply('payload-too-large', `request body of ${declared} bytes is over the ${maxBodyBytes}-byte limit`));
-    res.onData((chunk, isLast) => drop(chunk.byteLength, isLast));
+    if (!aborted) refuseBody(res, problemReply('payload-too-large', `request body of ${declared} bytes is over the ${maxBodyBytes}-byte limit`));
     return;
   }
 
@@ -207,15 +206,13 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
   }
   const chunks: Buffer[] = [];
   let size = 0;
-  let drop: ((bytes: number, isLast: boolean) => void) | null = null;
   res.onData((chunk, isLast) => {
-    if (drop) return drop(chunk.byteLength, isLast);
+    if (size < 0) return; // refused: uWS reads and drops the rest
     size += chunk.byteLength;
     if (size > maxBodyBytes) {
+      size = -1;
       inflight.leave();
-      if (aborted) return;
-      drop = refuseBody(res, () => aborted, problemReply('payload-too-large', `request body is over the ${maxBodyBytes}-byte limit`));
-      drop(0, isLast);
+      if (!aborted) refuseBody(res, problemReply('payload-too-large', `request body is over the ${maxBodyBytes}-byte limit`));
       return;
     }
     chunks.push(Buffer.from(chunk.slice(0)));
@@ -231,42 +228,21 @@ export function wantsClose(connection: string | undefined): boolean {
   return connection !== undefined && connection.split(',').some((t) => t.trim().toLowerCase() === 'close');
 }
 
-/** Body bytes read and dropped after a 413 before closing (nginx's lingering close). */
-const LINGER_MAX_BYTES = 4 * 1024 * 1024;
-const LINGER_MAX_MS = 5_000;
-
 /**
- * Answers a request whose body will not be read (413), then keeps reading and dropping the body
- * before closing: closing at once leaves the client writing into a closed socket, and it gets
- * EPIPE or a reset instead of the answer. The answer goes out at once, chunked, and its last
- * chunk waits for the body's end; a body still coming past the linger bound gets the connection
- * closed (uWS refuses `close()` once a response has ended). Not `end(…, true)`: after `write`,
- * this uWS build puts its `Connection: close` line inside the chunked body.
+ * Answers a request whose body will not be read (413) at once and in full, with
+ * `Connection: close`, but without closing: uWS goes on reading and dropping the body, so a client
+ * still uploading reads the 413 instead of EPIPE or a reset (nginx's lingering close), then closes
+ * as told. Not `end(…, true)`: uWS then sends FIN at once and Node's clients fail their upload with
+ * EPIPE. The read is bounded by the declared length (uWS frames at most 999,999,999 bytes) and by
+ * uWS's idle timeout; burrowd cannot cut it shorter, as uWS refuses `close()` on a finished response.
  */
-function refuseBody(res: HttpResponse, isAborted: () => boolean, reply: Reply): (bytes: number, isLast: boolean) => void {
-  let ended = false;
-  let dropped = 0;
-  const stop = (complete: boolean): void => {
-    if (ended) return;
-    ended = true;
-    clearTimeout(timer);
-    if (isAborted()) return;
-    // Complete: the client has sent all and reads a whole answer, then closes (we said so).
-    if (complete) res.cork(() => res.end(''));
-    else res.close();
-  };
+function refuseBody(res: HttpResponse, reply: Reply): void {
   res.cork(() => {
     res.writeStatus(statusLine(reply.status));
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
     res.writeHeader('connection', 'close');
-    res.write(reply.body ?? '');
+    res.end(reply.body ?? '');
   });
-  const timer = setTimeout(() => stop(false), LINGER_MAX_MS);
-  return (bytes, isLast) => {
-    dropped += bytes;
-    if (isLast) stop(true);
-    else if (dropped > LINGER_MAX_BYTES) stop(false);
-  };
 }
 
 /** uWS's own send buffer (cork) size: a response larger than this is written before we return. */
