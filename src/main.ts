@@ -8,7 +8,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { parseConfig, withPort } from './config.js';
 import { checkOauthConfig } from './auth/oauth/routes.js';
 import { createLogger } from './log.js';
-import { loadUws } from './http/uws-loader.js';
+import { knownBuildFlaw, loadUws } from './http/uws-loader.js';
 import { connect, type Sql } from './db/sql.js';
 import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
@@ -54,7 +54,10 @@ if (parsed.port !== 0) await assertPortFree(parsed.host, parsed.port, log);
 const config = withPort(parsed, parsed.port === 0 ? await freePort(parsed.host) : parsed.port);
 
 // Fail before touching the database when uWS cannot load natively.
-const { from: uwsFrom } = loadUws();
+const loadedUws = loadUws();
+const { from: uwsFrom } = loadedUws;
+const uwsFlaw = knownBuildFlaw(loadedUws);
+if (uwsFlaw) log.warn({ uws: uwsFrom, version: loadedUws.version }, uwsFlaw);
 
 let embedded: EmbeddedDb | null = null;
 let databaseUrl = config.databaseUrl;

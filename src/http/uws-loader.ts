@@ -2,7 +2,7 @@ import { createRequire } from 'node:module';
 import type * as UwsTypes from '@trufflesuite/uws-js-unofficial';
 
 // uWebSockets.js is not on the npm registry under its own name. Try the official
-// package first, then the builds that load natively here (decisions.md). The trufflesuite
+// package first, then the unofficial builds, newest first. The trufflesuite
 // package's entry point silently falls back to a pure-JS server when its binary fails to
 // load, so its binary is required directly: a failure must stop the server, not slow it.
 export type Uws = typeof UwsTypes;
@@ -10,15 +10,42 @@ export type Uws = typeof UwsTypes;
 const require = createRequire(import.meta.url);
 const binary = `uws_${process.platform}_${process.arch}_${process.versions.modules}.node`;
 
+// Newest first: a build that loads is used, so newer builds (which need a newer glibc) win
+// wherever they load.
 const CANDIDATES: { name: string; load: () => Uws }[] = [
   { name: 'uWebSockets.js', load: () => require('uWebSockets.js') as Uws },
-  { name: '@trufflesuite/uws-js-unofficial', load: () => require(`@trufflesuite/uws-js-unofficial/binaries/${binary}`) as Uws },
   { name: '@btc-vision/uwebsockets.js', load: () => require('@btc-vision/uwebsockets.js') as Uws },
+  { name: '@trufflesuite/uws-js-unofficial', load: () => require(`@trufflesuite/uws-js-unofficial/binaries/${binary}`) as Uws },
 ];
 
 export interface LoadedUws {
   uws: Uws;
   from: string;
+  /** The package's version, when its package.json can be read. */
+  version: string | null;
+}
+
+function versionOf(name: string): string | null {
+  try {
+    return (require(`${name}/package.json`) as { version?: string }).version ?? null;
+  } catch {
+    return null; // packages with an `exports` map hide their package.json
+  }
+}
+
+/**
+ * A known flaw of the loaded build that operators must hear about, or null. uWebSockets.js
+ * 20.30 misparses chunk extensions (`5;a=b`): the bytes of a following request on the same
+ * connection become body of the first (and reach a tunnel's local service as such). The newer
+ * build the loader also tries (@btc-vision/uwebsockets.js 20.57) needs glibc 2.38.
+ */
+export function knownBuildFlaw(l: LoadedUws): string | null {
+  if (l.from === '@trufflesuite/uws-js-unofficial' && (l.version ?? '').startsWith('20.30.')) {
+    return `uWebSockets.js ${l.version} (${l.from}) misparses chunk extensions in request bodies ("5;a=b"): ` +
+      'bytes of a following request on the same connection become body of the first. Install a newer ' +
+      'build where glibc allows (@btc-vision/uwebsockets.js 20.57 needs glibc 2.38); see README "Deployment notes".';
+  }
+  return null;
 }
 
 let loaded: LoadedUws | undefined;
@@ -30,7 +57,7 @@ export function loadUws(): LoadedUws {
     try {
       const uws = c.load();
       if (typeof uws.App !== 'function') throw new Error('no App export');
-      loaded = { uws, from: c.name };
+      loaded = { uws, from: c.name, version: versionOf(c.name) };
       return loaded;
     } catch (err) {
       failures.push(`${c.name}: ${(err as Error).message.split('\n')[0]}`);

@@ -101,10 +101,14 @@ export function remoteIp(res: HttpResponse): string {
 
 /** Registers a buffered route: headers copied, body collected up to the limit, handler awaited. */
 export function route(server: HttpServer, method: Method, pattern: string, paramCount: number, handler: RouteHandler): void {
-  server.app[method](pattern, (res, req) => {
+  const callback = (res: HttpResponse, req: HttpRequest): void => {
+    if (refuseBadFraming(res, req)) return;
     if (server.dispatch?.(res, req)) return;
     serve(server, res, req, paramCount, handler);
-  });
+  };
+  server.app[method](pattern, callback);
+  // HEAD is GET without the body (RFC 9110 §9.3.2); `send` leaves the body out.
+  if (method === 'get') server.app.head(pattern, callback);
 }
 
 function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCount: number, handler: RouteHandler): void {
@@ -137,13 +141,28 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
     aborted = true;
   });
 
+  // RFC 9112 §9.6: a client that says close gets `Connection: close` back; Node's agent
+  // otherwise reuses the socket uWS closes.
+  const clientCloses = wantsClose(headers.get('connection'));
   const send = (reply: Reply, closeConnection = false): void => {
     if (aborted) return;
+    const close = closeConnection || inflight.draining || clientCloses;
     res.cork(() => {
       res.writeStatus(statusLine(reply.status));
       for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
-      if (inflight.draining) res.writeHeader('connection', 'close');
-      res.end(reply.body ?? '', closeConnection || inflight.draining);
+      // uWS does not echo a close the client asked for (it only closes); RFC 9112 §9.6 wants it said.
+      if (clientCloses) res.writeHeader('connection', 'close');
+      if (data.method === 'HEAD') {
+        // The GET's headers, no body. endWithoutBody() without arguments: given a length (or
+        // undefined) this uWS build writes `Content-Length: 9223372036854775808` or leaves the
+        // response pending, so the length is written here.
+        res.writeHeader('content-length', String(Buffer.byteLength(reply.body ?? '')));
+        if (close && !clientCloses) res.writeHeader('connection', 'close');
+        res.endWithoutBody();
+        return;
+      }
+      // end(…, true) closes once the response is out, and says so unless the client asked.
+      res.end(reply.body ?? '', close);
     });
   };
 
@@ -159,8 +178,7 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
   const declared = Number(headers.get('content-length') ?? 0);
   const hasBody = headers.has('content-length') || headers.has('transfer-encoding');
   if (declared > maxBodyBytes) {
-    // Close: the client may still be sending a body we will not read.
-    send(problemReply('payload-too-large', `request body of ${declared} bytes is over the ${maxBodyBytes}-byte limit`), true);
+    if (!aborted) refuseBody(res, problemReply('payload-too-large', `request body of ${declared} bytes is over the ${maxBodyBytes}-byte limit`));
     return;
   }
 
@@ -189,11 +207,12 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
   const chunks: Buffer[] = [];
   let size = 0;
   res.onData((chunk, isLast) => {
-    if (size < 0) return;
+    if (size < 0) return; // refused: uWS reads and drops the rest
     size += chunk.byteLength;
     if (size > maxBodyBytes) {
       size = -1;
-      finish(problemReply('payload-too-large', `request body is over the ${maxBodyBytes}-byte limit`), true);
+      inflight.leave();
+      if (!aborted) refuseBody(res, problemReply('payload-too-large', `request body is over the ${maxBodyBytes}-byte limit`));
       return;
     }
     chunks.push(Buffer.from(chunk.slice(0)));
@@ -202,6 +221,67 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
       run();
     }
   });
+}
+
+/** True when a Connection header value has the `close` option. */
+export function wantsClose(connection: string | undefined): boolean {
+  return connection !== undefined && connection.split(',').some((t) => t.trim().toLowerCase() === 'close');
+}
+
+/**
+ * Answers a request whose body will not be read (413) at once and in full, with
+ * `Connection: close`, but without closing: uWS goes on reading and dropping the body, so a client
+ * still uploading reads the 413 instead of EPIPE or a reset (nginx's lingering close), then closes
+ * as told. Not `end(…, true)`: uWS then sends FIN at once and Node's clients fail their upload with
+ * EPIPE. The read is bounded by the declared length (uWS frames at most 999,999,999 bytes) and by
+ * uWS's idle timeout; burrowd cannot cut it shorter, as uWS refuses `close()` on a finished response.
+ */
+function refuseBody(res: HttpResponse, reply: Reply): void {
+  res.cork(() => {
+    res.writeStatus(statusLine(reply.status));
+    for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+    res.writeHeader('connection', 'close');
+    res.end(reply.body ?? '');
+  });
+}
+
+/** uWS's own send buffer (cork) size: a response larger than this is written before we return. */
+const CORK_BUFFER_BYTES = 16 * 1024;
+
+/**
+ * Refuses a request whose body framing uWS cannot or should not be trusted with, before any
+ * routing (API and tunnels). Duplicate Content-Length values that differ would let uWS frame by
+ * the first while a proxy behind frames by another (smuggling). A Content-Length that is not 1–9
+ * digits (this uWS build reads at most 9) is handed to the route and then the connection is reset
+ * as soon as the callback returns, discarding whatever was corked: the answer is padded past the
+ * cork buffer so uWS writes it to the socket during `end`, before that reset.
+ */
+function refuseBadFraming(res: HttpResponse, req: HttpRequest): boolean {
+  let length: string | null = null;
+  let reply = null as Reply | null;
+  req.forEach((k, v) => {
+    if (reply || k !== 'content-length') return;
+    if (length !== null && length !== v) {
+      reply = problemReply('bad-request', `conflicting Content-Length headers (${length} and ${v})`);
+    } else if (!/^\d{1,9}$/.test(v)) {
+      reply = /^\d+$/.test(v)
+        ? problemReply('payload-too-large', `a Content-Length of ${v} bytes is over what this server accepts (999999999 bytes at most; chunked bodies are not limited by this)`)
+        : problemReply('bad-request', `Content-Length ${JSON.stringify(v.slice(0, 32))} is not a number of bytes`);
+    }
+    length = v;
+  });
+  if (!reply) return false;
+  const r: Reply = reply;
+  const body = String(r.body ?? '');
+  // JSON allows trailing whitespace: the padding keeps the problem document valid.
+  const padded = body + ' '.repeat(Math.max(0, CORK_BUFFER_BYTES + 1 - body.length));
+  res.onAborted(() => undefined);
+  res.cork(() => {
+    res.writeStatus(statusLine(r.status));
+    for (const [k, v] of Object.entries(r.headers ?? {})) res.writeHeader(k, v);
+    res.end(padded, true);
+  });
+  return true;
 }
 
 export function closeListen(uws: { us_listen_socket_close(s: us_listen_socket): void }, s: us_listen_socket | null): void {

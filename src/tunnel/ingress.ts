@@ -2,9 +2,9 @@ import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial'
 import { STATUS_CODES } from 'node:http';
 import { problemOf, type ProblemCode } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
-import { remoteIp } from '../http/uws.js';
+import { remoteIp, wantsClose } from '../http/uws.js';
 import { INITIAL_WINDOW_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
-import { requestHeaders } from './headers.js';
+import { invalidResponseHead, requestHeaders } from './headers.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { VisitorLimit } from './visitor-limit.js';
 
@@ -72,6 +72,8 @@ export class HttpVisitor implements Downstream {
   constructor(
     private readonly res: HttpResponse,
     private readonly method: string,
+    /** The visitor sent `Connection: close`: uWS closes after the response; we must say so. */
+    private readonly close = false,
   ) {}
 
   // ---- visitor side ----
@@ -108,6 +110,14 @@ export class HttpVisitor implements Downstream {
 
   response(head: ResponseHead): void {
     if (this.gone || this.responded) return;
+    const invalid = invalidResponseHead(head.status, head.headers);
+    if (invalid) return this.problem('bad-gateway', `the tunnel's local service sent an invalid response header: ${invalid}`, 'protocol');
+    if (head.status < 200) {
+      // Interim responses (100, 103…) are not relayed; the final one follows. 101 is only
+      // meaningful for an upgrade, and those go through upgrade.ts.
+      if (head.status === 101) this.problem('bad-gateway', "the tunnel's local service switched protocols on a plain request", 'protocol');
+      return;
+    }
     this.responded = true;
     const h = head.headers;
     for (let i = 0; i < h.length; i += 2) {
@@ -172,8 +182,13 @@ export class HttpVisitor implements Downstream {
       if ((name.length === 14 || name.length === 4) && (name.toLowerCase() === 'content-length' || name.toLowerCase() === 'date')) continue;
       this.res.writeHeader(name, h[i + 1]!);
     }
+    if (this.close) this.res.writeHeader('Connection', 'close');
     if (this.method === 'HEAD' || NO_BODY_STATUS(head.status)) {
-      this.res.endWithoutBody(this.total ?? undefined, false);
+      // endWithoutBody() without arguments: given undefined this uWS build writes
+      // `Content-Length: 9223372036854775808`, given a number it leaves the response pending.
+      // A HEAD or 304 keeps the origin's length (RFC 9110 §8.6); a 204 has none.
+      if (this.total !== null && head.status !== 204) this.res.writeHeader('Content-Length', String(this.total));
+      this.res.endWithoutBody();
       this.complete();
     } else if (this.total === 0) {
       this.res.end();
@@ -310,18 +325,19 @@ export class HttpVisitor implements Downstream {
   }
 
   /** Answers a short problem+json (404 unknown tunnel, 502, 504). */
-  problem(code: ProblemCode, detail: string): void {
+  problem(code: ProblemCode, detail: string, resetWith: ResetCode = 'visitor-gone'): void {
     if (this.gone || this.finished) return;
     this.responded = true;
     const body = JSON.stringify(problemOf(code, detail));
     this.res.cork(() => {
       this.res.writeStatus(`${problemOf(code, '').status} ${STATUS_CODES[problemOf(code, '').status]}`);
       this.res.writeHeader('content-type', 'application/problem+json');
+      if (this.close) this.res.writeHeader('Connection', 'close');
       this.res.end(body);
     });
     this.complete();
     // The stream (if any) is over for us; tell the other side.
-    this.up?.reset('visitor-gone');
+    this.up?.reset(resetWith);
   }
 
   private complete(): void {
@@ -348,7 +364,7 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   const upgrade = false;
   const contentLength = req.getHeader('content-length');
   const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
-  const visitor = new HttpVisitor(res, method.toUpperCase());
+  const visitor = new HttpVisitor(res, method.toUpperCase(), wantsClose(req.getHeader('connection')));
   res.onAborted(() => visitor.aborted());
   const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade, end: !hasBody };
   const up = insideCallbackOf(res, () => open(tunnelId, head, visitor));

@@ -1,7 +1,7 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
 import { remoteIp } from '../http/uws.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
-import { requestHeaders } from './headers.js';
+import { invalidResponseHead, requestHeaders } from './headers.js';
 import { HttpVisitor, type OpenUpstream } from './ingress.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -90,6 +90,9 @@ class WsVisitor implements Downstream {
       this.up?.end();
       return;
     }
+    // uWS writes the subprotocol into the 101 as given: a CR/LF there would split the response.
+    const invalid = invalidResponseHead(head.status, head.headers);
+    if (invalid) return this.http.problem('bad-gateway', `the tunnel's local service sent an invalid response header: ${invalid}`, 'protocol');
     let protocol = '';
     for (let i = 0; i < head.headers.length; i += 2) if (head.headers[i]!.toLowerCase() === 'sec-websocket-protocol') protocol = head.headers[i + 1]!;
     this.upgraded = true;

@@ -1,0 +1,235 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { randomBytes } from 'node:crypto';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { withDeadline } from '../helpers/deadline.js';
+import { TunnelClient } from '../../src/tunnel/client.js';
+import { WsClient } from '../../src/tunnel/ws-client.js';
+import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
+import { exchange, rawOrigin, sequence, type RawOrigin } from './raw-http.js';
+import { sleep } from './helpers.js';
+
+// The public edge of HTTP tunnels against hostile or unusual peers, with raw sockets on both
+// ends: a visitor writing exact bytes, a `net` origin (behind the real client library)
+// recording exactly what reaches it, and a raw control client forging response heads.
+// Two shards: visitors land on either, so both the local and the mesh path are crossed.
+
+let server: TestServer;
+let origin: RawOrigin;
+let client: TunnelClient;
+let host = '';
+
+test.before(async () => {
+  server = await startServer();
+  origin = await rawOrigin((req) => {
+    const head = req.head.startsWith('HEAD ');
+    switch (req.target) {
+      case '/204':
+        return 'HTTP/1.1 204 No Content\r\nX-Kind: empty\r\n\r\n';
+      case '/304':
+        return 'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\n\r\n';
+      case '/chunked':
+        return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n${head ? '' : '5\r\nhello\r\n0\r\n\r\n'}`;
+      case '/len':
+        return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n${head ? '' : 'hello'}`;
+      default:
+        return 'HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok';
+    }
+  });
+  client = new TunnelClient({ server: server.url, token: server.adminKey, type: 'http', local: { host: '127.0.0.1', port: origin.port } });
+  const r = await withDeadline(client.start(), 10_000, 'tunnel start');
+  host = `${r.id}.localhost:${server.port}`;
+});
+
+test.after(async () => {
+  await client?.stop();
+  await origin?.close();
+  await server?.stop();
+});
+
+const req = (method: string, path: string, extra = ''): string => `${method} ${path} HTTP/1.1\r\nHost: ${host}\r\n${extra}\r\n`;
+const seenTargets = (): string[] => origin.seen.map((r) => r.target);
+
+test('204, 304 and HEAD carry no body and no 2^63 Content-Length; the connection goes on', async () => {
+  const x = await sequence(server.port, [
+    { bytes: req('GET', '/204') },
+    { bytes: req('GET', '/304') },
+    { bytes: req('HEAD', '/chunked'), head: true },
+    { bytes: req('HEAD', '/len'), head: true },
+    { bytes: req('GET', '/len') },
+  ]);
+  assert.not.ok(x.text.includes('9223372036854775808'), x.text);
+  const [r204, r304, headChunked, headLen, getLen] = x.responses;
+  assert.is(r204!.status, 204);
+  assert.equal(r204!.header('content-length'), []);
+  assert.equal(r204!.header('x-kind'), ['empty']);
+  assert.is(r304!.status, 304);
+  assert.equal(r304!.header('etag'), ['"v1"']);
+  assert.is(headChunked!.status, 200);
+  assert.equal(headChunked!.header('content-length'), []);
+  assert.equal(headLen!.header('content-length'), ['5']);
+  assert.is(getLen!.body.toString(), 'hello');
+});
+
+test('Connection: close is answered with Connection: close and the connection closes', async () => {
+  for (const path of ['/len', '/chunked', '/204']) {
+    const x = await exchange(server.port, req('GET', path, 'Connection: close\r\n'), { untilClose: true });
+    assert.is(x.responses.length, 1, `${path}: ${x.text}`);
+    assert.equal(x.responses[0]!.header('connection'), ['close'], path);
+    assert.ok(x.closed, `${path}: closed`);
+  }
+  // Unknown tunnel (404 from the edge itself) too.
+  const n = await exchange(server.port, `GET / HTTP/1.1\r\nHost: nosuch.localhost\r\nConnection: close\r\n\r\n`, { untilClose: true });
+  assert.is(n.responses[0]!.status, 404);
+  assert.equal(n.responses[0]!.header('connection'), ['close']);
+});
+
+test('Connection naming Host or Content-Length never strips them; X-Real-IP comes from the socket', async () => {
+  const before = origin.seen.length;
+  const x = await exchange(server.port, `POST /named HTTP/1.1\r\nHost: ${host}\r\nConnection: host, content-length, x-drop\r\nX-Drop: 1\r\nX-Real-IP: 6.6.6.6\r\nContent-Length: 3\r\n\r\nabc`);
+  assert.is(x.responses[0]!.status, 200, x.text);
+  const got = origin.seen.slice(before);
+  assert.is(got.length, 1);
+  const lines = got[0]!.head.split('\r\n').map((l) => l.toLowerCase());
+  assert.ok(lines.includes(`host: ${host}`), got[0]!.head);
+  assert.ok(lines.includes('content-length: 3'), got[0]!.head);
+  assert.is(got[0]!.body.toString(), 'abc');
+  assert.not.ok(lines.some((l) => l.startsWith('x-drop:')), got[0]!.head);
+  assert.equal(lines.filter((l) => l.startsWith('x-real-ip:')), ['x-real-ip: 127.0.0.1']);
+  assert.not.ok(got[0]!.head.includes('6.6.6.6'));
+});
+
+test('Content-Length of 10 digits: 413 problem+json, nothing reaches the origin', async () => {
+  const before = origin.seen.length;
+  const x = await exchange(server.port, req('POST', '/huge', 'Content-Length: 1000000000\r\n') + 'abc');
+  assert.is(x.responses[0]?.status, 413, x.text.slice(0, 300));
+  assert.is((JSON.parse(x.responses[0]!.body.toString()) as { type: string }).type, '/problems/payload-too-large');
+  await sleep(200);
+  assert.is(origin.seen.length, before);
+});
+
+test('smuggling attempts never reach the origin as two requests', async () => {
+  const smuggled = (n: string): string => `GET /smuggled-${n} HTTP/1.1\r\nHost: ${host}\r\n\r\n`;
+  // Duplicate Content-Length with different values: 400 from the edge.
+  const dup = await exchange(server.port, req('POST', '/dup', 'Content-Length: 3\r\nContent-Length: 40\r\n') + 'abc' + smuggled('dup'));
+  assert.is(dup.responses[0]?.status, 400, dup.text.slice(0, 300));
+  assert.is(dup.responses.length, 1);
+  // Content-Length and Transfer-Encoding together: uWS drops the connection before any callback.
+  const clte = await exchange(server.port, req('POST', '/clte', 'Content-Length: 4\r\nTransfer-Encoding: chunked\r\n') + '0\r\n\r\n' + smuggled('clte'));
+  assert.not.ok(/^HTTP\/1\.1 2/m.test(clte.text), clte.text);
+  // A bad chunk size.
+  const bad = await exchange(server.port, req('POST', '/badchunk', 'Transfer-Encoding: chunked\r\n') + 'zz\r\nabc\r\n0\r\n\r\n' + smuggled('badchunk'));
+  assert.not.ok(/^HTTP\/1\.1 2/m.test(bad.text), bad.text);
+  // obs-fold (RFC 9112 §5.2): never a request.
+  const fold = await exchange(server.port, `GET /fold HTTP/1.1\r\nHost: ${host}\r\nX-A: 1\r\n folded\r\n\r\n${smuggled('fold')}`, { ms: 3_000 });
+  assert.not.ok(/^HTTP\/1\.1 2/m.test(fold.text), fold.text);
+  await sleep(300);
+  const targets = seenTargets();
+  for (const t of ['/dup', '/clte', '/fold', '/smuggled-dup', '/smuggled-clte', '/smuggled-badchunk', '/smuggled-fold']) {
+    assert.not.ok(targets.includes(t), `${t} reached the origin: ${targets.join(' ')}`);
+  }
+});
+
+// ---- a raw control client forging response heads ----
+
+interface RawPeer {
+  ws: WsClient;
+  next(): Promise<Frame>;
+  send(f: Frame): void;
+}
+
+async function rawPeer(): Promise<RawPeer> {
+  const ws = await WsClient.connect(`${server.url}/tunnel/v1/connect`, { authorization: `Bearer ${server.adminKey}` }, MAX_FRAME_BYTES, 5_000);
+  const queue: Frame[] = [];
+  const waiters: ((f: Frame) => void)[] = [];
+  ws.on('message', (m) => {
+    const f = decodeFrame(m);
+    if (f[0] === F.Ping) return;
+    const w = waiters.shift();
+    if (w) w(f);
+    else queue.push(f);
+  });
+  return {
+    ws,
+    send: (f) => ws.send(encodeFrame(f)),
+    next: () => withDeadline(queue.length ? Promise.resolve(queue.shift()!) : new Promise<Frame>((r) => waiters.push(r)), 5_000, 'next frame'),
+  };
+}
+
+/** Waits for the frame of `type` on stream `sid`, skipping others (bounded). */
+async function frameOf(p: RawPeer, type: number, sid?: number): Promise<Frame> {
+  for (let i = 0; i < 50; i++) {
+    const f = await p.next();
+    if (f[0] === type && (sid === undefined || f[1] === sid)) return f;
+  }
+  throw new Error(`no frame of type ${type}`);
+}
+
+test('a client response head with CR/LF, a bad name or a bad status: 502 to the visitor, nothing forged, stream reset', async () => {
+  const p = await rawPeer();
+  p.send([F.Hello, { v: PROTOCOL_VERSION, agent: 'forger' }]);
+  await frameOf(p, F.Welcome);
+  const id = `forge-${randomBytes(3).toString('hex')}`;
+  p.send([F.Open, 1, { type: 'http', id }]);
+  await frameOf(p, F.Opened);
+  const forgeries: { status: number; headers: string[] }[] = [
+    { status: 200, headers: ['X-Ok', 'a\r\nSet-Cookie: evil=1'] },
+    { status: 200, headers: ['X-Ok', 'a\r\n\r\nHTTP/1.1 200 OK\r\nSet-Cookie: evil=1\r\n\r\n'] },
+    { status: 200, headers: ['X-Ok', 'a\nSet-Cookie: evil=1'] },
+    { status: 200, headers: ['X-Ok', 'a\0evil'] },
+    { status: 200, headers: ['Set-Cookie: evil=1\r\nX', 'v'] },
+    { status: 200, headers: ['Bad Name', 'evil'] },
+    { status: 200, headers: ['', 'evil'] },
+    // (A non-integer status is a malformed frame: the decoder ends the control connection.)
+    { status: 1000, headers: ['X-Evil', 'evil'] },
+    { status: 99, headers: ['X-Evil', 'evil'] },
+    { status: 101, headers: ['X-Evil', 'evil'] },
+  ];
+  for (const forged of forgeries) {
+    const visit = exchange(server.port, `GET /forge HTTP/1.1\r\nHost: ${id}.localhost\r\n\r\n`);
+    const open = await frameOf(p, F.StreamOpen);
+    const sid = open[1] as number;
+    p.send([F.Response, sid, forged]);
+    // No End: a stream the client ended is over for both sides and needs no Reset.
+    p.send([F.Data, sid, Buffer.from('evil body')]);
+    const x = await visit;
+    const what = JSON.stringify(forged);
+    assert.is(x.responses.length, 1, `${what}: ${x.text}`);
+    assert.is(x.responses[0]!.status, 502, what);
+    assert.equal(x.responses[0]!.header('content-type'), ['application/problem+json'], what);
+    const problem = JSON.parse(x.responses[0]!.body.toString()) as { type: string; detail: string };
+    assert.is(problem.type, '/problems/bad-gateway');
+    assert.ok(/local service sent an invalid response header|switched protocols/.test(problem.detail), problem.detail);
+    // Only one response, and no forged header line (the detail quotes the name JSON-escaped).
+    assert.not.ok(/(^|\n)set-cookie:/im.test(x.text), `${what}: ${x.text}`);
+    assert.is(x.text.split('HTTP/1.1').length, 2, x.text);
+    assert.not.ok(x.text.includes('evil body'), what);
+    const reset = await frameOf(p, F.Reset, sid).catch((e: Error) => { throw new Error(`${what}: ${e.message}`); });
+    assert.is(reset[2], 'protocol', what);
+  }
+  // A WebSocket upgrade's 101: uWS writes the subprotocol as given.
+  {
+    const upgrade = `GET /ws HTTP/1.1\r\nHost: ${id}.localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat\r\n\r\n`;
+    const visit = exchange(server.port, upgrade);
+    const sid = (await frameOf(p, F.StreamOpen))[1] as number;
+    p.send([F.Response, sid, { status: 101, headers: ['Sec-WebSocket-Protocol', 'chat\r\nSet-Cookie: evil=1'] }]);
+    const x = await visit;
+    assert.is(x.responses[0]?.status, 502, x.text);
+    assert.not.ok(/(^|\n)set-cookie:/im.test(x.text), x.text);
+    assert.is((await frameOf(p, F.Reset, sid))[2], 'protocol');
+  }
+  // Interim 103 is not relayed; obs-text in a value is allowed.
+  const visit = exchange(server.port, `GET /fine HTTP/1.1\r\nHost: ${id}.localhost\r\n\r\n`);
+  const sid = (await frameOf(p, F.StreamOpen))[1] as number;
+  p.send([F.Response, sid, { status: 103, headers: ['Link', '</a.css>; rel=preload'] }]);
+  p.send([F.Response, sid, { status: 200, headers: ['X-Latin', 'caf\u00e9', 'Content-Length', '2'] }]);
+  p.send([F.Data, sid, Buffer.from('ok')]);
+  p.send([F.End, sid]);
+  const x = await visit;
+  assert.is(x.responses.length, 1, x.text);
+  assert.is(x.responses[0]!.status, 200);
+  assert.is(x.responses[0]!.body.toString(), 'ok');
+  p.ws.close();
+});
+
+test.run();
