@@ -1,4 +1,4 @@
-import { CREDIT_BATCH_BYTES, type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
+import { CREDIT_BATCH_BYTES, INITIAL_WINDOW_BYTES, type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from '../tunnel/stream.js';
 
@@ -19,6 +19,10 @@ export interface StreamCarrier {
   sendCredit(sid: number, bytes: number): void;
   sendClosed(tunnelId: string, why: Refusal): void;
   forget(sid: number): void;
+  /** The client broke the protocol on stream `sid` (already reset both ways): for the log. */
+  violated(sid: number, why: string): void;
+  /** A stream callback driven by a frame threw: the connection ends (a bug, not the peer's). */
+  fault(err: unknown): void;
 }
 
 export interface TunnelSpec {
@@ -31,13 +35,31 @@ export interface TunnelSpec {
   remotePort: number | null;
 }
 
-/** One stream of a tunnel: relays between a visitor adapter and the wire, counting bytes. */
+/**
+ * A client may overrun the window by what its source handed it at once (it pauses the
+ * source only after a read); more than a whole extra window is not a chunk, it is a flood.
+ */
+const WINDOW_SLACK_BYTES = INITIAL_WINDOW_BYTES;
+
+/**
+ * One stream of a tunnel: relays between a visitor adapter and the wire, counting bytes.
+ * It also checks the order of the client's frames, so no adapter ever sees a sequence it
+ * cannot handle (a second response head, body before the head, a 101 on a plain request):
+ * a violation resets this stream both ways with 'protocol' (→ 502 for a visitor).
+ */
 export class TunnelStream implements Upstream {
   sid = 0;
+  /** What may answer: 'upgrade' streams alone accept a 101; 'tcp' streams take no head. */
+  kind: 'http' | 'upgrade' | 'tcp' = 'http';
   private visitorEnded = false;
   private clientEnded = false;
+  private responded = false;
   private done = false;
   private unreported = 0;
+  /** Response bytes the client may still send: the window minus Data plus the credit we sent. */
+  private clientWindow = INITIAL_WINDOW_BYTES;
+  /** Request bytes sent to the client and not yet credited back by it. */
+  private uncredited = 0;
 
   constructor(
     readonly tunnel: TunnelActor,
@@ -54,6 +76,7 @@ export class TunnelStream implements Upstream {
   data(bytes: Uint8Array): void {
     if (this.done) return;
     this.tunnel.count(bytes.byteLength, 0);
+    this.uncredited += bytes.byteLength;
     this.carrier.sendData(this.sid, bytes);
   }
   end(): void {
@@ -74,21 +97,38 @@ export class TunnelStream implements Upstream {
     this.unreported += bytes;
     if (this.unreported >= CREDIT_BATCH_BYTES) {
       this.carrier.sendCredit(this.sid, this.unreported);
+      this.clientWindow += this.unreported;
       this.unreported = 0;
     }
+  }
+  /** A bug in the adapter's deferred work (outside any frame handler): end the connection. */
+  fault(err: unknown): void {
+    this.carrier.fault(err);
   }
 
   // ---- frames from the client ----
   onResponse(head: ResponseHead): void {
-    if (!this.done) this.down.response(head);
+    if (this.done) return;
+    if (this.kind === 'tcp') return this.violation('a response head on a tcp stream');
+    if (this.responded) return this.violation('a second response head');
+    if (head.status < 200 && !(head.status === 101 && this.kind === 'upgrade')) {
+      return this.violation(`status ${head.status} as the response to ${this.kind === 'upgrade' ? 'an upgrade' : 'a plain request'}`);
+    }
+    this.responded = true;
+    this.down.response(head);
   }
   onData(bytes: Uint8Array): void {
     if (this.done) return;
+    if (this.kind !== 'tcp' && !this.responded) return this.violation('body bytes before the response head');
+    if (this.clientEnded) return this.violation('body bytes after the end');
+    this.clientWindow -= bytes.byteLength;
+    if (this.clientWindow < -WINDOW_SLACK_BYTES) return this.violation(`${-this.clientWindow} bytes over the flow-control window`);
     this.tunnel.count(0, bytes.byteLength);
     this.down.data(bytes);
   }
   onEnd(): void {
-    if (this.done || this.clientEnded) return;
+    if (this.done) return;
+    if (this.clientEnded) return this.violation('a second end');
     this.clientEnded = true;
     this.down.end();
     if (this.visitorEnded) this.finish();
@@ -99,7 +139,18 @@ export class TunnelStream implements Upstream {
     this.down.reset(code);
   }
   onCredit(bytes: number): void {
-    if (!this.done) this.down.credit(bytes);
+    if (this.done) return;
+    if (bytes > this.uncredited) return this.violation(`credit for ${bytes} bytes, only ${this.uncredited} were sent`);
+    this.uncredited -= bytes;
+    this.down.credit(bytes);
+  }
+
+  /** The client's frames broke the stream's order: reset it both ways. */
+  private violation(why: string): void {
+    this.carrier.sendReset(this.sid, 'protocol');
+    this.finish();
+    this.carrier.violated(this.sid, why);
+    this.down.reset('protocol');
   }
 
   /** The tunnel or its connection is going away. */
@@ -144,6 +195,7 @@ export class TunnelActor {
     const s = new TunnelStream(this, this.carrier, down);
     if (!this.carrier.openStream(s, head)) return null;
     if (head.kind === 'http' && head.end) s.bodyless();
+    s.kind = head.kind === 'tcp' ? 'tcp' : head.upgrade ? 'upgrade' : 'http';
     this.streams.add(s);
     this.delta.requests++;
     this.touch();
@@ -172,13 +224,25 @@ export class TunnelActor {
     return d;
   }
 
-  /** Ends every stream; `why` (when given) tells the client. Returns the final counters. */
+  /**
+   * Ends every stream; `why` (when given) tells the client. Returns the final counters. An
+   * adapter that throws does not keep the others, the TCP listener or the registry entry
+   * (the caller reports the counters) alive: its error goes to the carrier once all is down.
+   */
   close(why: Refusal | null): StatsDelta | null {
     if (this.closed) return null;
     this.closed = true;
-    for (const s of [...this.streams]) s.abort('closing');
+    let failure: { err: unknown } | null = null;
+    for (const s of [...this.streams]) {
+      try {
+        s.abort('closing');
+      } catch (err) {
+        failure ??= { err };
+      }
+    }
     this.onClose?.();
     if (why) this.carrier.sendClosed(this.id, why);
+    if (failure) this.carrier.fault(failure.err);
     return this.takeDelta();
   }
 }

@@ -193,7 +193,9 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
       .then(
         (reply) => finish(reply),
         (err: unknown) => {
-          if (err instanceof ApiError) return finish(problemReply(err.code, err.detail, err));
+          // An 'internal' ApiError is another thread's exception (toCodedError keeps its
+          // message for the log): its text is ours, not the caller's.
+          if (err instanceof ApiError && err.code !== 'internal') return finish(problemReply(err.code, err.detail, err));
           log.error({ err, path: data.path }, 'unhandled error in route');
           finish(problemReply('internal', 'the server failed to handle this request; it has been logged'));
         },

@@ -223,24 +223,209 @@ export function dataFrame(sid: number, bytes: Uint8Array): Buffer {
   return out;
 }
 
-const isInt = (x: unknown): x is number => typeof x === 'number' && Number.isInteger(x) && x >= 0;
-const isStr = (x: unknown): x is string => typeof x === 'string';
-const isObj = (x: unknown): x is Record<string, unknown> => typeof x === 'object' && x !== null && !Array.isArray(x) && !(x instanceof Uint8Array);
-const isStrList = (x: unknown): x is string[] => Array.isArray(x) && x.length % 2 === 0 && x.every(isStr);
+/** Largest stream id / request id / credit: the Data head writes them as msgpack uint32. */
+export const MAX_UINT32 = 0xffff_ffff;
+/** Short strings (tunnel and team ids, the agent, a visitor address): far above any valid one. */
+const MAX_NAME_CHARS = 255;
+/** Refusal messages and public URLs. */
+const MAX_TEXT_CHARS = 4096;
 
-function refusalOk(x: unknown): boolean {
-  return isObj(x) && isStr(x.code) && isStr(x.message) && typeof x.permanent === 'boolean';
+export const RESET_CODES: readonly ResetCode[] = ['local-unreachable', 'local-timeout', 'visitor-gone', 'protocol', 'closing', 'no-tunnel', 'busy'];
+export const REFUSAL_CODES: readonly RefusalCode[] = ['unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'not-found', 'unavailable', 'deleted', 'taken-over', 'internal'];
+
+// RFC 9110 field-name token; a value may not carry CR, LF or NUL (a Response's headers are
+// written to the visitor as they are: anything else would let a client split the response).
+const TOKEN_RE = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+const FIELD_VALUE_BAD_RE = /[\r\n\0]/;
+
+/** What a bad value was, for the peer's error message (never the value itself when long). */
+function shown(x: unknown): string {
+  if (x === null) return 'null';
+  if (x === undefined) return 'nothing';
+  if (Array.isArray(x)) return 'an array';
+  if (x instanceof Uint8Array) return 'bytes';
+  if (typeof x === 'string') return x.length <= 40 ? `"${x}"` : `a string of ${x.length} characters`;
+  if (typeof x === 'number') return Number.isFinite(x) ? `${x}` : String(x);
+  return typeof x === 'object' ? 'a map' : `${typeof x} ${String(x)}`;
 }
 
-function headOk(x: unknown): boolean {
-  if (!isObj(x)) return false;
-  if (x.kind === 'tcp') return isStr(x.remote);
-  return x.kind === 'http' && isStr(x.method) && isStr(x.target) && isStrList(x.headers) && typeof x.upgrade === 'boolean';
+/** One frame's field checks; each failure names the frame and the field. */
+class Fields {
+  constructor(private readonly frame: string) {}
+  fail(field: string, want: string, got: unknown): never {
+    throw new FrameError(`malformed ${this.frame} frame: ${field} must be ${want}, got ${shown(got)}`);
+  }
+  int(x: unknown, field: string, min: number, max: number): number {
+    if (typeof x !== 'number' || !Number.isInteger(x) || x < min || x > max) this.fail(field, `an integer in ${min}..${max}`, x);
+    return x;
+  }
+  str(x: unknown, field: string, maxChars: number): string {
+    if (typeof x !== 'string' || x.length > maxChars) this.fail(field, `a string of at most ${maxChars} characters`, x);
+    return x;
+  }
+  /** Absent, null or a string. */
+  optStr(x: unknown, field: string, maxChars: number): void {
+    if (x !== undefined && x !== null && (typeof x !== 'string' || x.length > maxChars)) this.fail(field, `a string of at most ${maxChars} characters or null`, x);
+  }
+  bool(x: unknown, field: string): void {
+    if (typeof x !== 'boolean') this.fail(field, 'true or false', x);
+  }
+  oneOf<T extends string>(x: unknown, field: string, members: readonly T[]): T {
+    if (typeof x !== 'string' || !(members as readonly string[]).includes(x)) this.fail(field, `one of ${members.join(', ')}`, x);
+    return x as T;
+  }
+  /** A plain map (not an array, bytes or an extension type). */
+  map(x: unknown, field: string): Record<string, unknown> {
+    if (typeof x !== 'object' || x === null || Object.getPrototypeOf(x) !== Object.prototype) this.fail(field, 'a map', x);
+    return x as Record<string, unknown>;
+  }
+  /** A flat [name, value, ...] list; returns its total characters (the head limit). */
+  headers(x: unknown, field: string, strictHttp: boolean): number {
+    if (!Array.isArray(x) || x.length % 2 !== 0) this.fail(field, 'a flat list of name, value pairs', x);
+    let chars = 0;
+    for (let i = 0; i < x.length; i++) {
+      const v: unknown = x[i];
+      if (typeof v !== 'string') this.fail(`${field}[${i}]`, 'a string', v);
+      chars += v.length;
+      if (strictHttp && (i % 2 === 0 ? !TOKEN_RE.test(v) : FIELD_VALUE_BAD_RE.test(v))) {
+        this.fail(`${field}[${i}]`, i % 2 === 0 ? 'a header name (token characters)' : 'a header value without CR, LF or NUL', v);
+      }
+    }
+    return chars;
+  }
+  headLimit(chars: number): void {
+    if (chars > MAX_HEAD_BYTES) throw new FrameError(`malformed ${this.frame} frame: the head is ${chars} characters, over ${MAX_HEAD_BYTES}`);
+  }
+  length(a: unknown[], n: number): void {
+    if (a.length !== n) throw new FrameError(`malformed ${this.frame} frame: ${a.length} elements, expected ${n}`);
+  }
+}
+
+const FRAME_NAMES = Object.fromEntries(Object.entries(F).map(([k, v]) => [v, k])) as Record<number, string>;
+
+function checkRefusal(c: Fields, x: unknown, field: string): void {
+  const r = c.map(x, field);
+  c.oneOf(r.code, `${field}.code`, REFUSAL_CODES);
+  c.str(r.message, `${field}.message`, MAX_TEXT_CHARS);
+  c.bool(r.permanent, `${field}.permanent`);
+}
+
+function checkStreamHead(c: Fields, x: unknown): void {
+  const h = c.map(x, 'head');
+  if (h.kind === 'tcp') return void c.str(h.remote, 'head.remote', MAX_NAME_CHARS);
+  if (h.kind !== 'http') c.fail('head.kind', '"http" or "tcp"', h.kind);
+  const chars = c.str(h.method, 'head.method', MAX_NAME_CHARS).length + c.str(h.target, 'head.target', MAX_HEAD_BYTES).length + c.headers(h.headers, 'head.headers', false);
+  c.headLimit(chars);
+  c.bool(h.upgrade, 'head.upgrade');
+  if (h.end !== undefined) c.bool(h.end, 'head.end');
+}
+
+/** Checks every field of a decoded frame against its type; throws FrameError naming the field. */
+function checkFrame(a: unknown[]): void {
+  const type = a[0] as number;
+  const c = new Fields(FRAME_NAMES[type] ?? `type ${type}`);
+  switch (type) {
+    case F.Data:
+      c.length(a, 3);
+      c.int(a[1], 'stream id', 0, MAX_UINT32);
+      if (!(a[2] instanceof Uint8Array) || a[2].byteLength > MAX_DATA_BYTES) c.fail('payload', `bytes (at most ${MAX_DATA_BYTES})`, a[2]);
+      return;
+    case F.Credit:
+      c.length(a, 3);
+      c.int(a[1], 'stream id', 0, MAX_UINT32);
+      c.int(a[2], 'bytes', 0, MAX_UINT32);
+      return;
+    case F.End:
+      c.length(a, 2);
+      c.int(a[1], 'stream id', 0, MAX_UINT32);
+      return;
+    case F.Reset:
+      c.length(a, 3);
+      c.int(a[1], 'stream id', 0, MAX_UINT32);
+      c.oneOf(a[2], 'code', RESET_CODES);
+      return;
+    case F.Response: {
+      c.length(a, 3);
+      c.int(a[1], 'stream id', 0, MAX_UINT32);
+      const r = c.map(a[2], 'head');
+      c.int(r.status, 'head.status', 100, 599);
+      c.headLimit(c.headers(r.headers, 'head.headers', true));
+      return;
+    }
+    case F.Hello: {
+      c.length(a, 2);
+      const h = c.map(a[1], 'hello');
+      c.int(h.v, 'hello.v', 0, MAX_UINT32);
+      c.str(h.agent, 'hello.agent', MAX_NAME_CHARS);
+      return;
+    }
+    case F.Welcome: {
+      c.length(a, 2);
+      const w = c.map(a[1], 'welcome');
+      c.int(w.v, 'welcome.v', 0, MAX_UINT32);
+      c.int(w.heartbeatMs, 'welcome.heartbeatMs', 0, MAX_UINT32);
+      return;
+    }
+    case F.Open: {
+      c.length(a, 3);
+      c.int(a[1], 'request id', 0, MAX_UINT32);
+      const o = c.map(a[2], 'open');
+      c.oneOf(o.type, 'open.type', ['http', 'tcp'] as const);
+      c.optStr(o.id, 'open.id', MAX_NAME_CHARS);
+      c.optStr(o.teamId, 'open.teamId', MAX_NAME_CHARS);
+      if (o.remotePort !== undefined && o.remotePort !== null) c.int(o.remotePort, 'open.remotePort', 1, 65535);
+      return;
+    }
+    case F.Opened: {
+      c.length(a, 3);
+      c.int(a[1], 'request id', 0, MAX_UINT32);
+      const o = c.map(a[2], 'opened');
+      c.str(o.id, 'opened.id', MAX_NAME_CHARS);
+      c.str(o.url, 'opened.url', MAX_TEXT_CHARS);
+      if (o.remotePort !== undefined && o.remotePort !== null) c.int(o.remotePort, 'opened.remotePort', 1, 65535);
+      return;
+    }
+    case F.Refused:
+      c.length(a, 3);
+      c.int(a[1], 'request id', 0, MAX_UINT32);
+      return checkRefusal(c, a[2], 'refusal');
+    case F.Closed:
+      c.length(a, 3);
+      c.str(a[1], 'tunnel id', MAX_NAME_CHARS);
+      return checkRefusal(c, a[2], 'refusal');
+    case F.Close:
+      c.length(a, 2);
+      c.str(a[1], 'tunnel id', MAX_NAME_CHARS);
+      return;
+    case F.StreamOpen:
+      c.length(a, 4);
+      c.int(a[1], 'stream id', 0, MAX_UINT32);
+      c.str(a[2], 'tunnel id', MAX_NAME_CHARS);
+      return checkStreamHead(c, a[3]);
+    case F.Ping:
+    case F.Pong:
+      // A millisecond clock reading (Date.now()), above uint32.
+      c.length(a, 2);
+      c.int(a[1], 'n', 0, Number.MAX_SAFE_INTEGER);
+      return;
+    case F.Fatal:
+      c.length(a, 2);
+      return checkRefusal(c, a[1], 'refusal');
+    case F.GoAway: {
+      c.length(a, 2);
+      const g = c.map(a[1], 'goAway');
+      c.int(g.timeoutMs, 'goAway.timeoutMs', 0, MAX_UINT32);
+      return;
+    }
+    default:
+      throw new FrameError(`unknown frame type ${shown(type)}`);
+  }
 }
 
 /**
- * Decodes one frame and checks its shape (never trust the peer). Bin payloads are views into
- * `bytes`: consume them before `bytes` is reused (uWS reuses message buffers after the callback).
+ * Decodes one frame and checks every field's type, range and length (never trust the peer:
+ * what passes here cannot make a handler throw). Bin payloads are views into `bytes`: consume
+ * them before `bytes` is reused (uWS reuses message buffers after the callback).
  */
 export function decodeFrame(bytes: Uint8Array): Frame {
   if (bytes.byteLength > MAX_FRAME_BYTES) throw new FrameError(`frame of ${bytes.byteLength} bytes is over ${MAX_FRAME_BYTES}`);
@@ -250,48 +435,8 @@ export function decodeFrame(bytes: Uint8Array): Frame {
   } catch (err) {
     throw new FrameError(`not msgpack: ${(err as Error).message}`);
   }
-  if (!Array.isArray(f) || !isInt(f[0])) throw new FrameError('frame is not an array starting with its type');
-  const a = f as unknown[];
-  const ok = ((): boolean => {
-    switch (a[0]) {
-      case F.Hello:
-        return a.length === 2 && isObj(a[1]) && isInt(a[1].v);
-      case F.Welcome:
-        return a.length === 2 && isObj(a[1]) && isInt(a[1].v) && isInt(a[1].heartbeatMs);
-      case F.Open:
-        return a.length === 3 && isInt(a[1]) && isObj(a[2]) && (a[2].type === 'http' || a[2].type === 'tcp');
-      case F.Opened:
-        return a.length === 3 && isInt(a[1]) && isObj(a[2]) && isStr(a[2].id) && isStr(a[2].url);
-      case F.Refused:
-        return a.length === 3 && isInt(a[1]) && refusalOk(a[2]);
-      case F.Closed:
-        return a.length === 3 && isStr(a[1]) && refusalOk(a[2]);
-      case F.Close:
-        return a.length === 2 && isStr(a[1]);
-      case F.StreamOpen:
-        return a.length === 4 && isInt(a[1]) && isStr(a[2]) && headOk(a[3]);
-      case F.Response:
-        return a.length === 3 && isInt(a[1]) && isObj(a[2]) && isInt(a[2].status) && isStrList(a[2].headers);
-      case F.Data:
-        return a.length === 3 && isInt(a[1]) && a[2] instanceof Uint8Array;
-      case F.End:
-        return a.length === 2 && isInt(a[1]);
-      case F.Reset:
-        return a.length === 3 && isInt(a[1]) && isStr(a[2]);
-      case F.Credit:
-        return a.length === 3 && isInt(a[1]) && isInt(a[2]);
-      case F.Ping:
-      case F.Pong:
-        return a.length === 2 && isInt(a[1]);
-      case F.Fatal:
-        return a.length === 2 && refusalOk(a[1]);
-      case F.GoAway:
-        return a.length === 2 && isObj(a[1]) && isInt(a[1].timeoutMs);
-      default:
-        return false;
-    }
-  })();
-  if (!ok) throw new FrameError(`malformed frame of type ${String(a[0])}`);
+  if (!Array.isArray(f) || typeof f[0] !== 'number') throw new FrameError('frame is not an array starting with its type');
+  checkFrame(f as unknown[]);
   return f as Frame;
 }
 

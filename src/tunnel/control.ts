@@ -51,6 +51,7 @@ const WS_PROTOCOL_ERROR = 1002;
 const WS_POLICY = 1008;
 /** setTimeout's longest wait (2^31-1 ms, ~24.8 days); a key expiring later re-arms. */
 const MAX_TIMER_MS = 2_147_483_647;
+const WS_INTERNAL_ERROR = 1011;
 
 export class ControlConnection implements StreamCarrier {
   readonly tunnels = new Map<string, TunnelActor>();
@@ -74,8 +75,13 @@ export class ControlConnection implements StreamCarrier {
     for (const f of frames) if (this.closed || !this.write(f)) return;
   };
   private readonly flushOutbox = (): void => {
-    if (this.outbox && !this.closed) this.ws.cork(this.corkedOutbox);
-    else this.outbox = null;
+    try {
+      if (this.outbox && !this.closed) this.ws.cork(this.corkedOutbox);
+      else this.outbox = null;
+    } catch (err) {
+      // Runs from setImmediate: an escape here would end the shard, not this connection.
+      this.fault(err);
+    }
   };
 
   /** One frame to uWS (inside a cork); a client that stopped reading ends the connection. */
@@ -163,8 +169,38 @@ export class ControlConnection implements StreamCarrier {
     return this.streams.size;
   }
 
+  violated(sid: number, why: string): void {
+    this.host.log.warn({ ip: this.ip, sid, why }, 'tunnel client broke the protocol on a stream: stream reset');
+  }
+
+  /**
+   * A handler threw on something the peer sent (a bug of ours that validation missed): this
+   * connection ends, logged with the error; the shard and every other connection go on.
+   */
+  fault(err: unknown): void {
+    this.host.log.error({ err, ip: this.ip }, 'control connection handler failed: closing the connection');
+    if (this.closed) return;
+    try {
+      this.fatal({ code: 'internal', message: 'the server failed to handle a frame', permanent: false }, WS_INTERNAL_ERROR);
+    } catch {
+      // The socket is the broken part: the close handler (or the heartbeat) ends the rest.
+      this.closed = true;
+    }
+  }
+
+  /** The live stream `sid`; a never-opened id ends the connection (late frames of a finished one are normal). */
+  private stream(sid: number): TunnelStream | undefined {
+    const s = this.streams.get(sid);
+    if (!s && (sid === 0 || sid >= this.nextSid)) {
+      this.fatal({ code: 'bad-request', message: `stream ${sid} was never opened`, permanent: false }, WS_PROTOCOL_ERROR);
+    }
+    return s;
+  }
+
   // ---- receiving ----
   onMessage(message: ArrayBuffer): void {
+    // uWS may still deliver what arrived in the same read as the frame that ended us.
+    if (this.closed) return;
     this.lastSeenMs = Date.now();
     let frame: Frame;
     try {
@@ -182,7 +218,7 @@ export class ControlConnection implements StreamCarrier {
       case F.Hello:
         return this.onHello(frame[1].v);
       case F.Open:
-        return void this.onOpen(frame[1], frame[2]);
+        return void this.onOpen(frame[1], frame[2]).catch((err: unknown) => this.fault(err));
       case F.Close: {
         const t = this.tunnels.get(frame[1]);
         if (t) {
@@ -192,18 +228,15 @@ export class ControlConnection implements StreamCarrier {
         return;
       }
       case F.Response:
-        return this.streams.get(frame[1])?.onResponse(frame[2]);
-      case F.Data: {
-        const s = this.streams.get(frame[1]);
-        if (s) s.onData(frame[2]);
-        return;
-      }
+        return this.stream(frame[1])?.onResponse(frame[2]);
+      case F.Data:
+        return this.stream(frame[1])?.onData(frame[2]);
       case F.End:
-        return this.streams.get(frame[1])?.onEnd();
+        return this.stream(frame[1])?.onEnd();
       case F.Reset:
-        return this.streams.get(frame[1])?.onReset(frame[2]);
+        return this.stream(frame[1])?.onReset(frame[2]);
       case F.Credit:
-        return this.streams.get(frame[1])?.onCredit(frame[2]);
+        return this.stream(frame[1])?.onCredit(frame[2]);
       case F.Ping:
         return this.send([F.Pong, frame[1]]);
       case F.Pong:
@@ -223,7 +256,10 @@ export class ControlConnection implements StreamCarrier {
   }
 
   private onHello(v: number): void {
-    if (this.helloDone) return;
+    if (this.helloDone) {
+      this.fatal({ code: 'bad-request', message: 'a second hello on one connection', permanent: false }, WS_PROTOCOL_ERROR);
+      return;
+    }
     if (v !== PROTOCOL_VERSION) {
       const what = v < PROTOCOL_VERSION ? 'upgrade the burrow client' : 'upgrade burrowd (the server)';
       this.fatal({ code: 'version', message: `protocol version ${v} is not supported (server speaks ${PROTOCOL_VERSION}): ${what}`, permanent: true }, WS_POLICY);
@@ -244,9 +280,19 @@ export class ControlConnection implements StreamCarrier {
     this.admitting++;
     try {
       const opened = await this.host.open(this, req);
-      if (this.closed) return;
+      if (this.closed) {
+        // The connection ended while the registry admitted the tunnel: onClosed ran before
+        // adopt(), so nothing else would end it (the registry and a TCP port would keep it).
+        const t = this.tunnels.get(opened.id);
+        if (t) {
+          this.tunnels.delete(t.id);
+          this.host.ended(t, t.close(null));
+        }
+        return;
+      }
       this.send([F.Opened, reqId, opened]);
     } catch (err) {
+      if (!(err instanceof ApiError) || err.code === 'internal') this.host.log.error({ err, ip: this.ip }, 'tunnel registration failed');
       if (this.closed) return;
       this.send([F.Refused, reqId, refusalOf(err)]);
     } finally {
@@ -302,7 +348,15 @@ export class ControlConnection implements StreamCarrier {
     this.closed = true;
     clearTimeout(this.helloTimer);
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
-    for (const t of this.tunnels.values()) this.host.ended(t, t.close(null));
+    // Each tunnel is reported ended even if another one's teardown throws: the registry
+    // must not keep a tunnel of a closed connection.
+    for (const t of this.tunnels.values()) {
+      try {
+        this.host.ended(t, t.close(null));
+      } catch (err) {
+        this.host.log.error({ err, ip: this.ip, id: t.id }, 'tunnel teardown failed');
+      }
+    }
     this.tunnels.clear();
     this.streams.clear();
   }
@@ -314,8 +368,8 @@ export class ControlConnection implements StreamCarrier {
 }
 
 export function refusalOf(err: unknown): Refusal {
-  if (err instanceof ApiError) {
-    const transient = err.code === 'unavailable' || err.code === 'internal';
+  if (err instanceof ApiError && err.code !== 'internal') {
+    const transient = err.code === 'unavailable';
     const code = (['unauthorized', 'forbidden', 'conflict', 'bad-request', 'not-found', 'unavailable'] as const).find((c) => c === err.code) ?? 'internal';
     return { code, message: err.detail, permanent: !transient };
   }
@@ -342,13 +396,24 @@ export function installControlRoute(host: ControlHost): void {
     },
     message: (ws, message) => {
       const conn = ws.getUserData().conn;
-      if (conn) insideCallbackOf(ws, () => conn.onMessage(message));
+      if (!conn) return;
+      // Whatever a frame drives (streams, visitors, the mesh) runs inside this call: an
+      // exception ends this connection, never the shard (uncaught, it would crash the worker).
+      try {
+        insideCallbackOf(ws, () => conn.onMessage(message));
+      } catch (err) {
+        conn.fault(err);
+      }
     },
     close: (ws) => {
       const conn = ws.getUserData().conn;
       if (!conn) return;
       host.connections.delete(conn);
-      conn.onClosed();
+      try {
+        conn.onClosed();
+      } catch (err) {
+        host.log.error({ err }, 'control connection teardown failed');
+      }
     },
   });
 }

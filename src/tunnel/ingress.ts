@@ -147,8 +147,36 @@ export class HttpVisitor implements Downstream {
   private readonly flush = (): void => {
     this.flushScheduled = false;
     if (this.gone || this.finished) return this.dropDeferred();
-    this.res.cork(this.corkedFlush);
+    try {
+      this.res.cork(this.corkedFlush);
+    } catch (err) {
+      // Deferred work of a frame runs from setImmediate, outside the control connection's
+      // handler: an escape here would end the shard.
+      this.fault(err);
+    }
   };
+
+  /** Our own bug surfaced on this response: drop it and let the carrier end its connection. */
+  private fault(err: unknown): void {
+    const wasOpen = !this.gone && !this.finished;
+    this.gone = true;
+    this.finished = true;
+    if (wasOpen) {
+      try {
+        this.res.close();
+      } catch {
+        // already closed by uWS
+      }
+      this.onDone?.();
+    }
+    if (this.up?.fault) this.up.fault(err);
+    else this.up?.reset('protocol');
+  }
+
+  /** True while no response was started and the visitor is still there (an upgrade may answer). */
+  get awaitingResponse(): boolean {
+    return !this.gone && !this.finished && !this.responded;
+  }
   /** Head, deferred chunks and deferred end, in order, inside one cork. */
   private readonly corkedFlush = (): void => {
     if (this.head) this.writeHead();
@@ -314,7 +342,8 @@ export class HttpVisitor implements Downstream {
     this.dropDeferred();
     if (!this.responded || this.head) {
       this.head = null;
-      const [problem, detail] = RESET_STATUS[code];
+      // Codes are checked at decode; a code of a newer peer still answers 502.
+      const [problem, detail] = RESET_STATUS[code] ?? RESET_STATUS.protocol;
       this.problem(problem, detail);
       return;
     }

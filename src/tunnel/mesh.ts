@@ -70,7 +70,13 @@ class MeshUpstream implements Upstream {
   constructor(
     private readonly peer: Peer,
     private readonly xid: number,
+    private readonly log: Logger,
   ) {}
+  /** The visitor adapter's deferred work threw: this stream ends, the shard goes on. */
+  fault(err: unknown): void {
+    this.log.error({ err, xid: this.xid }, 'mesh: visitor stream failed; stream reset');
+    this.reset('protocol');
+  }
   data(bytes: Uint8Array): void {
     this.peer.mailbox.tell({ type: 'x-data', xid: this.xid, bytes });
   }
@@ -112,7 +118,14 @@ export class Mesh {
     this.detach(shard);
     const mailbox = new Mailbox<TunnelMesh, TunnelMesh>(port as unknown as PortLike, { batchTells: true });
     const peer = new Peer(mailbox);
-    mailbox.handle((msg) => this.receive(peer, msg));
+    mailbox.handle((msg) => {
+      // Mailbox drops a tell's exception silently: end that one stream instead, logged.
+      try {
+        this.receive(peer, msg);
+      } catch (err) {
+        this.fault(peer, msg, err);
+      }
+    });
     this.peers.set(shard, peer);
   }
 
@@ -135,7 +148,25 @@ export class Mesh {
     peer.outgoing.set(xid, down);
     down.onDone = () => peer.outgoing.delete(xid);
     peer.mailbox.tell({ type: 'x-open', xid, tunnelId, head });
-    return new MeshUpstream(peer, xid);
+    return new MeshUpstream(peer, xid, this.log);
+  }
+
+  /** A stream callback threw on a mesh message: reset that stream on both shards. */
+  private fault(peer: Peer, msg: TunnelMesh, err: unknown): void {
+    this.log.error({ err, type: msg.type, xid: msg.xid }, 'mesh: stream handler failed; stream reset');
+    if (msg.xid < 0) {
+      peer.outgoing.delete(-msg.xid);
+      peer.mailbox.tell({ type: 'x-reset', xid: -msg.xid, code: 'visitor-gone' });
+      return;
+    }
+    const inc = peer.incoming.get(msg.xid);
+    peer.incoming.delete(msg.xid);
+    peer.mailbox.tell({ type: 'x-reset', xid: -msg.xid, code: 'protocol' });
+    try {
+      inc?.up?.reset('visitor-gone');
+    } catch {
+      // already failing: the control connection's own guard ends it
+    }
   }
 
   private receive(peer: Peer, msg: TunnelMesh): void {

@@ -21,6 +21,8 @@ export interface Upstream {
   reset(code: ResetCode): void;
   /** the visitor received `bytes` more of the response: the client may send that many more */
   credit(bytes: number): void;
+  /** the adapter's deferred work (after the frame handler returned) threw: end the stream's carrier */
+  fault?(err: unknown): void;
 }
 
 /** Tunnel side → visitor adapter. `data` views are only valid during the call. */

@@ -84,6 +84,8 @@ class WsVisitor implements Downstream {
   }
 
   response(head: ResponseHead): void {
+    // uWS throws on a res that was aborted or answered: a 101 then has nothing to upgrade.
+    if (this.upgraded || !this.http.awaitingResponse) return;
     if (head.status !== 101) {
       // Refused upgrade: a plain response; the visitor sends nothing more.
       this.http.response(head);

@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import {
-  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, type Frame,
+  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame,
 } from '../../src/protocol/frames.js';
 import { encode } from '../../src/protocol/codec.js';
 import { randomBytes } from 'node:crypto';
@@ -14,6 +14,10 @@ import { randomBytes } from 'node:crypto';
 const sid = fc.integer({ min: 0, max: 2 ** 32 - 1 });
 const str = fc.string({ maxLength: 40 });
 const headers = fc.array(fc.tuple(str, str), { maxLength: 8 }).map((pairs) => pairs.flat());
+/** Response headers go to the visitor as they are: names are tokens, values have no CR/LF/NUL. */
+const token = fc.stringMatching(/^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,20}$/);
+const fieldValue = str.filter((v) => !/[\r\n\0]/.test(v));
+const responseHeaders = fc.array(fc.tuple(token, fieldValue), { maxLength: 8 }).map((pairs) => pairs.flat());
 const refusal = fc.record({
   code: fc.constantFrom('unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'deleted'),
   message: str,
@@ -24,19 +28,19 @@ const bytes = fc.uint8Array({ maxLength: 2048 });
 const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ v: fc.nat(10), agent: str }).map((h): Frame => [F.Hello, h]),
   fc.record({ v: fc.nat(10), heartbeatMs: fc.nat() }).map((w): Frame => [F.Welcome, w]),
-  fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.nat(65535)) })).map(([r, o]): Frame => [F.Open, r, o]),
-  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.nat(65535)) })).map(([r, o]): Frame => [F.Opened, r, o]),
+  fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })) })).map(([r, o]): Frame => [F.Open, r, o]),
+  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })) })).map(([r, o]): Frame => [F.Opened, r, o]),
   fc.tuple(sid, refusal).map(([r, x]): Frame => [F.Refused, r, x as never]),
   fc.tuple(str, refusal).map(([t, x]): Frame => [F.Closed, t, x as never]),
   str.map((t): Frame => [F.Close, t]),
   fc.tuple(sid, str, fc.record({ kind: fc.constant('http' as const), method: str, target: str, headers, upgrade: fc.boolean() })).map(([s, t, h]): Frame => [F.StreamOpen, s, t, h]),
   fc.tuple(sid, str, fc.record({ kind: fc.constant('tcp' as const), remote: str })).map(([s, t, h]): Frame => [F.StreamOpen, s, t, h]),
-  fc.tuple(sid, fc.record({ status: fc.integer({ min: 100, max: 599 }), headers })).map(([s, h]): Frame => [F.Response, s, h]),
+  fc.tuple(sid, fc.record({ status: fc.integer({ min: 100, max: 599 }), headers: responseHeaders })).map(([s, h]): Frame => [F.Response, s, h]),
   fc.tuple(sid, bytes).map(([s, b]): Frame => [F.Data, s, b]),
   sid.map((s): Frame => [F.End, s]),
-  fc.tuple(sid, fc.constantFrom('local-unreachable' as const, 'closing' as const)).map(([s, c]): Frame => [F.Reset, s, c]),
+  fc.tuple(sid, fc.constantFrom(...RESET_CODES)).map(([s, c]): Frame => [F.Reset, s, c]),
   fc.tuple(sid, fc.nat()).map(([s, n]): Frame => [F.Credit, s, n]),
-  fc.nat().map((n): Frame => [F.Ping, n]),
+  fc.oneof(fc.nat(), fc.constant(Date.now())).map((n): Frame => [F.Ping, n]),
   fc.nat().map((n): Frame => [F.Pong, n]),
   refusal.map((r): Frame => [F.Fatal, r as never]),
 );
@@ -139,9 +143,58 @@ test('wrong shapes are refused', () => {
     [F.StreamOpen, 1, 'id', { kind: 'http', method: 'GET', target: '/', headers: ['odd'], upgrade: false }],
     [F.Hello, { v: 'one' }],
     [99, 1],
+    // every field is type-checked: ids, codes, ranges, lengths
+    [F.Open, 1, { type: 'http', id: 1234 }],
+    [F.Open, 1, { type: 'http', id: true }],
+    [F.Open, 1, { type: 'http', id: ['abcd'] }],
+    [F.Open, 1, { type: 'http', id: { a: 1 } }],
+    [F.Open, 1, { type: 'http', teamId: 7 }],
+    [F.Open, 1, { type: 'tcp', remotePort: 70_000 }],
+    [F.Open, 1, { type: 'tcp', remotePort: 80.5 }],
+    [F.Open, 1, { type: 'udp' }],
+    [F.Open, -1, { type: 'http' }],
+    [F.Open, 1, { type: 'http', id: 'x'.repeat(300) }],
+    [F.Reset, 1, 'no-such-code'],
+    [F.Reset, 1, 7],
+    [F.Credit, 1, -5],
+    [F.Credit, 1, 2 ** 40],
+    [F.Credit, 1, 1.5],
+    [F.Data, 2 ** 33, Buffer.alloc(1)],
+    [F.Data, 1, Buffer.alloc(MAX_DATA_BYTES + 1)],
+    [F.End, NaN],
+    [F.Response, 1, { status: 99, headers: [] }],
+    [F.Response, 1, { status: 600, headers: [] }],
+    [F.Response, 1, { status: 200, headers: ['X-A', 1] }],
+    [F.Response, 1, { status: 200, headers: ['Bad Name', 'v'] }],
+    [F.Response, 1, { status: 200, headers: ['X-A', 'v\r\nSet-Cookie: x=1'] }],
+    [F.Response, 1, { status: 200, headers: ['X-A', 'v'.repeat(70_000)] }],
+    [F.Response, 1, [200, []]],
+    [F.Hello, { v: 1, agent: 5 }],
+    [F.Hello, [1, 'agent']],
+    [F.Ping, -1],
+    [F.Fatal, { code: 'made-up', message: 'x', permanent: true }],
+    [F.Closed, 5, { code: 'deleted', message: 'x', permanent: true }],
+    [F.StreamOpen, 1, 'id', { kind: 'http', method: 'GET', target: '/', headers: [], upgrade: 'yes' }],
+    [F.StreamOpen, 1, 'id', { kind: 'udp', remote: 'x' }],
+    [F.Data, 1, Buffer.alloc(1), 'extra'],
+    ['1', 1],
   ]) {
     assert.throws(() => decodeFrame(encode(bad)), (e: unknown) => e instanceof FrameError, JSON.stringify(bad));
   }
+});
+
+test('a refused field is named in the message', () => {
+  const message = (bad: unknown): string => {
+    try {
+      decodeFrame(encode(bad));
+    } catch (err) {
+      return (err as Error).message;
+    }
+    throw new Error(`accepted ${JSON.stringify(bad)}`);
+  };
+  assert.is(message([F.Open, 1, { type: 'http', id: 1234 }]), 'malformed Open frame: open.id must be a string of at most 255 characters or null, got 1234');
+  assert.is(message([F.Open, 1, { type: 'http', id: ['abcd'] }]), 'malformed Open frame: open.id must be a string of at most 255 characters or null, got an array');
+  assert.match(message([F.Reset, 3, 'bogus']), /^malformed Reset frame: code must be one of local-unreachable, .*, got "bogus"$/);
 });
 
 test('oversized frames are refused before decoding', () => {
