@@ -2,7 +2,7 @@ import { Command, Option, InvalidArgumentError } from 'commander';
 import { availableParallelism } from 'node:os';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
-// BURROW_FOO_BAR unless the spec names its own variable (decisions.md "Names").
+// BURROW_FOO_BAR unless the spec names its own variable (README "Server flags").
 export interface OidcConfig {
   name: string;
   clientId: string;

@@ -1,4 +1,4 @@
-// The one table of error codes: code → HTTP status and fixed title (decisions.md "Responses").
+// The one table of error codes: code → HTTP status and fixed title (README "The management API").
 export const PROBLEMS = {
   'bad-request': { status: 400, title: 'Bad Request' },
   unauthorized: { status: 401, title: 'Unauthorized' },

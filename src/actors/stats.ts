@@ -90,7 +90,7 @@ export class StatsActor {
 
   private async write(): Promise<void> {
     // Live sessions are written every interval even when idle: last_flush_at is where a crash
-    // would close them (decisions.md: "flushed at least every second while live").
+    // would close them (sessions are "flushed at least every second while live").
     const changed = [...this.rows.values()].filter((r) => r.version !== r.flushedVersion || !r.disconnectedAt);
     if (changed.length === 0) return;
     const now = new Date();

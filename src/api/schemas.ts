@@ -1,8 +1,8 @@
 import { FormatRegistry, Type, type Static, type TSchema } from '@sinclair/typebox';
 
-// The API's shapes (api.md "Resources and their fields"), used three ways: to validate
+// The API's shapes (the resources of the management API), used three ways: to validate
 // requests, to type handlers, and to generate openapi.json. Nullable fields are always
-// present (decisions.md: null, never omitted).
+// present (a field without a value is null, never omitted).
 const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
 const Uuid = Type.String({ format: 'uuid' });
 const DateTime = Type.String({ format: 'date-time' });

@@ -2,7 +2,7 @@ import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import type { Target } from './config.js';
 
 // The management API client: JSON in, JSON out, problem+json turned into a CliError whose exit
-// code follows the status (decisions.md), and a hint naming the next command to try.
+// code follows the status (README "The CLI in four commands"), and a hint naming the next command to try.
 
 /** Per-status hints a command can give, e.g. { 404: 'list teams with `burrow teams list`' }. */
 export type Hints = Partial<Record<number, string>>;

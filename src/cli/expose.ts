@@ -39,7 +39,7 @@ export function exitCodeForRefusal(code: string): ExitCode {
   const c = code.toLowerCase();
   if (c.includes('unauthorized') || c.includes('forbidden') || c === 'auth') return EXIT.auth;
   if (c.includes('not-found') || c.includes('not_found')) return EXIT.notFound;
-  // 'taken-over': another burrow with this user's key claimed the same id (decisions.md: the newer
+  // 'taken-over': another burrow with this user's key claimed the same id (the newer
   // connection wins), so this one must not fight back by reconnecting.
   if (c.includes('conflict') || c.includes('taken') || c.includes('in-use')) return EXIT.conflict;
   if (c.includes('bad-request') || c.includes('invalid')) return EXIT.usage;

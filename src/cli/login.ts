@@ -13,7 +13,7 @@ import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import { err, formatTime, out, printJson, tokenPrefix } from './output.js';
 import type { ApiKey, CreatedKey, User } from './types.js';
 
-// burrow login / burrow logout (decisions.md "OAuth login"):
+// burrow login / burrow logout (README "Browser login"):
 //
 //   burrow ──listens──▶ 127.0.0.1:<ephemeral>/callback
 //   browser ──▶ {server}/auth/v1/<provider>/authorize?port=&code_challenge=  ──▶ provider ──▶ server

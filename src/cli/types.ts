@@ -1,4 +1,4 @@
-// The API's resource shapes as the CLI reads them (api.md "Resources"; decisions.md: every field
+// The API's resource shapes as the CLI reads them (the API's resources; every field
 // present, null when it has no value).
 
 export type ApiScope = 'tunnels' | 'management';

@@ -74,7 +74,7 @@ export function connect(url: string, opts: PoolOptions): Sql {
   } as postgres.Options<Record<string, never>>) as unknown as Sql;
 }
 
-/** ISO 8601 UTC with Z, or null (decisions.md: every field present, null when unset). */
+/** ISO 8601 UTC with Z, or null (every field present, null when unset). */
 export function iso(d: Date | string | null | undefined): string | null {
   if (d === null || d === undefined) return null;
   return (d instanceof Date ? d : new Date(d)).toISOString();

@@ -440,7 +440,7 @@ export function decodeFrame(bytes: Uint8Array): Frame {
   return f as Frame;
 }
 
-// ---- tunnel ids (decisions.md "Tunnels") ----------------------------------------------
+// ---- tunnel ids (DNS labels; reserved names) ----------------------------------------------
 
 const ID_RE = /^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$/;
 export const RESERVED_IDS = ['api', 'www', 'admin', 'auth', 'app', 'static', 'status', 'mail'] as const;

@@ -9,7 +9,7 @@
 import type { Principal } from './messages.js';
 import type { RefusalCode, ResetCode, ResponseHead, StreamHead } from './frames.js';
 
-/** Counters of one session since the last report (decisions.md "Counters"). */
+/** Counters of one session since the last report (README "Tunnels": bytes_in, bytes_out, requests). */
 export interface StatsDelta {
   sessionId: string;
   bytesIn: number;

@@ -1,4 +1,4 @@
-// Header rules of the public HTTP ingress (decisions.md "Tunnel wire protocol").
+// Header rules of the public HTTP ingress (ARCHITECTURE.md "A visitor's HTTP request").
 
 /** Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never forwarded. */
 const HOP_BY_HOP = new Set([

@@ -40,7 +40,7 @@ export interface ShardTunnels {
   drain(timeoutMs: number): Promise<void>;
 }
 
-/** Deltas leave a shard at most this often (design.md: ≤ 250 ms). */
+/** Deltas leave a shard at most this often (≤ 250 ms: counters stay near-live without a message per chunk). */
 export const STATS_REPORT_MS = 250;
 const ADMIT_TIMEOUT_MS = 10_000;
 /** How often a drain looks for control connections whose streams all ended. */

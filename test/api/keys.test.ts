@@ -4,7 +4,7 @@ import { Agent, request } from 'undici';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
 
-// API keys (List_keys, Create_key, Revoke_key): shapes, the rules of decisions.md "Auth rules",
+// API keys (List_keys, Create_key, Revoke_key): shapes, the key rules,
 // and that a revoked or expired key stops working on every shard at once.
 
 const KEY_FIELDS = ['created_at', 'expires_at', 'id', 'key_prefix', 'name', 'revoked_at', 'scopes'];

@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser } from '../helpers/fixtures.js';
 
-// GET /api/v1/openapi.json: an OpenAPI 3.1 description of all 20 operations of api.md, and the
+// GET /api/v1/openapi.json: an OpenAPI 3.1 description of every operation of the management API, and the
 // 2 added since (Create_user, Create_user_key), with
 // their success status and shape, their problem responses, and a component per resource
 // whose fields are the ones the server really answers with.
@@ -38,7 +38,7 @@ const OPERATIONS: [string, string, number, string | [string]][] = [
   ['delete', '/tunnels/{id}', 200, 'Empty'],
 ];
 
-/** api.md "Errors" 2: how many distinct error responses each operation documents (at least). */
+/** how many distinct error responses each operation documents (at least). */
 const SPEC_ERROR_COUNTS: Record<string, number> = {
   'get /keys': 1, 'post /keys': 1, 'delete /keys/{id}': 2, 'get /accounts': 1, 'get /me': 2, 'get /sessions': 1,
   'get /teams': 1, 'post /teams': 3, 'delete /teams/{id}': 3, 'get /teams/{id}/members': 3, 'post /teams/{id}/members': 4,
@@ -77,7 +77,7 @@ const OBSERVED_ERRORS: Record<string, number[]> = {
   'delete /tunnels/{id}': [404],
 };
 
-/** api.md "Resources and their fields", with decisions.md's nullable ones marked. */
+/** The resources and their fields, nullable ones marked. */
 const RESOURCES: Record<string, { fields: string[]; nullable: string[] }> = {
   ApiKey: { fields: ['id', 'name', 'key_prefix', 'scopes', 'created_at', 'expires_at', 'revoked_at'], nullable: ['expires_at', 'revoked_at'] },
   CreatedKey: { fields: ['info', 'key'], nullable: [] },

@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser } from '../helpers/fixtures.js';
 
-// Profile: Get_current_user, List_accounts, List_sessions (limit and all rules of decisions.md).
+// Profile: Get_current_user, List_accounts, List_sessions (limit and all rules).
 // Accounts and sessions are written by OAuth login and the tunnel data plane; here they are
 // inserted straight into the database so the API's reading of them is tested alone.
 

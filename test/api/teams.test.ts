@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, type ApiResponse } from '../helpers/fixtures.js';
 
-// Teams and members: shapes and every rule of decisions.md "Auth rules → Teams", through the
+// Teams and members: shapes and every rule of teams and members, through the
 // API only (the caller's own team is made with Create_team, as a user would).
 
 const TEAM_FIELDS = ['created_at', 'id', 'name', 'updated_at'];

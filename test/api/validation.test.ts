@@ -4,8 +4,8 @@ import http from 'node:http';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, withDeadline, type ApiResponse } from '../helpers/fixtures.js';
 
-// Bad input of every kind gets a problem+json answer that says what is wrong (decisions.md
-// "Responses"): malformed JSON, wrong types, unknown fields, bad uuids, media types, body
+// Bad input of every kind gets a problem+json answer that says what is wrong (the API's error
+// rules): malformed JSON, wrong types, unknown fields, bad uuids, media types, body
 // size (declared and chunked), unknown routes and wrong methods.
 
 const MAX_BODY_BYTES = 64 * 1024;

@@ -1,4 +1,4 @@
-// Exit codes of decisions.md for 401/403/404/409/unreachable/usage, against a real server: one
+// Exit codes for 401/403/404/409/unreachable/usage, against a real server: one
 // `error:` line and one `hint:` line on stderr, nothing on stdout.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';

@@ -37,7 +37,7 @@ test('every command has a description and an Examples section in its --help', ()
   }
 });
 
-test('the commands of decisions.md all exist', () => {
+test('every documented command exists', () => {
   const names = new Set(allCommands(buildProgram()).map((x) => x.path.join(' ')));
   for (const want of [
     'http', 'tcp', 'whoami', 'accounts', 'sessions', 'completion',

@@ -20,7 +20,7 @@ function parse(argv: string[], env: Record<string, string> = {}) {
   }
 }
 
-test('defaults follow decisions.md', () => {
+test('defaults are the documented ones', () => {
   const c = parse([]);
   assert.is(c.host, '0.0.0.0');
   assert.is(c.port, 8080);

@@ -1,7 +1,7 @@
 import type { Sql } from '../../db/sql.js';
 import type { Identity } from './provider.js';
 
-// Which burrow user a provider identity is (api.md "OAuth login", decisions.md):
+// Which burrow user a provider identity is (README "Browser login"):
 //  1. an account (provider, subject) already exists → its user;
 //  2. else, when the provider says the email is verified, the oldest user with that email
 //     (case-insensitive) gets the new account linked;

@@ -12,7 +12,7 @@ import { userForIdentity } from './link.js';
 import { CHALLENGE_RE, VERIFIER_RE, randomToken, verifierMatches } from './secrets.js';
 import { PAGE_HEADERS, RETRY_HINT, pageReply, redirectReply } from './pages.js';
 
-// Browser login (decisions.md "OAuth login"). Three routes, any of which may land on any shard
+// Browser login (README "Browser login"). Three routes, any of which may land on any shard
 // (state lives in the database: pending.ts), and GET /auth/v1/providers (the configured names):
 //
 //   CLI ──opens──▶ GET  /auth/v1/<p>/authorize?port=&code_challenge=   pending login (10 min)
