@@ -1,5 +1,6 @@
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
-import { ApiError, problemOf, type ProblemCode } from '../errors.js';
+import { ApiError, problemOf, unavailableError, type ProblemCode } from '../errors.js';
+import { isDatabaseDown } from '../db/sql.js';
 import type { Logger } from '../log.js';
 
 // The only file that touches uWS HttpRequest/HttpResponse for buffered (non-streaming)
@@ -196,6 +197,13 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
           // An 'internal' ApiError is another thread's exception (toCodedError keeps its
           // message for the log): its text is ours, not the caller's.
           if (err instanceof ApiError && err.code !== 'internal') return finish(problemReply(err.code, err.detail, err));
+          // Routes outside the API table (browser login) meet the database too: an outage is
+          // a 503 with Retry-After there as well, not a 500.
+          if (isDatabaseDown(err)) {
+            log.warn({ err: { code: (err as { code?: string }).code, message: (err as Error).message }, path: data.path }, 'database unavailable');
+            const down = unavailableError('the database is unreachable; try again shortly');
+            return finish(problemReply(down.code, down.detail, down));
+          }
           log.error({ err, path: data.path }, 'unhandled error in route');
           finish(problemReply('internal', 'the server failed to handle this request; it has been logged'));
         },

@@ -22,7 +22,11 @@ test.before(async () => {
   db = await startDatabase();
   const u = new URL(db.url);
   proxy = await TcpProxy.start({ host: u.hostname, port: Number(u.port || 5432) });
-  server = await startServer({ db: { ...db, url: proxy.urlFor(db.url) } });
+  // A login provider (never contacted here) so the browser-login routes exist.
+  const idp = 'http://127.0.0.1:9';
+  const oauth = ['--base-url', 'http://localhost:8080', '--oauth-provider-name', 'corp', '--oauth-client-id', 'burrow', '--oauth-client-secret', 's3cret',
+    '--oauth-authorize-url', `${idp}/authorize`, '--oauth-token-url', `${idp}/token`, '--oauth-userinfo-url', `${idp}/userinfo`];
+  server = await startServer({ db: { ...db, url: proxy.urlFor(db.url) }, args: oauth });
   const user = await createUser(server);
   freshKey = await createKeyFor(server, user.id);
 });
@@ -68,6 +72,19 @@ test('database refusing connections: 503 with Retry-After, then recovery', async
   }
   // A key no shard has cached needs the database to authenticate: 503 too, not 401.
   assertUnavailable(await timed('/me', freshKey), 'uncached key');
+  // Browser login's routes are outside the API table and meet the database too.
+  const t0 = Date.now();
+  const login = await withDeadline(
+    fetch(`${server.url}/auth/v1/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ code: 'a-one-time-code', code_verifier: 'v'.repeat(43) }),
+    }),
+    ANSWER_DEADLINE_MS,
+    'POST /auth/v1/token',
+  );
+  const text = await login.text();
+  assertUnavailable({ status: login.status, headers: login.headers, body: JSON.parse(text), text, ms: Date.now() - t0 } as never, 'POST /auth/v1/token');
   await proxy.restore();
   const ms = await recovered();
   console.log(`refused: ${figures.join(', ')}; recovered in ${ms} ms`);
