@@ -1,8 +1,8 @@
 // Runs every compiled test file (dist/test/**/*.test.js) as its own process (each starts
 // real servers) and ends with the one line CI reads: "N passed, N failed".
 //
-// Databases: every file runs on the embedded database (PGlite). When TEST_DATABASE_URL or
-// DATABASE_URL names a reachable PostgreSQL, the files that touch a database run again
+// Databases: every file runs on the embedded database (a PostgreSQL child per test server).
+// When TEST_DATABASE_URL or DATABASE_URL names a reachable PostgreSQL, every file runs again
 // against it (each test server gets its own schema there, dropped afterwards).
 import { spawn } from 'node:child_process';
 import { readdirSync, statSync } from 'node:fs';
@@ -78,7 +78,7 @@ async function main(): Promise<void> {
   const baseEnv = { ...process.env };
   delete baseEnv.DATABASE_URL;
   delete baseEnv.TEST_DATABASE_URL;
-  const jobs: { file: string; db: string; env: NodeJS.ProcessEnv }[] = files.map((file) => ({ file, db: 'pglite', env: baseEnv }));
+  const jobs: { file: string; db: string; env: NodeJS.ProcessEnv }[] = files.map((file) => ({ file, db: 'embedded', env: baseEnv }));
   if (pgUrl && (await pgReachable(pgUrl))) {
     for (const file of files) jobs.push({ file, db: 'postgres', env: { ...baseEnv, TEST_DATABASE_URL: pgUrl } });
   } else if (pgUrl) {
@@ -99,7 +99,7 @@ async function main(): Promise<void> {
       }
     }),
   );
-  for (const db of ['pglite', 'postgres']) {
+  for (const db of ['embedded', 'postgres']) {
     const rs = results.filter((r) => r.db === db);
     if (rs.length) console.log(`${db}: ${rs.reduce((a, r) => a + r.passed, 0)} passed, ${rs.reduce((a, r) => a + r.failed, 0)} failed`);
   }
