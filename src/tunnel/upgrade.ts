@@ -1,5 +1,6 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
 import { remoteIp } from '../http/uws.js';
+import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, parseClosePayload } from '../protocol/ws-frames.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from './headers.js';
 import { HttpVisitor, type OpenUpstream } from './ingress.js';
@@ -23,32 +24,13 @@ interface WsData {
   visitor: WsVisitor;
 }
 
-const OP_TEXT = 0x1;
-const OP_BINARY = 0x2;
-const OP_CLOSE = 0x8;
-const OP_PING = 0x9;
-const OP_PONG = 0xa;
 /** Visitor bytes buffered in uWS before credit toward the local service is held back. */
 const SEND_HIGH_WATER_BYTES = 1024 * 1024;
 const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
-/** Encodes one client-to-server frame; masking key 0 (see ws-client.ts for why). */
+/** Frames toward the local service are client frames: masked (protocol/ws-frames.ts). */
 function clientFrame(op: number, payload: Uint8Array): Buffer {
-  const n = payload.byteLength;
-  const hlen = n < 126 ? 6 : n < 65536 ? 8 : 14;
-  const out = Buffer.allocUnsafe(hlen + n);
-  out[0] = 0x80 | op;
-  if (n < 126) out[1] = 0x80 | n;
-  else if (n < 65536) {
-    out[1] = 0x80 | 126;
-    out.writeUInt16BE(n, 2);
-  } else {
-    out[1] = 0x80 | 127;
-    out.writeBigUInt64BE(BigInt(n), 2);
-  }
-  out.writeUInt32BE(0, hlen - 4);
-  out.set(payload, hlen);
-  return out;
+  return encodeWsFrame(op, payload, true);
 }
 
 class WsVisitor implements Downstream {
@@ -57,8 +39,8 @@ class WsVisitor implements Downstream {
   private ws: WebSocket<WsData> | null = null;
   private upgraded = false;
   private ended = false;
-  /** Local → visitor bytes not yet parsed into a whole frame. */
-  private pending: Buffer = Buffer.alloc(0);
+  /** Local → visitor bytes not yet parsed into a whole frame; the local service is the server. */
+  private readonly decoder = new WsDecoder({ maxPayloadBytes: MAX_MESSAGE_BYTES, expectMasked: false });
   private fragments: Buffer[] = [];
   private fragmentOp = 0;
   private unreported = 0;
@@ -103,74 +85,60 @@ class WsVisitor implements Downstream {
 
   opened(ws: WebSocket<WsData>): void {
     this.ws = ws;
-    if (this.pending.length) this.parse();
+    if (this.decoder.bufferedBytes) this.parse();
   }
 
   data(bytes: Uint8Array): void {
     if (!this.upgraded) return this.http.data(bytes);
-    this.pending = this.pending.length ? Buffer.concat([this.pending, bytes]) : Buffer.from(bytes);
+    this.decoder.push(Buffer.from(bytes)); // a copy: payloads may be held across data() calls
     this.unreported += bytes.byteLength;
     if (this.ws) this.parse();
   }
 
   /** Server frames from the local service → visitor messages. */
   private parse(): void {
+    try {
+      while (!this.ended && this.parseOne());
+    } catch (err) {
+      if (!(err instanceof WsFrameError)) throw err;
+      // The local service broke the framing: the visitor's connection fails with its code.
+      this.ended = true;
+      this.ws?.end(err.closeCode, err.message);
+      return;
+    }
+    this.report();
+  }
+
+  private parseOne(): boolean {
     const ws = this.ws!;
-    let b = this.pending;
-    while (b.length >= 2 && !this.ended) {
-      const op = b[0]! & 0x0f;
-      const fin = (b[0]! & 0x80) !== 0;
-      const masked = (b[1]! & 0x80) !== 0;
-      let len = b[1]! & 0x7f;
-      let off = 2;
-      if (len === 126) {
-        if (b.length < 4) break;
-        len = b.readUInt16BE(2);
-        off = 4;
-      } else if (len === 127) {
-        if (b.length < 10) break;
-        len = Number(b.readBigUInt64BE(2));
-        off = 10;
-      }
-      if (len > MAX_MESSAGE_BYTES) {
-        this.fail();
-        return;
-      }
-      const maskAt = off;
-      if (masked) off += 4;
-      if (b.length < off + len) break;
-      let payload = b.subarray(off, off + len);
-      if (masked) {
-        payload = Buffer.from(payload);
-        for (let i = 0; i < payload.length; i++) payload[i]! ^= b[maskAt + (i & 3)]!;
-      }
-      b = b.subarray(off + len);
-      if (op === OP_CLOSE) {
-        const code = payload.length >= 2 ? payload.readUInt16BE(0) : 1000;
-        this.ended = true;
-        ws.end(code, payload.subarray(2));
-        break;
-      }
-      if (op === OP_PING) {
-        this.up?.data(clientFrame(OP_PONG, payload));
-        continue;
-      }
-      if (op === OP_PONG) continue;
-      if (op !== 0) {
-        this.fragmentOp = op;
+    const frame = this.decoder.next();
+    if (!frame) return false;
+    const { op, fin, payload } = frame;
+    if (op === WS_OP.Close) {
+      const { code, reason } = parseClosePayload(payload);
+      this.ended = true;
+      // No status on the wire: the visitor sees a normal close.
+      ws.end(code === WS_CLOSE.NoStatus ? WS_CLOSE.Normal : code, reason);
+      return false;
+    }
+    if (op === WS_OP.Ping) {
+      this.up?.data(clientFrame(WS_OP.Pong, payload));
+      return true;
+    }
+    if (op === WS_OP.Pong) return true;
+    if (op !== WS_OP.Continuation) {
+      this.fragmentOp = op;
+      this.fragments = [];
+    }
+    if (fin && this.fragments.length === 0) ws.send(payload, this.fragmentOp === WS_OP.Binary);
+    else {
+      this.fragments.push(payload);
+      if (fin) {
+        ws.send(Buffer.concat(this.fragments), this.fragmentOp === WS_OP.Binary);
         this.fragments = [];
       }
-      if (fin && this.fragments.length === 0) ws.send(payload, this.fragmentOp === OP_BINARY);
-      else {
-        this.fragments.push(Buffer.from(payload));
-        if (fin) {
-          ws.send(Buffer.concat(this.fragments), this.fragmentOp === OP_BINARY);
-          this.fragments = [];
-        }
-      }
     }
-    this.pending = b.length ? Buffer.from(b) : Buffer.alloc(0);
-    this.report();
+    return true;
   }
 
   private report(): void {
@@ -210,17 +178,15 @@ class WsVisitor implements Downstream {
 
   // ---- visitor side (uWS callbacks) ----
   message(message: ArrayBuffer, isBinary: boolean): void {
-    this.up?.data(clientFrame(isBinary ? OP_BINARY : OP_TEXT, new Uint8Array(message)));
+    this.up?.data(clientFrame(isBinary ? WS_OP.Binary : WS_OP.Text, new Uint8Array(message)));
   }
 
   closed(code: number, reason: ArrayBuffer): void {
     if (!this.ended) {
       this.ended = true;
-      const r = Buffer.from(reason);
-      const p = Buffer.allocUnsafe(2 + r.length);
-      p.writeUInt16BE(code === 1005 || code === 1006 ? 1000 : code, 0);
-      r.copy(p, 2);
-      this.up?.data(clientFrame(OP_CLOSE, p));
+      // 1005/1006 are local-only codes (no status / dropped): the local service sees a normal close.
+      const onWire = code === WS_CLOSE.NoStatus || code === WS_CLOSE.Abnormal ? WS_CLOSE.Normal : code;
+      this.up?.data(clientFrame(WS_OP.Close, encodeClosePayload(onWire, Buffer.from(reason).toString('utf8'))));
     }
     this.up?.end();
     this.onDone?.();

@@ -3,15 +3,12 @@ import https from 'node:https';
 import { randomBytes } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
+import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsHeader, parseClosePayload } from '../protocol/ws-frames.js';
 
 // The client end of the control WebSocket, on a raw socket (RFC 6455, binary messages only).
 // Why not undici's WebSocket: a refused upgrade must tell 401 from 403 from 503 (permanent
 // vs transient), the socket must get TCP_NODELAY, and writes must report backpressure;
-// a browser-shaped WebSocket API gives none of these.
-//
-// Outgoing frames use an all-zero masking key: masking exists to stop browsers' scripts
-// from poisoning proxy caches; a zero key is valid framing and saves an XOR pass and a
-// copy over every payload byte on the hot path.
+// a browser-shaped WebSocket API gives none of these. Framing is protocol/ws-frames.ts.
 
 export class WsRefused extends Error {
   constructor(
@@ -22,13 +19,6 @@ export class WsRefused extends Error {
   }
 }
 
-const OP_CONT = 0x0;
-const OP_BINARY = 0x2;
-const OP_CLOSE = 0x8;
-const OP_PING = 0x9;
-const OP_PONG = 0xa;
-const ZERO_MASK = Buffer.alloc(4);
-
 export interface WsClientEvents {
   message: [Buffer];
   close: [number, string];
@@ -36,22 +26,22 @@ export interface WsClientEvents {
 }
 
 export class WsClient extends EventEmitter<WsClientEvents> {
-  private chunks: Buffer[] = [];
-  private buffered = 0;
+  private readonly decoder: WsDecoder;
   private fragments: Buffer[] = [];
   private closed = false;
 
   private constructor(
     readonly socket: Socket,
     head: Buffer,
-    private readonly maxMessageBytes: number,
+    maxMessageBytes: number,
   ) {
     super();
+    this.decoder = new WsDecoder({ maxPayloadBytes: maxMessageBytes, expectMasked: false });
     socket.setNoDelay(true);
     socket.on('data', (d: Buffer) => this.onData(d));
     socket.on('drain', () => this.emit('drain'));
     socket.on('error', () => undefined);
-    socket.on('close', () => this.finish(1006, 'connection lost'));
+    socket.on('close', () => this.finish(WS_CLOSE.Abnormal, 'connection lost'));
     if (head.length) setImmediate(() => this.onData(head));
   }
 
@@ -100,14 +90,14 @@ export class WsClient extends EventEmitter<WsClientEvents> {
   send(payload: Uint8Array): boolean {
     if (this.closed) return false;
     this.corkTick();
-    return this.writeFrame(OP_BINARY, payload);
+    return this.writeFrame(WS_OP.Binary, payload);
   }
 
   /** Sends one binary message made of two buffers (a frame head and a payload), no copy. */
   sendParts(head: Uint8Array, payload: Uint8Array): boolean {
     if (this.closed) return false;
     this.corkTick();
-    this.writeHeader(OP_BINARY, head.byteLength + payload.byteLength);
+    this.writeHeader(WS_OP.Binary, head.byteLength + payload.byteLength);
     this.socket.write(head);
     return this.socket.write(payload);
   }
@@ -142,40 +132,19 @@ export class WsClient extends EventEmitter<WsClientEvents> {
   }
 
   private writeHeader(op: number, n: number): void {
-    let header: Buffer;
-    if (n < 126) {
-      header = Buffer.allocUnsafe(6);
-      header[1] = 0x80 | n;
-      ZERO_MASK.copy(header, 2);
-    } else if (n < 65536) {
-      header = Buffer.allocUnsafe(8);
-      header[1] = 0x80 | 126;
-      header.writeUInt16BE(n, 2);
-      ZERO_MASK.copy(header, 4);
-    } else {
-      header = Buffer.allocUnsafe(14);
-      header[1] = 0x80 | 127;
-      header.writeBigUInt64BE(BigInt(n), 2);
-      ZERO_MASK.copy(header, 10);
-    }
-    header[0] = 0x80 | op;
-    this.socket.write(header);
+    this.socket.write(encodeWsHeader(op, n, true));
   }
 
   close(code = 1000, reason = ''): void {
     if (this.closed) return;
-    const r = Buffer.from(reason.slice(0, 100));
-    const p = Buffer.allocUnsafe(2 + r.length);
-    p.writeUInt16BE(code, 0);
-    r.copy(p, 2);
-    this.writeFrame(OP_CLOSE, p);
+    this.writeFrame(WS_OP.Close, encodeClosePayload(code, reason));
     this.socket.end();
     this.finish(code, reason);
   }
 
   destroy(): void {
     this.socket.destroy();
-    this.finish(1006, 'destroyed');
+    this.finish(WS_CLOSE.Abnormal, 'destroyed');
   }
 
   private finish(code: number, reason: string): void {
@@ -186,82 +155,34 @@ export class WsClient extends EventEmitter<WsClientEvents> {
   }
 
   private onData(d: Buffer): void {
-    this.chunks.push(d);
-    this.buffered += d.length;
-    while (!this.closed && this.parseOne());
+    this.decoder.push(d);
+    try {
+      while (!this.closed && this.handleOne());
+    } catch (err) {
+      if (!(err instanceof WsFrameError)) throw err;
+      this.close(err.closeCode, err.message);
+    }
   }
 
-  /** Takes `n` bytes off the front of the receive buffer (no copy when one chunk holds them). */
-  private take(n: number): Buffer {
-    const first = this.chunks[0]!;
-    if (first.length >= n) {
-      this.buffered -= n;
-      if (first.length === n) this.chunks.shift();
-      else this.chunks[0] = first.subarray(n);
-      return first.subarray(0, n);
-    }
-    const out = Buffer.allocUnsafe(n);
-    let off = 0;
-    while (off < n) {
-      const c = this.chunks[0]!;
-      const k = Math.min(c.length, n - off);
-      c.copy(out, off, 0, k);
-      off += k;
-      if (k === c.length) this.chunks.shift();
-      else this.chunks[0] = c.subarray(k);
-    }
-    this.buffered -= n;
-    return out;
-  }
-
-  private peek(n: number): Buffer {
-    const first = this.chunks[0]!;
-    if (first.length >= n) return first;
-    return Buffer.concat(this.chunks, Math.min(this.buffered, 14));
-  }
-
-  private parseOne(): boolean {
-    if (this.buffered < 2) return false;
-    const h = this.peek(2);
-    const fin = (h[0]! & 0x80) !== 0;
-    const op = h[0]! & 0x0f;
-    const masked = (h[1]! & 0x80) !== 0;
-    let len = h[1]! & 0x7f;
-    let hlen = 2;
-    if (len === 126) hlen = 4;
-    else if (len === 127) hlen = 10;
-    if (masked) hlen += 4;
-    if (this.buffered < hlen) return false;
-    const hh = this.peek(hlen);
-    if (len === 126) len = hh.readUInt16BE(2);
-    else if (len === 127) len = Number(hh.readBigUInt64BE(2));
-    if (len > this.maxMessageBytes) {
-      this.close(1009, 'message too big');
-      return false;
-    }
-    if (this.buffered < hlen + len) return false;
-    const mask = masked ? Buffer.from(this.take(hlen).subarray(hlen - 4)) : (this.take(hlen), null);
-    let payload = len > 0 ? this.take(len) : Buffer.alloc(0);
-    if (mask) {
-      payload = Buffer.from(payload);
-      for (let i = 0; i < payload.length; i++) payload[i]! ^= mask[i & 3]!;
-    }
+  private handleOne(): boolean {
+    const frame = this.decoder.next();
+    if (!frame) return false;
+    const { op, fin, payload } = frame;
     switch (op) {
-      case OP_PING:
-        this.writeFrame(OP_PONG, payload);
+      case WS_OP.Ping:
+        this.writeFrame(WS_OP.Pong, payload);
         return true;
-      case OP_PONG:
+      case WS_OP.Pong:
         return true;
-      case OP_CLOSE: {
-        const code = payload.length >= 2 ? payload.readUInt16BE(0) : 1005;
-        const reason = payload.length > 2 ? payload.subarray(2).toString() : '';
-        this.writeFrame(OP_CLOSE, payload.subarray(0, 2));
+      case WS_OP.Close: {
+        const { code, reason } = parseClosePayload(payload);
+        this.writeFrame(WS_OP.Close, payload.subarray(0, 2));
         this.socket.end();
         this.finish(code, reason);
         return false;
       }
       default: {
-        if (op !== OP_CONT) this.fragments = [];
+        if (op !== WS_OP.Continuation) this.fragments = [];
         if (fin && this.fragments.length === 0) {
           this.emit('message', payload);
           return true;

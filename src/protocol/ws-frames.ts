@@ -1,0 +1,245 @@
+// RFC 6455 framing, the one codec behind both raw-socket WebSocket ends: the tunnel client's
+// control socket (tunnel/ws-client.ts) and the edge's relay of a visitor's WebSocket to the
+// local service (tunnel/upgrade.ts). Both of those are the *client* side of the framing (they
+// receive unmasked server frames and send masked ones), but the decoder takes the expected
+// masking as a parameter so either side can use it.
+//
+// Outgoing masked frames use an all-zero masking key: masking exists to stop browsers' scripts
+// from poisoning proxy caches; a zero key is valid framing and saves an XOR pass and a copy
+// over every payload byte on the hot path.
+
+export const WS_OP = {
+  Continuation: 0x0,
+  Text: 0x1,
+  Binary: 0x2,
+  Close: 0x8,
+  Ping: 0x9,
+  Pong: 0xa,
+} as const;
+
+/** Close codes this codec sends when it fails a connection. */
+export const WS_CLOSE = {
+  Normal: 1000,
+  ProtocolError: 1002,
+  /** Only ever reported locally: a close frame without a status code. */
+  NoStatus: 1005,
+  /** Only ever reported locally: the connection dropped without a close frame. */
+  Abnormal: 1006,
+  InvalidPayload: 1007,
+  TooBig: 1009,
+} as const;
+
+/** A control frame's payload limit (RFC 6455 §5.5): it must fit the 7-bit length. */
+export const MAX_CONTROL_PAYLOAD_BYTES = 125;
+/** A close reason's limit: the control payload minus the 2-byte code. */
+export const MAX_CLOSE_REASON_BYTES = MAX_CONTROL_PAYLOAD_BYTES - 2;
+
+/** A peer's framing error; `closeCode` is the status to fail the connection with. */
+export class WsFrameError extends Error {
+  constructor(
+    readonly closeCode: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export interface WsFrame {
+  op: number;
+  fin: boolean;
+  /** Unmasked; may be a view of a chunk given to push() (copy it to keep it past that chunk). */
+  payload: Buffer;
+}
+
+const ZERO_MASK = Buffer.alloc(4);
+
+function isControl(op: number): boolean {
+  return (op & 0x8) !== 0;
+}
+
+function isKnownOp(op: number): boolean {
+  return op <= WS_OP.Binary || (op >= WS_OP.Close && op <= WS_OP.Pong);
+}
+
+/** The frame header alone (for writing a payload without copying it behind the header). */
+export function encodeWsHeader(op: number, payloadBytes: number, masked: boolean, fin = true): Buffer {
+  const n = payloadBytes;
+  const lenBytes = n < 126 ? 0 : n < 65536 ? 2 : 8;
+  const header = Buffer.allocUnsafe(2 + lenBytes + (masked ? 4 : 0));
+  header[0] = (fin ? 0x80 : 0) | op;
+  const maskBit = masked ? 0x80 : 0;
+  if (lenBytes === 0) header[1] = maskBit | n;
+  else if (lenBytes === 2) {
+    header[1] = maskBit | 126;
+    header.writeUInt16BE(n, 2);
+  } else {
+    header[1] = maskBit | 127;
+    header.writeBigUInt64BE(BigInt(n), 2);
+  }
+  if (masked) ZERO_MASK.copy(header, 2 + lenBytes);
+  return header;
+}
+
+/** One whole frame (header and payload in one buffer). */
+export function encodeWsFrame(op: number, payload: Uint8Array, masked: boolean, fin = true): Buffer {
+  const header = encodeWsHeader(op, payload.byteLength, masked, fin);
+  const out = Buffer.allocUnsafe(header.length + payload.byteLength);
+  header.copy(out, 0);
+  out.set(payload, header.length);
+  return out;
+}
+
+/**
+ * Whether `code` may appear in a close frame on the wire: 1000–1003, 1007–1014 (registered),
+ * 3000–4999 (libraries, applications). 1004 is reserved, 1005/1006/1015 are local-only, and
+ * 1016–2999 are unassigned or reserved for the RFC.
+ */
+export function isValidCloseCode(code: number): boolean {
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) || (code >= 3000 && code <= 4999);
+}
+
+/** A close frame's payload: the code, then the reason cut to 123 bytes on a character boundary. */
+export function encodeClosePayload(code: number, reason = ''): Buffer {
+  let r = Buffer.from(reason, 'utf8');
+  if (r.length > MAX_CLOSE_REASON_BYTES) {
+    let end = MAX_CLOSE_REASON_BYTES;
+    while (end > 0 && (r[end]! & 0xc0) === 0x80) end--; // don't split a multi-byte character
+    r = r.subarray(0, end);
+  }
+  const p = Buffer.allocUnsafe(2 + r.length);
+  p.writeUInt16BE(code, 0);
+  r.copy(p, 2);
+  return p;
+}
+
+const utf8 = new TextDecoder('utf-8', { fatal: true });
+
+/** A received close frame's payload; throws WsFrameError on a bad code or a non-UTF-8 reason. */
+export function parseClosePayload(payload: Uint8Array): { code: number; reason: string } {
+  if (payload.byteLength === 0) return { code: WS_CLOSE.NoStatus, reason: '' };
+  if (payload.byteLength === 1) throw new WsFrameError(WS_CLOSE.ProtocolError, 'close frame with a 1-byte payload');
+  const code = (payload[0]! << 8) | payload[1]!;
+  if (!isValidCloseCode(code)) throw new WsFrameError(WS_CLOSE.ProtocolError, `close frame with invalid code ${code}`);
+  let reason: string;
+  try {
+    reason = utf8.decode(payload.subarray(2));
+  } catch {
+    throw new WsFrameError(WS_CLOSE.InvalidPayload, 'close reason is not valid UTF-8');
+  }
+  return { code, reason };
+}
+
+export interface WsDecoderOptions {
+  /** Largest payload of one frame and of one reassembled message (sum of its fragments). */
+  maxPayloadBytes: number;
+  /** Whether the peer's frames must be masked: true when we are the server, false when the client. */
+  expectMasked: boolean;
+}
+
+/**
+ * Incremental frame decoder: push() chunks as they arrive, then call next() until it returns
+ * null (a frame is not whole yet). next() throws WsFrameError on anything the RFC says must
+ * fail the connection; after that the decoder is unusable and the caller closes.
+ */
+export class WsDecoder {
+  private chunks: Buffer[] = [];
+  private buffered = 0;
+  /** Whether a fragmented data message is open (a continuation is expected). */
+  private inMessage = false;
+  private messageBytes = 0;
+
+  constructor(private readonly opts: WsDecoderOptions) {}
+
+  get bufferedBytes(): number {
+    return this.buffered;
+  }
+
+  push(chunk: Buffer): void {
+    if (chunk.length === 0) return;
+    this.chunks.push(chunk);
+    this.buffered += chunk.length;
+  }
+
+  next(): WsFrame | null {
+    if (this.buffered < 2) return null;
+    const h = this.peek(2);
+    const b0 = h[0]!;
+    const b1 = h[1]!;
+    const fin = (b0 & 0x80) !== 0;
+    const op = b0 & 0x0f;
+    const masked = (b1 & 0x80) !== 0;
+    // Checked on the first two bytes, so a hostile header fails before its length is awaited.
+    if (b0 & 0x70) throw new WsFrameError(WS_CLOSE.ProtocolError, 'RSV bits set without a negotiated extension');
+    if (!isKnownOp(op)) throw new WsFrameError(WS_CLOSE.ProtocolError, `unknown opcode 0x${op.toString(16)}`);
+    if (masked !== this.opts.expectMasked) {
+      throw new WsFrameError(WS_CLOSE.ProtocolError, this.opts.expectMasked ? 'unmasked frame from a client' : 'masked frame from a server');
+    }
+    let len = b1 & 0x7f;
+    if (isControl(op)) {
+      if (!fin) throw new WsFrameError(WS_CLOSE.ProtocolError, 'fragmented control frame');
+      if (len > MAX_CONTROL_PAYLOAD_BYTES) throw new WsFrameError(WS_CLOSE.ProtocolError, `control frame payload over ${MAX_CONTROL_PAYLOAD_BYTES} bytes`);
+    } else if (op === WS_OP.Continuation) {
+      if (!this.inMessage) throw new WsFrameError(WS_CLOSE.ProtocolError, 'continuation frame outside a fragmented message');
+    } else if (this.inMessage) {
+      throw new WsFrameError(WS_CLOSE.ProtocolError, 'new data frame inside a fragmented message');
+    }
+    const lenBytes = len === 126 ? 2 : len === 127 ? 8 : 0;
+    const hlen = 2 + lenBytes + (masked ? 4 : 0);
+    if (this.buffered < hlen) return null;
+    const hh = this.peek(hlen);
+    if (lenBytes === 2) len = hh.readUInt16BE(2);
+    else if (lenBytes === 8) {
+      const hi = hh.readUInt32BE(2);
+      if (hi & 0x80000000) throw new WsFrameError(WS_CLOSE.ProtocolError, '64-bit payload length with the high bit set');
+      // Exact below 2^53; any length that large is over every limit anyway.
+      len = hi * 2 ** 32 + hh.readUInt32BE(6);
+    }
+    const total = op === WS_OP.Continuation || !isControl(op) ? this.messageBytes + len : len;
+    if (total > this.opts.maxPayloadBytes) {
+      throw new WsFrameError(WS_CLOSE.TooBig, `message over ${this.opts.maxPayloadBytes} bytes`);
+    }
+    if (this.buffered < hlen + len) return null;
+    const head = this.take(hlen);
+    let payload = len > 0 ? this.take(len) : Buffer.alloc(0);
+    if (masked) {
+      const mask = head.subarray(hlen - 4, hlen);
+      payload = Buffer.from(payload);
+      for (let i = 0; i < payload.length; i++) payload[i]! ^= mask[i & 3]!;
+    }
+    if (!isControl(op)) {
+      this.inMessage = !fin;
+      this.messageBytes = fin ? 0 : total;
+    }
+    return { op, fin, payload };
+  }
+
+  /** Takes `n` bytes off the front (no copy when one chunk holds them). */
+  private take(n: number): Buffer {
+    const first = this.chunks[0]!;
+    if (first.length >= n) {
+      this.buffered -= n;
+      if (first.length === n) this.chunks.shift();
+      else this.chunks[0] = first.subarray(n);
+      return first.subarray(0, n);
+    }
+    const out = Buffer.allocUnsafe(n);
+    let off = 0;
+    while (off < n) {
+      const c = this.chunks[0]!;
+      const k = Math.min(c.length, n - off);
+      c.copy(out, off, 0, k);
+      off += k;
+      if (k === c.length) this.chunks.shift();
+      else this.chunks[0] = c.subarray(k);
+    }
+    this.buffered -= n;
+    return out;
+  }
+
+  /** At least `n` (≤ 14) bytes from the front, without consuming them. */
+  private peek(n: number): Buffer {
+    const first = this.chunks[0]!;
+    if (first.length >= n) return first;
+    return Buffer.concat(this.chunks, Math.min(this.buffered, 14));
+  }
+}
