@@ -90,6 +90,8 @@ class WsVisitor implements Downstream {
 
   data(bytes: Uint8Array): void {
     if (!this.upgraded) return this.http.data(bytes);
+    // After the close the visitor reads nothing more: bytes kept here would only grow.
+    if (this.ended) return;
     this.decoder.push(Buffer.from(bytes)); // a copy: payloads may be held across data() calls
     this.unreported += bytes.byteLength;
     if (this.ws) this.parse();
