@@ -172,6 +172,17 @@ async function frameOf(p: RawPeer, type: number, sid?: number): Promise<Frame> {
   throw new Error(`no frame of type ${type}`);
 }
 
+/** A raw peer past Hello with one HTTP tunnel `<prefix>-<random>` open. */
+async function peerWithTunnel(prefix: string): Promise<{ p: RawPeer; id: string }> {
+  const p = await rawPeer();
+  p.send([F.Hello, { v: PROTOCOL_VERSION, agent: prefix }]);
+  await frameOf(p, F.Welcome);
+  const id = `${prefix}-${randomBytes(3).toString('hex')}`;
+  p.send([F.Open, 1, { type: 'http', id }]);
+  await frameOf(p, F.Opened);
+  return { p, id };
+}
+
 test('a client response head with CR/LF, a bad name or a bad status: 502 to the visitor, nothing forged, stream reset', async () => {
   const forgeries: { status: number; headers: string[] }[] = [
     { status: 200, headers: ['X-Ok', 'a\r\nSet-Cookie: evil=1'] },
@@ -189,12 +200,7 @@ test('a client response head with CR/LF, a bad name or a bad status: 502 to the 
   // Fatal ends that control connection) and the ingress re-checks every head it writes (a
   // Reset ends that stream). Either way the visitor gets one 502 and nothing forged.
   for (const forged of forgeries) {
-    const p = await rawPeer();
-    p.send([F.Hello, { v: PROTOCOL_VERSION, agent: 'forger' }]);
-    await frameOf(p, F.Welcome);
-    const id = `forge-${randomBytes(3).toString('hex')}`;
-    p.send([F.Open, 1, { type: 'http', id }]);
-    await frameOf(p, F.Opened);
+    const { p, id } = await peerWithTunnel('forge');
     const visit = exchange(server.port, `GET /forge HTTP/1.1\r\nHost: ${id}.localhost\r\n\r\n`);
     const open = await frameOf(p, F.StreamOpen);
     const sid = open[1] as number;
@@ -221,12 +227,7 @@ test('a client response head with CR/LF, a bad name or a bad status: 502 to the 
 });
 
 test('a forged header in a WebSocket 101: 502 to the visitor, nothing forged', async () => {
-  const p = await rawPeer();
-  p.send([F.Hello, { v: PROTOCOL_VERSION, agent: 'forger' }]);
-  await frameOf(p, F.Welcome);
-  const id = `forge-${randomBytes(3).toString('hex')}`;
-  p.send([F.Open, 1, { type: 'http', id }]);
-  await frameOf(p, F.Opened);
+  const { p, id } = await peerWithTunnel('forge');
   // A WebSocket upgrade's 101: uWS writes the subprotocol as given.
   {
     const upgrade = `GET /ws HTTP/1.1\r\nHost: ${id}.localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat\r\n\r\n`;
@@ -243,12 +244,7 @@ test('a forged header in a WebSocket 101: 502 to the visitor, nothing forged', a
 });
 
 test('an interim 103 is not relayed; obs-text in a header value is allowed', async () => {
-  const p = await rawPeer();
-  p.send([F.Hello, { v: PROTOCOL_VERSION, agent: 'fine' }]);
-  await frameOf(p, F.Welcome);
-  const id = `fine-${randomBytes(3).toString('hex')}`;
-  p.send([F.Open, 1, { type: 'http', id }]);
-  await frameOf(p, F.Opened);
+  const { p, id } = await peerWithTunnel('fine');
   const visit = exchange(server.port, `GET /fine HTTP/1.1\r\nHost: ${id}.localhost\r\n\r\n`);
   const sid = (await frameOf(p, F.StreamOpen))[1] as number;
   p.send([F.Response, sid, { status: 103, headers: ['Link', '</a.css>; rel=preload'] }]);
