@@ -1,6 +1,8 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
+import { closeOrphanedSessions } from '../db/sessions.js';
+import { getMembership } from '../db/teams.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
 import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
@@ -62,7 +64,7 @@ export class RegistryActor {
 
   /** Start-up: sessions left open by a crash are closed at their last flush. */
   async start(): Promise<void> {
-    await this.sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null`;
+    await closeOrphanedSessions(this.sql);
     this.stats.start();
   }
 
@@ -171,8 +173,7 @@ export class RegistryActor {
     if (m.teamId !== null) {
       if (!UUID_RE.test(m.teamId)) throw new ApiError('bad-request', `team id "${m.teamId}" is not a uuid`);
       const before = this.revocations;
-      const rows = await this.sql`select 1 from team_members where team_id = ${m.teamId} and user_id = ${m.userId}`;
-      if (rows.length === 0) throw new ApiError('forbidden', `you are not a member of team ${m.teamId}`);
+      if (!(await getMembership(this.sql, m.teamId, m.userId))) throw new ApiError('forbidden', `you are not a member of team ${m.teamId}`);
       // A removal or team deletion that closed tunnels while we read may have missed this one.
       if (this.revocations !== before) throw new ApiError('unavailable', `team ${m.teamId} changed while this tunnel was admitted; try again`);
     }

@@ -1,5 +1,6 @@
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
+import { upsertSessionTotals, type SessionTotals } from '../db/sessions.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 
 // StatsActor (main thread): the one writer of the `sessions` table.
@@ -131,16 +132,8 @@ export class StatsActor {
     if (r.disconnectedAt && r.version === version) this.rows.delete(r.id);
   }
 
-  private async upsert(values: ReturnType<typeof valuesOf>[]): Promise<void> {
-    const sql = this.sql as unknown as import('postgres').Sql;
-    await sql`
-      insert into sessions ${sql(values, 'id', 'user_id', 'tunnel_id', 'tunnel_type', 'team_id', 'client_ip', 'connected_at', 'disconnected_at', 'last_flush_at', 'bytes_in', 'bytes_out', 'requests')}
-      on conflict (id) do update set
-        bytes_in = excluded.bytes_in,
-        bytes_out = excluded.bytes_out,
-        requests = excluded.requests,
-        disconnected_at = excluded.disconnected_at,
-        last_flush_at = excluded.last_flush_at`;
+  private async upsert(values: SessionTotals[]): Promise<void> {
+    await upsertSessionTotals(this.sql, values);
   }
 
   /** Shutdown: every live session ends now; write until done or `timeoutMs` passed. */
@@ -169,7 +162,7 @@ export class StatsActor {
   }
 }
 
-function valuesOf(r: Row, now: Date) {
+function valuesOf(r: Row, now: Date): SessionTotals {
   return {
     id: r.id,
     user_id: r.userId,

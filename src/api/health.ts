@@ -5,6 +5,7 @@ import type { DataPlaneCounts } from '../protocol/tunnel-messages.js';
 import type { ShardContext } from '../workers/shard-context.js';
 import { openApiDocument } from './openapi.js';
 import { API_PREFIX } from './route.js';
+import { ping } from '../db/sql.js';
 
 const READY_TIMEOUT_MS = 2_000;
 
@@ -35,7 +36,7 @@ export function installHealth(shard: ShardContext): void {
       return jsonReply(200, await dataPlaneCounts(shard, req));
     }
     const [db, shards] = await Promise.allSettled([
-      within(shard.sql`select 1`, READY_TIMEOUT_MS),
+      within(ping(shard.sql), READY_TIMEOUT_MS),
       shard.main.ask<{ shardsUp: number; shardsTotal: number }>({ type: 'health' }, READY_TIMEOUT_MS),
     ]);
     const checks = {

@@ -1,6 +1,6 @@
 import type { Sql } from '../db/sql.js';
+import { findKeyForAuth } from '../db/api-keys.js';
 import type { KeyVerdict, Principal } from '../protocol/messages.js';
-import type { Role, Scope } from './scopes.js';
 import { ApiError } from '../errors.js';
 import { keyDigest, keyPrefixOf } from './key-format.js';
 
@@ -87,10 +87,7 @@ export class Authenticator {
   /** Reads the key's row and argon2-verifies it; caches and returns the principal, or null. */
   private async verify(ip: string, prefix: string, token: string, digest: string): Promise<Principal | null> {
     const epoch = this.epoch;
-    const [row] = await this.deps.sql<
-      { id: string; key_hash: string; scopes: Scope[]; expires_at: Date | null; revoked_at: Date | null; user_id: string; role: Role; deactivated_at: Date | null }[]
-    >`select k.id, k.key_hash, k.scopes, k.expires_at, k.revoked_at, u.id as user_id, u.role, u.deactivated_at
-        from api_keys k join users u on u.id = k.user_id where k.key_prefix = ${prefix}`;
+    const row = await findKeyForAuth(this.deps.sql, prefix);
     const usable = row && !row.revoked_at && !row.deactivated_at && !(row.expires_at && row.expires_at.getTime() <= Date.now());
     const answer = await this.deps.verify({ ip, prefix, hash: usable ? row.key_hash : null, secret: token });
     switch (answer.verdict) {

@@ -1,7 +1,7 @@
 import type { Sql } from './sql.js';
 import { iso, isoRequired } from './sql.js';
 import type { ApiKey } from '../api/schemas.js';
-import type { Scope } from '../auth/scopes.js';
+import type { Role, Scope } from '../auth/scopes.js';
 
 interface KeyRow {
   id: string;
@@ -79,4 +79,22 @@ export async function findKeyByPrefix(sql: Sql, prefix: string): Promise<StoredK
   const [r] = await sql<(KeyRow & { user_id: string; key_hash: string })[]>`select ${sql.unsafe(COLUMNS)}, user_id, key_hash
     from api_keys where key_prefix = ${prefix}`;
   return r ? { id: r.id, userId: r.user_id, name: r.name, keyHash: r.key_hash, scopes: r.scopes, expiresAt: r.expires_at, revokedAt: r.revoked_at } : null;
+}
+
+/** What authentication decides with: the key's row and its user's role and state, by the key's prefix. */
+export interface KeyForAuth {
+  id: string;
+  key_hash: string;
+  scopes: Scope[];
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  user_id: string;
+  role: Role;
+  deactivated_at: Date | null;
+}
+
+export async function findKeyForAuth(sql: Sql, prefix: string): Promise<KeyForAuth | undefined> {
+  const [row] = await sql<KeyForAuth[]>`select k.id, k.key_hash, k.scopes, k.expires_at, k.revoked_at, u.id as user_id, u.role, u.deactivated_at
+      from api_keys k join users u on u.id = k.user_id where k.key_prefix = ${prefix}`;
+  return row;
 }

@@ -36,3 +36,38 @@ export async function listSessions(sql: Sql, userId: string | null, limit: numbe
       : await sql<SessionRow[]>`select * from sessions where user_id = ${userId} order by connected_at desc, id desc limit ${limit}`;
   return rows.map(toSession);
 }
+
+/** A session's absolute totals as the stats actor writes them (one row of the upsert). */
+export interface SessionTotals {
+  id: string;
+  user_id: string;
+  tunnel_id: string;
+  tunnel_type: 'http' | 'tcp';
+  team_id: string | null;
+  client_ip: string | null;
+  connected_at: Date;
+  disconnected_at: Date | null;
+  last_flush_at: Date;
+  bytes_in: number;
+  bytes_out: number;
+  requests: number;
+}
+
+/** One multi-row upsert of absolute totals: repeating it after a lost reply counts nothing twice. */
+export async function upsertSessionTotals(sql: Sql, rows: SessionTotals[]): Promise<void> {
+  // The Sql type's empty column map hides the row-list helper's overload.
+  const pg = sql as unknown as import('postgres').Sql;
+  await pg`
+    insert into sessions ${pg(rows, 'id', 'user_id', 'tunnel_id', 'tunnel_type', 'team_id', 'client_ip', 'connected_at', 'disconnected_at', 'last_flush_at', 'bytes_in', 'bytes_out', 'requests')}
+    on conflict (id) do update set
+      bytes_in = excluded.bytes_in,
+      bytes_out = excluded.bytes_out,
+      requests = excluded.requests,
+      disconnected_at = excluded.disconnected_at,
+      last_flush_at = excluded.last_flush_at`;
+}
+
+/** Start-up: sessions left open by a crash are closed at their last flush. */
+export async function closeOrphanedSessions(sql: Sql): Promise<void> {
+  await sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null`;
+}

@@ -93,3 +93,8 @@ export function uniqueViolation(err: unknown): string | null {
 export function foreignKeyViolation(err: unknown): boolean {
   return (err as { code?: string })?.code === '23503';
 }
+
+/** The cheapest round trip: readiness asks whether the database answers at all. */
+export async function ping(sql: Sql): Promise<void> {
+  await sql`select 1`;
+}

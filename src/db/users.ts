@@ -2,6 +2,7 @@ import type { Sql } from './sql.js';
 import { iso, isoRequired } from './sql.js';
 import type { User } from '../api/schemas.js';
 import type { Role } from '../auth/scopes.js';
+import type { LoginUserRow } from './accounts.js';
 
 interface UserRow {
   id: string;
@@ -100,4 +101,32 @@ export async function createUser(sql: Sql, u: { email: string; name: string; rol
     const [r] = await tx<UserRow[]>`insert into users (email, name, role) values (${u.email}, ${u.name}, ${u.role}) returning *`;
     return toUser(r!);
   }) as Promise<User | 'taken'>;
+}
+
+/**
+ * The oldest user with that email whose address is backed (no account, or an account whose
+ * provider verified that very address), locked for the caller's transaction: a login may link to it.
+ */
+export async function lockLinkableUserByEmail(tx: Sql, email: string): Promise<LoginUserRow | null> {
+  const [r] = await tx<LoginUserRow[]>`select u.id, u.email, u.role, u.deactivated_at from users u
+      where lower(u.email) = lower(${email})
+        and (not exists (select 1 from accounts a where a.user_id = u.id)
+             or exists (select 1 from accounts a where a.user_id = u.id and a.email_verified and lower(a.email) = lower(u.email)))
+      order by u.created_at, u.id limit 1 for update of u`;
+  return r ?? null;
+}
+
+/** A new member user made by a login. */
+export async function insertLoginUser(sql: Sql, u: { email: string; name: string; avatarUrl: string | null }): Promise<LoginUserRow> {
+  const [r] = await sql<LoginUserRow[]>`insert into users (email, name, avatar_url) values (${u.email}, ${u.name}, ${u.avatarUrl})
+      returning id, email, role, deactivated_at`;
+  return r!;
+}
+
+export async function setAvatarIfMissing(sql: Sql, id: string, avatarUrl: string): Promise<void> {
+  await sql`update users set avatar_url = ${avatarUrl}, updated_at = now() where id = ${id} and avatar_url is null`;
+}
+
+export async function promoteToAdmin(sql: Sql, id: string): Promise<void> {
+  await sql`update users set role = 'admin', updated_at = now() where id = ${id}`;
 }

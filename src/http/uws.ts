@@ -1,4 +1,5 @@
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
+import { STATUS_CODES } from 'node:http';
 import { ApiError, problemOf, unavailableError, type ProblemCode } from '../errors.js';
 import { isDatabaseDown } from '../db/sql.js';
 import type { Logger } from '../log.js';
@@ -34,16 +35,9 @@ export type RouteHandler = (req: RequestData) => Promise<Reply> | Reply;
 /** Hands a request to someone else before any parsing (public tunnel traffic by Host). */
 export type HostDispatch = (res: HttpResponse, req: HttpRequest) => boolean;
 
-const STATUS_TEXT: Record<number, string> = {
-  200: '200 OK', 201: '201 Created', 204: '204 No Content', 302: '302 Found', 303: '303 See Other',
-  400: '400 Bad Request', 401: '401 Unauthorized', 403: '403 Forbidden', 404: '404 Not Found',
-  405: '405 Method Not Allowed', 409: '409 Conflict', 413: '413 Payload Too Large',
-  415: '415 Unsupported Media Type', 429: '429 Too Many Requests', 500: '500 Internal Server Error',
-  502: '502 Bad Gateway', 503: '503 Service Unavailable', 504: '504 Gateway Timeout',
-};
-
+/** The status line for any status (a tunnel's local service may answer with any). */
 export function statusLine(status: number): string {
-  return STATUS_TEXT[status] ?? `${status} Status`;
+  return `${status} ${STATUS_CODES[status] ?? 'Status'}`;
 }
 
 export function problemReply(code: ProblemCode, detail: string, extra?: Pick<ApiError, 'errors' | 'headers'>): Reply {
@@ -53,6 +47,25 @@ export function problemReply(code: ProblemCode, detail: string, extra?: Pick<Api
     headers: { 'content-type': 'application/problem+json', ...extra?.headers },
     body: JSON.stringify(body),
   };
+}
+
+/**
+ * Answers problem+json on a raw uWS response (tunnel traffic, refusals outside the router): the
+ * one renderer besides the router's `send`. `status` overrides the code's own only where a
+ * handshake maps codes itself; `closeConnection` ends the connection after the answer.
+ */
+export function writeProblem(
+  res: HttpResponse,
+  code: ProblemCode,
+  detail: string,
+  opts: { extra?: Pick<ApiError, 'errors' | 'headers'>; status?: number; closeConnection?: boolean } = {},
+): void {
+  const reply = problemReply(code, detail, opts.extra);
+  res.cork(() => {
+    res.writeStatus(statusLine(opts.status ?? reply.status));
+    for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+    res.end(reply.body, opts.closeConnection);
+  });
 }
 
 export function jsonReply(status: number, value: unknown): Reply {

@@ -1,9 +1,8 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
-import { ApiError, assertNever } from '../errors.js';
+import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
-import { problemOf } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
-import { remoteIp, statusLine } from '../http/uws.js';
+import { remoteIp, writeProblem } from '../http/uws.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
@@ -431,12 +430,7 @@ function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context
   });
   const refuse = (status: number, code: string, detail: string, headers: Record<string, string> = {}): void => {
     if (aborted) return;
-    res.cork(() => {
-      res.writeStatus(statusLine(status));
-      res.writeHeader('content-type', 'application/problem+json');
-      for (const [k, v] of Object.entries(headers)) res.writeHeader(k, v);
-      res.end(JSON.stringify(problemOf(code as never, detail)), true);
-    });
+    writeProblem(res, code as ProblemCode, detail, { status, extra: { headers }, closeConnection: true });
   };
   if (host.draining?.()) return refuse(503, 'unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
   // A revoke that lands while the key is being verified finds no connection to end yet, and

@@ -1,8 +1,7 @@
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import { STATUS_CODES } from 'node:http';
-import { problemOf, type ProblemCode } from '../errors.js';
+import type { ProblemCode } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
-import { remoteIp, wantsClose } from '../http/uws.js';
+import { remoteIp, statusLine, wantsClose, writeProblem } from '../http/uws.js';
 import { INITIAL_WINDOW_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from './headers.js';
 import type { Downstream, Upstream } from './stream.js';
@@ -204,7 +203,7 @@ export class HttpVisitor implements Downstream {
     const head = this.head!;
     this.head = null;
     const h = head.headers;
-    this.res.writeStatus(`${head.status} ${STATUS_CODES[head.status] ?? 'Status'}`);
+    this.res.writeStatus(statusLine(head.status));
     for (let i = 0; i < h.length; i += 2) {
       const name = h[i]!;
       if ((name.length === 14 || name.length === 4) && (name.toLowerCase() === 'content-length' || name.toLowerCase() === 'date')) continue;
@@ -357,13 +356,7 @@ export class HttpVisitor implements Downstream {
   problem(code: ProblemCode, detail: string, resetWith: ResetCode = 'visitor-gone'): void {
     if (this.gone || this.finished) return;
     this.responded = true;
-    const body = JSON.stringify(problemOf(code, detail));
-    this.res.cork(() => {
-      this.res.writeStatus(`${problemOf(code, '').status} ${STATUS_CODES[problemOf(code, '').status]}`);
-      this.res.writeHeader('content-type', 'application/problem+json');
-      if (this.close) this.res.writeHeader('Connection', 'close');
-      this.res.end(body);
-    });
+    writeProblem(this.res, code, detail, this.close ? { extra: { headers: { Connection: 'close' } } } : {});
     this.complete();
     // The stream (if any) is over for us; tell the other side.
     this.up?.reset(resetWith);

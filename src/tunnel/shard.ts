@@ -1,7 +1,7 @@
 import type { MessagePort } from 'node:worker_threads';
 import type net from 'node:net';
 import type { ShardContext } from '../workers/shard-context.js';
-import { problemReply, statusLine, type HostDispatch } from '../http/uws.js';
+import { writeProblem, type HostDispatch } from '../http/uws.js';
 import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
 import { F, HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever, unavailableError } from '../errors.js';
@@ -217,12 +217,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
 
   /** A visitor request while draining: 503, and the connection closes (no keep-alive). */
   const refuseDraining = (res: Parameters<HostDispatch>[0]): void => {
-    const reply = problemReply('unavailable', SHUTTING_DOWN, unavailableError(SHUTTING_DOWN));
-    res.cork(() => {
-      res.writeStatus(statusLine(reply.status));
-      for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
-      res.end(reply.body, true);
-    });
+    writeProblem(res, 'unavailable', SHUTTING_DOWN, { extra: unavailableError(SHUTTING_DOWN), closeConnection: true });
   };
 
   return {

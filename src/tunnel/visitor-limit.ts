@@ -1,5 +1,5 @@
 import type { HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import { problemReply, statusLine } from '../http/uws.js';
+import { writeProblem } from '../http/uws.js';
 
 // Per-visitor-IP concurrency at the edge. A tunnel's streams share its client's connection
 // and the local service: without a bound, one address that opens hundreds of requests and
@@ -26,11 +26,8 @@ export class VisitorLimit {
   admit(ip: string, res: HttpResponse): boolean {
     const n = this.perIp.get(ip) ?? 0;
     if (n >= this.max) {
-      const reply = problemReply('too-many-requests', `more than ${this.max} concurrent requests from ${ip} through this server; retry when some finish`, { headers: { 'retry-after': '1' } });
-      res.cork(() => {
-        res.writeStatus(statusLine(reply.status));
-        for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
-        res.end(reply.body);
+      writeProblem(res, 'too-many-requests', `more than ${this.max} concurrent requests from ${ip} through this server; retry when some finish`, {
+        extra: { headers: { 'retry-after': '1' } },
       });
       return false;
     }

@@ -1,5 +1,7 @@
 import type { Sql } from '../../db/sql.js';
 import type { Identity } from './provider.js';
+import { countAccounts, findUserByAccount, insertAccount, refreshAccountEmail, type LoginUserRow } from '../../db/accounts.js';
+import { insertLoginUser, lockLinkableUserByEmail, promoteToAdmin, setAvatarIfMissing } from '../../db/users.js';
 
 // Which burrow user a provider identity is (README "Browser login"):
 //  1. an account (provider, subject) already exists → its user;
@@ -24,12 +26,7 @@ export interface LoginUser {
   how: 'account' | 'linked' | 'created';
 }
 
-interface Row {
-  id: string;
-  email: string;
-  role: 'admin' | 'member';
-  deactivated_at: Date | null;
-}
+type Row = LoginUserRow;
 
 export async function userForIdentity(sql: Sql, provider: string, who: Identity & { email: string }, initialAdminEmail: string | null): Promise<LoginUser> {
   // Two first logins of one subject can race (two shards); the loser finds the winner's account.
@@ -44,42 +41,33 @@ export async function userForIdentity(sql: Sql, provider: string, who: Identity 
 }
 
 async function resolve(tx: Sql, provider: string, who: Identity & { email: string }, initialAdminEmail: string | null): Promise<LoginUser> {
-  const [existing] = await tx<Row[]>`select u.id, u.email, u.role, u.deactivated_at from accounts a join users u on u.id = a.user_id
-    where a.provider = ${provider} and a.subject = ${who.subject}`;
+  const existing = await findUserByAccount(tx, provider, who.subject);
   if (existing) {
-    await tx`update accounts set email = ${who.email}, email_verified = ${who.emailVerified}
-      where provider = ${provider} and subject = ${who.subject}`;
+    await refreshAccountEmail(tx, provider, who.subject, who.email, who.emailVerified);
     return view(existing, existing.role, false, 'account');
   }
 
-  let user: Row | undefined;
+  let user: Row | null = null;
   let how: LoginUser['how'] = 'created';
   if (who.emailVerified) {
-    [user] = await tx<Row[]>`select u.id, u.email, u.role, u.deactivated_at from users u
-      where lower(u.email) = lower(${who.email})
-        and (not exists (select 1 from accounts a where a.user_id = u.id)
-             or exists (select 1 from accounts a where a.user_id = u.id and a.email_verified and lower(a.email) = lower(u.email)))
-      order by u.created_at, u.id limit 1 for update of u`;
+    user = await lockLinkableUserByEmail(tx, who.email);
     if (user) how = 'linked';
   }
   if (!user) {
-    [user] = await tx<Row[]>`insert into users (email, name, avatar_url) values (${who.email}, ${who.name}, ${who.avatarUrl})
-      returning id, email, role, deactivated_at`;
+    user = await insertLoginUser(tx, { email: who.email, name: who.name, avatarUrl: who.avatarUrl });
   } else if (who.avatarUrl) {
-    await tx`update users set avatar_url = ${who.avatarUrl}, updated_at = now() where id = ${user.id} and avatar_url is null`;
+    await setAvatarIfMissing(tx, user.id, who.avatarUrl);
   }
-  const [counted] = await tx<{ n: number }[]>`select count(*)::int as n from accounts where user_id = ${user!.id}`;
-  const earlierAccounts = counted!.n;
-  await tx`insert into accounts (user_id, provider, subject, email, email_verified)
-    values (${user!.id}, ${provider}, ${who.subject}, ${who.email}, ${who.emailVerified})`;
+  const earlierAccounts = await countAccounts(tx, user.id);
+  await insertAccount(tx, { userId: user.id, provider, subject: who.subject, email: who.email, emailVerified: who.emailVerified });
 
-  let role = user!.role;
+  let role = user.role;
   const promote = earlierAccounts === 0 && who.emailVerified && initialAdminEmail !== null && who.email.toLowerCase() === initialAdminEmail && role !== 'admin';
   if (promote) {
-    await tx`update users set role = 'admin', updated_at = now() where id = ${user!.id}`;
+    await promoteToAdmin(tx, user.id);
     role = 'admin';
   }
-  return view(user!, role, promote && how === 'linked', how);
+  return view(user, role, promote && how === 'linked', how);
 }
 
 function view(r: Row, role: LoginUser['role'], roleChanged: boolean, how: LoginUser['how']): LoginUser {

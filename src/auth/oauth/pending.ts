@@ -1,10 +1,11 @@
 import type { Sql } from '../../db/sql.js';
 import { randomToken, sha256Hex } from './secrets.js';
+import { countLivePendingLogins, deleteLoginCode, deletePendingLogin, insertLoginCode, insertPendingLogin } from '../../db/oauth-logins.js';
 
 // The two short-lived, single-use records of a browser login (migration 002_oauth.sql):
 //   authorize ──PendingLogin (10 min)──▶ callback ──LoginCode (2 min)──▶ POST /auth/v1/token
-// Taking a record deletes it in the same statement, so of two racing uses exactly one wins,
-// whichever shard or burrowd serves them. Expiry is judged by the database clock.
+// Taking a record deletes it in the same statement (src/db/oauth-logins.ts), so of two racing
+// uses exactly one wins, whichever shard or burrowd serves them.
 
 export const PENDING_LOGIN_TTL_SECS = 10 * 60;
 export const LOGIN_CODE_TTL_SECS = 2 * 60;
@@ -25,22 +26,15 @@ export interface PendingLogin {
 /** Stores a pending login; false when MAX_PENDING_LOGINS are already in progress. */
 export async function savePendingLogin(sql: Sql, state: string, p: PendingLogin): Promise<boolean> {
   // Sweep here rather than on a timer: logins are rare and the index makes this cheap.
-  await sql`delete from oauth_pending_logins where expires_at < now()`;
-  const [c] = await sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins`;
-  if (c!.n >= MAX_PENDING_LOGINS) return false;
-  await sql`insert into oauth_pending_logins
-      (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at)
-    values (${sha256Hex(state)}, ${p.provider}, ${p.cliPort}, ${p.cliChallenge},
-      ${p.providerVerifier}, ${p.nonce}, now() + make_interval(secs => ${PENDING_LOGIN_TTL_SECS}))`;
+  if ((await countLivePendingLogins(sql)) >= MAX_PENDING_LOGINS) return false;
+  const row = { provider: p.provider, cli_port: p.cliPort, cli_challenge: p.cliChallenge, provider_verifier: p.providerVerifier, nonce: p.nonce };
+  await insertPendingLogin(sql, sha256Hex(state), row, PENDING_LOGIN_TTL_SECS);
   return true;
 }
 
 /** Deletes and returns the pending login of `state` for `provider`; null if unknown, used or expired. */
 export async function takePendingLogin(sql: Sql, provider: string, state: string): Promise<PendingLogin | null> {
-  const [r] = await sql<
-    { provider: string; cli_port: number; cli_challenge: string; provider_verifier: string; nonce: string | null; live: boolean }[]
-  >`delete from oauth_pending_logins where state_hash = ${sha256Hex(state)} and provider = ${provider}
-    returning provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at > now() as live`;
+  const r = await deletePendingLogin(sql, provider, sha256Hex(state));
   if (!r || !r.live) return null;
   return {
     provider: r.provider,
@@ -54,9 +48,7 @@ export async function takePendingLogin(sql: Sql, provider: string, state: string
 /** Creates the one-time code the browser carries to the CLI; returns it (only its hash is kept). */
 export async function createLoginCode(sql: Sql, userId: string, provider: string, cliChallenge: string): Promise<string> {
   const code = randomToken();
-  await sql`delete from oauth_login_codes where expires_at < now()`;
-  await sql`insert into oauth_login_codes (code_hash, user_id, provider, cli_challenge, expires_at)
-    values (${sha256Hex(code)}, ${userId}, ${provider}, ${cliChallenge}, now() + make_interval(secs => ${LOGIN_CODE_TTL_SECS}))`;
+  await insertLoginCode(sql, sha256Hex(code), userId, provider, cliChallenge, LOGIN_CODE_TTL_SECS);
   return code;
 }
 
@@ -71,9 +63,7 @@ export interface LoginCode {
  * even when the caller's verifier then turns out wrong: a stolen code gets one guess, not many.
  */
 export async function takeLoginCode(sql: Sql, code: string): Promise<LoginCode | null> {
-  const [r] = await sql<{ user_id: string; provider: string; cli_challenge: string; live: boolean }[]>`
-    delete from oauth_login_codes where code_hash = ${sha256Hex(code)}
-    returning user_id, provider, cli_challenge, expires_at > now() as live`;
+  const r = await deleteLoginCode(sql, sha256Hex(code));
   if (!r || !r.live) return null;
   return { userId: r.user_id, provider: r.provider, cliChallenge: r.cli_challenge };
 }

@@ -9,6 +9,7 @@ import { OidcProvider } from './oidc.js';
 import { LoginFailure, type LoginProvider } from './provider.js';
 import { createLoginCode, savePendingLogin, takeLoginCode, takePendingLogin } from './pending.js';
 import { userForIdentity } from './link.js';
+import { getUser } from '../../db/users.js';
 import { CHALLENGE_RE, VERIFIER_RE, randomToken, verifierMatches } from './secrets.js';
 import { PAGE_HEADERS, RETRY_HINT, pageReply, redirectReply } from './pages.js';
 
@@ -222,7 +223,7 @@ async function token(ctx: ShardContext, req: RequestData): Promise<Reply> {
   const login = await takeLoginCode(ctx.sql, b.code);
   if (!login || !verifierMatches(b.code_verifier, login.cliChallenge)) throw badToken(refused);
 
-  const [u] = await ctx.sql<{ deactivated_at: Date | null }[]>`select deactivated_at from users where id = ${login.userId}`;
+  const u = await getUser(ctx.sql, login.userId);
   if (!u || u.deactivated_at) throw new ApiError('forbidden', 'this burrow account is deactivated; ask an administrator to reactivate it');
 
   const created = await issueKey(ctx, {

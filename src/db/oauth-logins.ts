@@ -1,0 +1,52 @@
+import type { Sql } from './sql.js';
+
+// The oauth_pending_logins and oauth_login_codes tables. Rows are keyed by a hash of the
+// secret (the caller hashes); taking a row deletes it in the same statement, so of two racing
+// uses exactly one wins. Expiry is judged by the database clock.
+
+export interface PendingLoginRow {
+  provider: string;
+  cli_port: number;
+  cli_challenge: string;
+  provider_verifier: string;
+  nonce: string | null;
+}
+
+/** Sweeps expired pending logins, then counts the rest. */
+export async function countLivePendingLogins(sql: Sql): Promise<number> {
+  await sql`delete from oauth_pending_logins where expires_at < now()`;
+  const [c] = await sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins`;
+  return c!.n;
+}
+
+export async function insertPendingLogin(sql: Sql, stateHash: string, p: PendingLoginRow, ttlSecs: number): Promise<void> {
+  await sql`insert into oauth_pending_logins
+      (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at)
+    values (${stateHash}, ${p.provider}, ${p.cli_port}, ${p.cli_challenge},
+      ${p.provider_verifier}, ${p.nonce}, now() + make_interval(secs => ${ttlSecs}))`;
+}
+
+/** Deletes the pending login; returns it with whether it was still live, or null if unknown. */
+export async function deletePendingLogin(sql: Sql, provider: string, stateHash: string): Promise<(PendingLoginRow & { live: boolean }) | null> {
+  const [r] = await sql<(PendingLoginRow & { live: boolean })[]>`delete from oauth_pending_logins where state_hash = ${stateHash} and provider = ${provider}
+    returning provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at > now() as live`;
+  return r ?? null;
+}
+
+/** Sweeps expired codes, then stores this one. */
+export async function insertLoginCode(sql: Sql, codeHash: string, userId: string, provider: string, cliChallenge: string, ttlSecs: number): Promise<void> {
+  await sql`delete from oauth_login_codes where expires_at < now()`;
+  await sql`insert into oauth_login_codes (code_hash, user_id, provider, cli_challenge, expires_at)
+    values (${codeHash}, ${userId}, ${provider}, ${cliChallenge}, now() + make_interval(secs => ${ttlSecs}))`;
+}
+
+/** Deletes the code's row; returns it with whether it was still live, or null if unknown. */
+export async function deleteLoginCode(
+  sql: Sql,
+  codeHash: string,
+): Promise<{ user_id: string; provider: string; cli_challenge: string; live: boolean } | null> {
+  const [r] = await sql<{ user_id: string; provider: string; cli_challenge: string; live: boolean }[]>`
+    delete from oauth_login_codes where code_hash = ${codeHash}
+    returning user_id, provider, cli_challenge, expires_at > now() as live`;
+  return r ?? null;
+}
