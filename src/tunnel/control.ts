@@ -428,11 +428,12 @@ function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context
   res.onAborted(() => {
     aborted = true;
   });
-  const refuse = (status: number, code: string, detail: string, headers: Record<string, string> = {}): void => {
+  // The status is the code's own (one table for every problem answer).
+  const refuse = (code: ProblemCode, detail: string, headers: Record<string, string> = {}): void => {
     if (aborted) return;
-    writeProblem(res, code as ProblemCode, detail, { status, extra: { headers }, closeConnection: true });
+    writeProblem(res, code, detail, { extra: { headers }, closeConnection: true });
   };
-  if (host.draining?.()) return refuse(503, 'unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
+  if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
   // A revoke that lands while the key is being verified finds no connection to end yet, and
   // the verification may have read the row before it: verify again (a fresh read) then.
   const authenticate = async (): Promise<Principal> => {
@@ -445,17 +446,17 @@ function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context
   };
   authenticate().then(
     (principal) => {
-      if (!scopeAllows('tunnels', principal.scopes)) return refuse(403, 'forbidden', 'this key lacks the "tunnels" scope');
+      if (!scopeAllows('tunnels', principal.scopes)) return refuse('forbidden', 'this key lacks the "tunnels" scope');
       if (aborted) return;
       res.cork(() => res.upgrade<ConnData>({ principal, ip, conn: null }, key, protocol, extensions, context));
     },
     (err: unknown) => {
-      if (err instanceof ApiError) {
-        const status = { unauthorized: 401, 'too-many-requests': 429 }[err.code as string] ?? 503;
-        return refuse(status, err.code, err.detail, { 'www-authenticate': 'Bearer', ...err.headers });
+      // An 'internal' ApiError carries another thread's exception text: logged, not shown.
+      if (err instanceof ApiError && err.code !== 'internal') {
+        return refuse(err.code, err.detail, err.code === 'unauthorized' ? { 'www-authenticate': 'Bearer', ...err.headers } : err.headers);
       }
       host.log.error({ err }, 'control connection authentication failed');
-      refuse(503, 'unavailable', 'authentication is unavailable');
+      refuse('unavailable', 'authentication is unavailable');
     },
   );
 }
