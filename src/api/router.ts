@@ -24,6 +24,28 @@ const SCOPE_WORDS = {
   any: 'a valid key',
 } as const;
 
+const VERB_ING: Record<string, string> = {
+  List: 'listing', Create: 'creating', Revoke: 'revoking', Get: 'reading', Delete: 'deleting', Add: 'adding',
+  Remove: 'removing', Set: 'setting', Deactivate: 'deactivating', Reactivate: 'reactivating',
+};
+const ACTION_WORDS: Record<string, string> = {
+  Create_user_key: "creating a key for another user",
+  Get_current_user: 'reading your user',
+  Get_tunnel: 'reading a tunnel',
+  Delete_tunnel: 'deleting a tunnel',
+};
+
+/**
+ * What a route does, in words, for error details people read ("listing keys needs ..."):
+ * operation ids like "List_keys" are for machines.
+ */
+export function actionWords(r: Pick<ApiRoute, 'operationId'>): string {
+  const fixed = ACTION_WORDS[r.operationId];
+  if (fixed) return fixed;
+  const [verb, ...rest] = r.operationId.split('_');
+  return [VERB_ING[verb!] ?? verb!.toLowerCase(), ...rest.map((w) => w.toLowerCase())].join(' ');
+}
+
 function parseJsonBody(req: RequestData): unknown {
   if (req.body.length === 0) throw new ApiError('bad-request', 'a JSON request body is required');
   const type = (req.headers.get('content-type') ?? '').split(';')[0]!.trim().toLowerCase();
@@ -64,9 +86,9 @@ async function call(shard: ShardContext, r: ApiRoute, names: string[], req: Requ
 async function callUnbounded(shard: ShardContext, r: ApiRoute, names: string[], req: RequestData) {
   const principal = await shard.authenticate(req.headers.get('authorization'), req.ip);
   if (!scopeAllows(r.scope, principal.scopes)) {
-    throw new ApiError('forbidden', `${r.operationId} needs ${SCOPE_WORDS[r.scope]}; this key has ${principal.scopes.join(', ')}`);
+    throw new ApiError('forbidden', `${actionWords(r)} needs a key with ${SCOPE_WORDS[r.scope]}; this key has ${principal.scopes.join(', ')}`);
   }
-  if (r.adminOnly && principal.role !== 'admin') throw new ApiError('forbidden', `${r.operationId} needs the admin role`);
+  if (r.adminOnly && principal.role !== 'admin') throw new ApiError('forbidden', `${actionWords(r)} needs the admin role`);
   const params: Record<string, string> = {};
   names.forEach((name, i) => {
     const v = req.params[i] ?? '';
@@ -74,7 +96,7 @@ async function callUnbounded(shard: ShardContext, r: ApiRoute, names: string[], 
     params[name] = r.params?.[name] === 'uuid' ? v.toLowerCase() : v;
   });
   if (!r.query && [...req.query.keys()].length > 0) {
-    throw new ApiError('bad-request', `${r.operationId} takes no query parameters, got "${[...req.query.keys()].join('", "')}"`);
+    throw new ApiError('bad-request', `${actionWords(r)} takes no query parameters, got "${[...req.query.keys()].join('", "')}"`);
   }
   const query = r.query ? validateQuery(r.query, req.query) : {};
   const body = r.body ? validate(r.body, parseJsonBody(req), 'body') : undefined;

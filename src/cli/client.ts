@@ -30,6 +30,8 @@ const UNREACHABLE_CODES = new Set([
 
 /** A slow server still answers; one that takes longer than this is treated as unreachable. */
 const REQUEST_TIMEOUT_MS = 30_000;
+/** The reachability probe before "not logged in": any HTTP answer will do, so it can be short. */
+const PROBE_TIMEOUT_MS = 10_000;
 
 export class ApiClient {
   constructor(readonly target: Target) {}
@@ -41,6 +43,9 @@ export class ApiClient {
   async request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     const token = this.target.token;
     if (!token) {
+      // Without a key nothing is sent, but a mistyped --server should say "unreachable", not
+      // "not logged in": the user's next step differs.
+      await this.probe();
       throw new CliError(
         EXIT.auth,
         'not logged in',
@@ -80,6 +85,17 @@ export class ApiClient {
       return json as T;
     }
     throw problemError(res.status, json, res.headers.get('retry-after'), this.server, opts.hints ?? {});
+  }
+
+  /** Throws "server unreachable" (exit 6) when nothing answers HTTP at the server's address. */
+  private async probe(): Promise<void> {
+    try {
+      const { fetch } = await import('undici');
+      const res = await fetch(`${this.server}/`, { method: 'GET', signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+      await res.body?.cancel();
+    } catch (err) {
+      throw unreachable(this.server, err);
+    }
   }
 
   get<T>(path: string, opts?: RequestOptions): Promise<T> {

@@ -79,11 +79,16 @@ export function pickOne<T extends { id: string }>(
   what: string,
   listCommand: string,
   names: (item: T) => (string | null | undefined)[] = () => [],
+  /** Shortest id prefix accepted: destructive commands must not act on a one-character guess. */
+  minPrefix = 1,
 ): T {
   const exact = items.find((i) => i.id === ref);
   if (exact) return exact;
   const byName = items.filter((i) => names(i).some((n) => n !== null && n !== undefined && n === ref));
   if (byName.length === 1) return byName[0]!;
+  if (byName.length === 0 && ref.length < minPrefix) {
+    throw new CliError(EXIT.usage, `${what} id prefix too short`, `"${ref}" is not a ${what} name, and an id prefix needs at least ${minPrefix} characters`, `\`${listCommand}\` shows the ids`);
+  }
   const lower = ref.toLowerCase();
   const byPrefix = items.filter((i) => i.id.toLowerCase().startsWith(lower));
   if (byPrefix.length === 1) return byPrefix[0]!;

@@ -92,6 +92,23 @@ export function normalizeServer(url: string): string {
   }
 }
 
+/**
+ * A server must be an http(s) URL: WHATWG parses "localhost:8080" as scheme "localhost:", which
+ * would otherwise surface much later as "no API key for localhost://8080".
+ */
+export function checkServerUrl(server: string, source: string): void {
+  let u: URL | null = null;
+  try {
+    u = new URL(server);
+  } catch {
+    u = null;
+  }
+  if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) {
+    const why = u ? `has scheme "${u.protocol.replace(/:$/, '')}", not http or https` : 'is not a URL';
+    throw new CliError(EXIT.usage, 'invalid server', `${source} "${server}" ${why}`, `give it with its scheme, e.g. http://${server.replace(/^[a-z][a-z0-9+.-]*:\/\//i, '')} or https://host`);
+  }
+}
+
 export interface Target {
   server: string;
   token: string | null;
@@ -116,6 +133,7 @@ export function resolveTarget(opts: { server?: string; token?: string; context?:
   }
   const ctx = contextName ? cfg.contexts[contextName] ?? null : null;
   const server = opts.server || process.env.BURROW_SERVER || ctx?.server || DEFAULT_SERVER;
+  checkServerUrl(server, opts.server ? '--server' : process.env.BURROW_SERVER ? 'BURROW_SERVER' : `context "${contextName}"`);
   let token: string | null = opts.token || process.env.BURROW_TOKEN || null;
   if (token === null && ctx && sameServer(ctx.server, server)) token = ctx.token;
   return { server: normalizeServer(server), token, contextName };

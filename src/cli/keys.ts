@@ -1,11 +1,14 @@
 import { Command, InvalidArgumentError } from 'commander';
-import { act, examples, pickOne } from './common.js';
+import { act, examples, pickOne, UUID_RE } from './common.js';
 import { CliError, EXIT } from './errors.js';
 import { err, formatAge, formatTime, out, printJson, printTable } from './output.js';
 import type { ApiKey, ApiScope, CreatedKey } from './types.js';
 import { resolveUserId } from './teams.js';
 
 // burrow keys create|list|revoke
+
+/** Shortest id prefix `keys revoke` accepts (the list shows 8). */
+const MIN_ID_PREFIX = 8;
 
 const SCOPES: readonly ApiScope[] = ['tunnels', 'management'];
 
@@ -47,7 +50,7 @@ export function keyStatus(k: ApiKey, now = Date.now()): 'active' | 'expired' | '
 
 export function registerKeys(program: Command): void {
   const keys = program.command('keys').description('create, list and revoke your API keys');
-  examples(keys, ['burrow keys create ci --scopes tunnels --expires 30d', 'burrow keys list', 'burrow keys revoke 3f2a']);
+  examples(keys, ['burrow keys create ci --scopes tunnels --expires 30d', 'burrow keys list', 'burrow keys revoke 3f2a9c1e']);
 
   const create = keys
     .command('create')
@@ -129,14 +132,24 @@ export function registerKeys(program: Command): void {
   const revoke = keys
     .command('revoke')
     .description('revoke a key: it stops working at once')
-    .argument('<key>', 'the key id, a unique prefix of it, its key prefix (bk_…) or its name')
+    .argument('<key>', `the key id, a unique prefix of it (at least ${MIN_ID_PREFIX} characters), its key prefix (bk_…) or its name`)
+    .option('--yes', 'confirm revoking the key this command itself is using')
     .action(
-      act(async (ctx, ref) => {
+      act<{ yes?: boolean }>(async (ctx, ref) => {
         const client = ctx.client();
-        let id = ref;
-        if (!/^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i.test(ref)) {
-          const all = await client.get<ApiKey[]>('/keys');
-          id = pickOne(all, ref, 'key', 'burrow keys list', (k) => [k.key_prefix, k.name]).id;
+        const all = await client.get<ApiKey[]>('/keys');
+        const key = UUID_RE.test(ref) ? all.find((k) => k.id.toLowerCase() === ref.toLowerCase()) : pickOne(all, ref, 'key', 'burrow keys list', (k) => [k.key_prefix, k.name], MIN_ID_PREFIX);
+        // An unlisted uuid still goes to the server, which answers 404 with its own detail.
+        const id = key?.id ?? ref;
+        // The key in use is "bk_<prefix>_<secret>": revoking it locks this CLI out at once.
+        const token = ctx.target().token;
+        if (key && token && token.startsWith(`${key.key_prefix}_`) && !ctx.opts.yes) {
+          throw new CliError(
+            EXIT.usage,
+            'confirmation needed',
+            `${key.name} (${key.key_prefix}) is the key this command is using; revoking it logs this CLI out`,
+            `add --yes to revoke it anyway: \`burrow keys revoke ${ref} --yes\``,
+          );
         }
         const res = await client.delete<object>(`/keys/${encodeURIComponent(id)}`, { hints: { 404: 'no such key of yours; `burrow keys list` lists them' } });
         if (ctx.json) return printJson(res);

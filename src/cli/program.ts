@@ -2,14 +2,14 @@
 // failure becomes one `error:` line + a `hint:` line on stderr and an exit code from errors.ts.
 import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
-import { addGlobalOptions, examples } from './common.js';
+import { act, addGlobalOptions, examples } from './common.js';
 import { registerCompletion } from './completion.js';
 import { registerContext } from './context.js';
 import { CliError, EXIT } from './errors.js';
 import { registerExpose } from './expose.js';
 import { registerKeys } from './keys.js';
 import { registerLogin } from './login.js';
-import { err } from './output.js';
+import { err, out, printJson } from './output.js';
 import { registerProfile } from './profile.js';
 import { registerSessions } from './sessions.js';
 import { registerTeams } from './teams.js';
@@ -22,6 +22,22 @@ function version(): string {
   } catch {
     return 'unknown';
   }
+}
+
+function printVersion(json: boolean): void {
+  if (json) printJson({ version: version(), node: process.versions.node });
+  else out.line(version());
+}
+
+/** `burrow version` (the word people type first) next to commander's --version. */
+function registerVersion(program: Command): void {
+  examples(
+    program
+      .command('version')
+      .description('print the burrow version (--json: {version, node})')
+      .action(act((ctx) => printVersion(ctx.json))),
+    ['burrow version', 'burrow --version --json'],
+  );
 }
 
 export function buildProgram(): Command {
@@ -53,6 +69,7 @@ export function buildProgram(): Command {
   registerSessions(program);
   registerContext(program);
   registerCompletion(program);
+  registerVersion(program);
   return program;
 }
 
@@ -84,6 +101,12 @@ export async function main(argv = process.argv): Promise<void> {
     if (e.code === 'EPIPE') process.exit(process.exitCode ?? 0);
     throw e;
   });
+  // commander's --version prints plain text only; `burrow --version --json` gives the JSON too.
+  const words = argv.slice(2).filter((a) => a !== '--json');
+  if (words.length === 1 && (words[0] === '--version' || words[0] === '-V')) {
+    printVersion(argv.includes('--json'));
+    return;
+  }
   const program = buildProgram();
   try {
     await program.parseAsync(argv);

@@ -18,7 +18,14 @@ export async function resolveTeam(client: ApiClient, ref: string): Promise<Team>
   } catch (e) {
     // A tunnels-only key (CI) may bind a tunnel to a team but not list teams.
     if (e instanceof CliError && e.status === 403) {
-      throw new CliError(EXIT.auth, 'team id needed', `this key cannot look teams up by name ("${ref}")`, 'pass the team id (`burrow teams list` with a management key shows it)', 403);
+      // Listing teams needs the management scope on the server; no other route names teams.
+      throw new CliError(
+        EXIT.auth,
+        'team id needed',
+        `"${ref}" is not a team id, and this key cannot look teams up by name: listing teams needs a key with the management scope`,
+        'pass the team id (`burrow teams list` with a management key shows it), or use a key with the management scope',
+        403,
+      );
     }
     throw e;
   }

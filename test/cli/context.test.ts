@@ -101,9 +101,14 @@ test('precedence for the server: --server flag > BURROW_SERVER > context file; -
 });
 
 test("a context's key is not sent to a server named by flag or env", async () => {
-  const r = await burrow({ ...c, env: { BURROW_SERVER: deadUrl } }, ['whoami']);
-  assert.is(r.code, 3);
+  // The "dead" context's key, with a live server named by env: not sent, so "not logged in".
+  const r = await burrow({ ...c, env: { BURROW_SERVER: srv.url } }, ['whoami', '--context', 'dead']);
+  assert.is(r.code, 3, r.stderr);
   assert.match(r.stderr, /^error: not logged in: no API key for http:\/\/127\.0\.0\.1:\d+/m);
+  // A server that does not answer says so (exit 6), key or not.
+  const dead = await burrow({ ...c, env: { BURROW_SERVER: deadUrl } }, ['whoami']);
+  assert.is(dead.code, 6, dead.stderr);
+  assert.match(dead.stderr, /^error: server unreachable: /m);
 });
 
 test('context use / current (human and --json); unknown names exit 4 (use) or 2 (--context)', async () => {
@@ -130,7 +135,7 @@ test('context delete (human and --json); deleting the current one leaves none cu
   assert.is(JSON.parse(j.stdout).name, 'local');
   const l = await burrow(c, ['context', 'list']);
   assert.match(l.stderr, /no contexts/);
-  const who = await burrow(c, ['whoami']);
+  const who = await burrow(c, ['whoami', '--server', srv.url]);
   assert.is(who.code, 3);
   assert.match(who.stderr, /^hint: run `burrow login`/m);
   assert.is((await burrow(c, ['context', 'delete', 'local'])).code, 4);

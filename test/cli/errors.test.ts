@@ -61,4 +61,37 @@ test('--json on an error prints nothing on stdout', async () => {
   assert.is(r.stdout, '');
 });
 
+test('--server: nothing listening → exit 6 naming the URL, even without a key; no scheme → exit 2', async () => {
+  // No key anywhere: a mistyped address must still say "unreachable", not "not logged in".
+  const dead = await burrow(c, ['keys', 'list', '--server', deadUrl]);
+  assert.is(dead.code, 6, dead.stderr);
+  assert.match(dead.stderr, new RegExp(`^error: server unreachable: cannot connect to ${deadUrl}`, 'm'));
+  // A live server without a key is still "not logged in" (exit 3).
+  const live = await burrow(c, ['keys', 'list', '--server', srv.url]);
+  assert.is(live.code, 3, live.stderr);
+  assert.match(live.stderr, /^error: not logged in: /m);
+  const host = `localhost:${new URL(srv.url).port}`;
+  for (const [server, why] of [[host, /has scheme "localhost", not http or https/], [new URL(srv.url).host, /is not a URL/], ['ftp://127.0.0.1:1', /has scheme "ftp", not http or https/], ['::nonsense', /is not a URL/]] as const) {
+    const r = await burrow(c, ['keys', 'list', '--server', server]);
+    assert.is(r.code, 2, `${server}: ${r.stderr}`);
+    assert.match(r.stderr, new RegExp(`^error: invalid server: --server "${server.replace(/[.:/]/g, '\\$&')}" `, 'm'));
+    assert.match(r.stderr, why);
+    assert.match(r.stderr, /^hint: give it with its scheme, e.g. http:\/\//m);
+    assert.not.match(r.stderr, /localhost:\/\/|not logged in/);
+  }
+  const env = await burrow({ ...c, env: { BURROW_SERVER: host, BURROW_TOKEN: memberKey } }, ['keys', 'list']);
+  assert.is(env.code, 2);
+  assert.match(env.stderr, /^error: invalid server: BURROW_SERVER "/m);
+});
+
+test('403 details say the operation in words, not its operation id', async () => {
+  const tunnelsKey = await createKeyFor(srv, (await createUser(srv, { email: 'ci@example.test' })).id, { scopes: ['tunnels'] });
+  const r = await burrow({ ...c, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: tunnelsKey } }, ['keys', 'list']);
+  assert.is(r.code, 3);
+  assert.match(r.stderr, /^error: Forbidden: listing keys needs a key with the management scope; this key has tunnels$/m);
+  const admin = await burrow({ ...c, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: memberKey } }, ['users', 'list']);
+  assert.match(admin.stderr, /^error: Forbidden: listing users needs the admin role$/m);
+  assert.not.match(r.stderr + admin.stderr, /List_/);
+});
+
 test.run();

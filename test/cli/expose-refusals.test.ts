@@ -75,6 +75,7 @@ test('bad key → exit 3; a key without the tunnels scope → exit 3; closed por
   const teamName = await burrow(bob, ['http', String(webPort), '--team', 'web']);
   assert.is(teamName.code, 3);
   assert.match(teamName.stderr, /^error: team id needed: .*\nhint: pass the team id/m);
+  assert.match(teamName.stderr, /listing teams needs a key with the management scope/);
 });
 
 test('deleting the tunnel through the API ends the client with a non-zero exit and says why', async () => {

@@ -1,7 +1,7 @@
 // --help on every command (examples included, walked from the command tree itself so a new
 // command cannot skip them) and the shell completion scripts.
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Command } from 'commander';
 import { test } from 'uvu';
@@ -64,6 +64,20 @@ test('burrow --help (real binary): exit 0, global options, exit code table; --ve
   const v = await burrow(c, ['--version']);
   assert.is(v.code, 0);
   assert.match(v.stdout, /^\d+\.\d+\.\d+\n$/);
+});
+
+test('burrow version and --version print the package.json version; --json gives {version, node}', async () => {
+  const { version } = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
+  for (const args of [['version'], ['--version'], ['-V']]) {
+    const r = await burrow(c, args);
+    assert.is(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
+    assert.is(r.stdout, `${version}\n`);
+  }
+  for (const args of [['version', '--json'], ['--version', '--json'], ['--json', '--version']]) {
+    const r = await burrow(c, args);
+    assert.is(r.code, 0, `${args.join(' ')}: ${r.stderr}`);
+    assert.equal(JSON.parse(r.stdout), { version, node: process.versions.node });
+  }
 });
 
 test('completion bash: valid syntax, and completes subcommands and options', async () => {

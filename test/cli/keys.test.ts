@@ -78,7 +78,7 @@ test('keys list: table with prefix, name, scopes, created, expires, status; --js
 test('keys revoke: by name, by id prefix, --json prints {}; unknown → exit 4', async () => {
   const list = JSON.parse((await burrow(member, ['keys', 'list', '--json'])).stdout) as { id: string; name: string }[];
   const ci = list.find((k) => k.name === 'ci')!;
-  const r = await burrow(member, ['keys', 'revoke', ci.id.slice(0, 6)]);
+  const r = await burrow(member, ['keys', 'revoke', ci.id.slice(0, 8)]);
   assert.is(r.code, 0, r.stderr);
   assert.match(r.stdout, new RegExp(`revoked key ${ci.id}`));
   const j = await burrow(member, ['keys', 'revoke', 'deploy', '--json']);
@@ -100,14 +100,42 @@ test('keys revoke with an ambiguous id prefix is a usage error naming the candid
   await srv.sql`insert into api_keys (id, user_id, name, key_prefix, key_hash, scopes) values
     ('abcdef00-0000-4000-8000-000000000001', ${me.id}, 'twin1', 'bk_twin00000001', 'x', ${srv.sql.array(['tunnels'])}),
     ('abcdef00-0000-4000-8000-000000000002', ${me.id}, 'twin2', 'bk_twin00000002', 'x', ${srv.sql.array(['tunnels'])})`;
-  const r = await burrow(member, ['keys', 'revoke', 'abcdef']);
+  const r = await burrow(member, ['keys', 'revoke', 'abcdef00']);
   assert.is(r.code, 2);
-  assert.match(r.stderr, /^error: ambiguous key: "abcdef" matches abcdef00-\S+, abcdef00-\S+$/m);
+  assert.match(r.stderr, /^error: ambiguous key: "abcdef00" matches abcdef00-\S+, abcdef00-\S+$/m);
   assert.match(r.stderr, /000000000001/);
   assert.match(r.stderr, /000000000002/);
   const ok = await burrow(member, ['keys', 'revoke', 'bk_twin00000002']);
   assert.is(ok.code, 0, ok.stderr);
   assert.match(ok.stdout, /revoked key abcdef00-0000-4000-8000-000000000002/);
+});
+
+test('keys revoke: an id prefix under 8 characters is a usage error; nothing is revoked', async () => {
+  await burrow(member, ['keys', 'create', 'short']);
+  const before = JSON.parse((await burrow(member, ['keys', 'list', '--json'])).stdout) as { id: string; name: string }[];
+  const short = before.find((k) => k.name === 'short')!;
+  for (const ref of [short.id.slice(0, 1), short.id.slice(0, 7)]) {
+    const r = await burrow(member, ['keys', 'revoke', ref]);
+    assert.is(r.code, 2, r.stderr);
+    assert.match(r.stderr, /^error: key id prefix too short: .*at least 8 characters/m);
+  }
+  const after = JSON.parse((await burrow(member, ['keys', 'list', '--json'])).stdout) as { id: string; revoked_at: string | null }[];
+  assert.equal(after.map((k) => k.id).sort(), before.map((k) => k.id).sort());
+  assert.ok(after.every((k) => k.revoked_at === null));
+  assert.is((await burrow(member, ['keys', 'revoke', short.id.slice(0, 8)])).code, 0);
+});
+
+test('keys revoke of the key the CLI is using needs --yes (exit 2 without it)', async () => {
+  const key = (await burrow(member, ['keys', 'create', 'self'])).stdout.trim();
+  const self: CliEnv = { ...member, env: { ...member.env, BURROW_TOKEN: key } };
+  const r = await burrow(self, ['keys', 'revoke', 'self']);
+  assert.is(r.code, 2, r.stderr);
+  assert.match(r.stderr, /^error: confirmation needed: self \(bk_\w{12}\) is the key this command is using/m);
+  assert.match(r.stderr, /^hint: add --yes /m);
+  assert.is((await burrow(self, ['whoami'])).code, 0);
+  const yes = await burrow(self, ['keys', 'revoke', 'self', '--yes']);
+  assert.is(yes.code, 0, yes.stderr);
+  assert.is((await burrow(self, ['whoami'])).code, 3);
 });
 
 test('keys create --user (admins): a key for that user by email or id, which answers whoami as them', async () => {
