@@ -85,9 +85,12 @@ test('completion bash: valid syntax, and completes subcommands and options', asy
   assert.is(r.code, 0);
   const file = join(home.dir, 'burrow.bash');
   writeFileSync(file, r.stdout);
-  execFileSync('bash', ['-n', file]);
+  // stdin from /dev/null and --norc: bash reads ~/.bashrc when its stdin is a socket (it takes
+  // itself for an sshd session), and a user's rc file may block (a pyenv rehash lock did here).
+  const quiet = { stdio: ['ignore', 'pipe', 'pipe'] as ['ignore', 'pipe', 'pipe'] };
+  execFileSync('bash', ['--norc', '-n', file], quiet);
   const complete = (words: string[]) =>
-    execFileSync('bash', ['-c', `source '${file}'; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; _burrow; echo "\${COMPREPLY[@]}"`])
+    execFileSync('bash', ['--norc', '-c', `source '${file}'; COMP_WORDS=(${words.map((w) => `'${w}'`).join(' ')}); COMP_CWORD=${words.length - 1}; _burrow; echo "\${COMPREPLY[@]}"`], quiet)
       .toString()
       .trim()
       .split(/\s+/);
