@@ -120,6 +120,11 @@ export class WsClient extends EventEmitter<WsClientEvents> {
     setImmediate(this.uncork);
   }
 
+  /** The connection ended (a close frame either way, or the socket went). */
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
   get bufferedBytes(): number {
     return this.socket.writableLength;
   }
