@@ -43,7 +43,9 @@ interface RawResult {
  */
 function raw(method: string, path: string, headers: Record<string, string>, chunks: Buffer[]): Promise<RawResult> {
   const done = new Promise<RawResult>((resolve, reject) => {
+    let answered = false;
     const req = http.request(`${t.url}${path}`, { method, headers, agent: false }, (res) => {
+      answered = true;
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (d) => (body += d));
@@ -52,7 +54,9 @@ function raw(method: string, path: string, headers: Record<string, string>, chun
     });
     // Writing into a connection the server closed after answering: the answer still arrives.
     req.on('error', (err) => setTimeout(() => reject(err), 1_000));
+    // As RFC 9112 §9.5 asks of a client: stop sending a body once an answer has come.
     const write = (i: number) => {
+      if (answered) return;
       if (i === chunks.length) return req.end();
       req.write(chunks[i], () => setImmediate(() => write(i + 1)));
     };
