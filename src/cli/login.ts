@@ -8,7 +8,7 @@ import { fetch } from 'undici';
 import { htmlPage } from '../auth/oauth/pages.js';
 import { ApiClient, unreachable } from './client.js';
 import { act, examples, type ActionContext } from './common.js';
-import { loadConfig, normalizeServer, sameServer, setContextToken } from './config.js';
+import { checkServerUrl, loadConfig, normalizeServer, sameServer, setContextToken } from './config.js';
 import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import { err, formatTime, out, printJson, tokenPrefix } from './output.js';
 import type { ApiKey, CreatedKey, User } from './types.js';
@@ -225,15 +225,7 @@ function loginServer(ctx: ActionContext<LoginOptions>): string {
     if (!server) {
       throw new CliError(EXIT.usage, 'unknown context', `no context named "${name}"`, `pass --server URL to create it with this login: \`burrow login --context ${name} --server URL\``);
     }
-    let u: URL | null = null;
-    try {
-      u = new URL(server);
-    } catch {
-      u = null;
-    }
-    if (!u || (u.protocol !== 'http:' && u.protocol !== 'https:')) {
-      throw new CliError(EXIT.usage, 'invalid server', `"${server}" is not an http(s) URL`, 'give it as http://host:port or https://host');
-    }
+    checkServerUrl(server, ctx.opts.server ? '--server' : 'BURROW_SERVER');
     return normalizeServer(server);
   }
   return normalizeServer(ctx.target().server);
