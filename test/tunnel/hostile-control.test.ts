@@ -286,7 +286,9 @@ function frames(run: number): fc.Arbitrary<unknown> {
     or(fc.nat()).map((n) => [F.Ping, n]),
     or(fc.nat()).map((n) => [F.Pong, n]),
     fc.tuple(sid, tunnelId).map(([s, t]) => [F.StreamOpen, s, t, { kind: 'tcp', remote: 'x' }]),
-    fc.constantFrom(F.Welcome, F.Opened, F.Refused, F.Closed, F.Fatal).map((t) => [t, { code: 'deleted', message: 'm', permanent: true }]),
+    fc.constantFrom(F.Welcome, F.Opened, F.Refused, F.Closed, F.Fatal, F.GoAway).map((t) => [t, { code: 'deleted', message: 'm', permanent: true }]),
+    // A well-formed GoAway is still the server's frame alone.
+    or(fc.nat()).map((ms) => [F.GoAway, { timeoutMs: ms }]),
     fc.tuple(fc.integer({ min: -3, max: 40 }), weird).map(([t, x]) => [t, x, x]),
     weird,
   );
