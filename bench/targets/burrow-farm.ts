@@ -1,6 +1,6 @@
 // Many idle burrow tunnels from one process, for the idle scenario (one CLI process per
 // tunnel would cost gigabytes of client memory at 10k). Uses the same client library the CLI
-// uses (src/tunnel/client.ts); each TunnelClient is its own control connection, as each
+// uses (src/client/tunnel-client.ts); each TunnelClient is its own control connection, as each
 // `burrow http` would be.
 //   node burrow-farm.js <repoRoot> <serverUrl> <token> <originPort> <count>
 // Prints "registered N" as tunnels come up, "failed <reason>" on the first failure, and

@@ -2,7 +2,7 @@ import { jsonReply, problemReply, route, type RequestData } from '../http/uws.js
 import { ApiError } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
 import type { DataPlaneCounts } from '../protocol/tunnel-messages.js';
-import type { ShardContext } from '../workers/shard-context.js';
+import type { ShardContext } from '../edge/shard-context.js';
 import { openApiDocument } from './openapi.js';
 import { API_PREFIX } from './route.js';
 import { ping } from '../db/sql.js';

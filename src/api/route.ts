@@ -2,7 +2,7 @@ import type { TObject, TSchema } from '@sinclair/typebox';
 import type { ProblemCode } from '../errors.js';
 import type { ScopeRequirement } from '../auth/scopes.js';
 import type { Principal } from '../protocol/messages.js';
-import type { ShardContext } from '../workers/shard-context.js';
+import type { ShardContext } from '../edge/shard-context.js';
 
 /** What a handler receives: never a uWS object, always validated input. */
 export interface ApiCall<Body = unknown, Query = unknown> {

@@ -11,7 +11,7 @@ import { scopeAllows } from '../auth/scopes.js';
 import { ApiError, unavailableError } from '../errors.js';
 import { isDatabaseDown } from '../db/sql.js';
 import { jsonReply, problemReply, route, type RequestData } from '../http/uws.js';
-import type { ShardContext } from '../workers/shard-context.js';
+import type { ShardContext } from '../edge/shard-context.js';
 
 // The route table: every operation with the scope and role it needs. Who may do what is
 // read here (and in each resource file's table), never buried in handlers.

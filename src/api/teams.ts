@@ -6,7 +6,7 @@ import { getUser } from '../db/users.js';
 import { uniqueViolation } from '../db/sql.js';
 import { ApiError } from '../errors.js';
 import type { Principal } from '../protocol/messages.js';
-import type { ShardContext } from '../workers/shard-context.js';
+import type { ShardContext } from '../edge/shard-context.js';
 
 const CLOSE_TIMEOUT_MS = 10_000;
 

@@ -1,4 +1,4 @@
-import type { ShardContext } from '../workers/shard-context.js';
+import type { ShardContext } from '../edge/shard-context.js';
 import type { CreatedKey } from '../api/schemas.js';
 import type { Scope } from './scopes.js';
 import { generateKey } from './key-format.js';

@@ -8,7 +8,7 @@ import { resolveTeam } from './teams.js';
 import type { User } from './types.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
-// the tunnel client library (src/tunnel/client.ts) and show what passes through it.
+// the tunnel client library (src/client/tunnel-client.ts) and show what passes through it.
 
 export interface LocalTarget {
   host: string;
@@ -88,7 +88,7 @@ function exposeAction(type: 'http' | 'tcp') {
     const teamId = ctx.opts.team ? (UUID_RE.test(ctx.opts.team) ? ctx.opts.team : (await resolveTeam(api, ctx.opts.team)).id) : undefined;
 
     // Loaded here so management commands do not pay for the tunnel code at start-up.
-    const { TunnelClient, TunnelRefused } = await import('../tunnel/client.js');
+    const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
     const screen = new ExposeScreen(
       { type, url: null, local: `${type}://${local.host.includes(':') ? `[${local.host}]` : local.host}:${local.port}`, account: null, state: 'connecting', stateDetail: null },
       { quiet: Boolean(ctx.opts.quiet), json: ctx.json },

@@ -1,6 +1,6 @@
 // RFC 6455 framing, the one codec behind both raw-socket WebSocket ends: the tunnel client's
-// control socket (tunnel/ws-client.ts) and the edge's relay of a visitor's WebSocket to the
-// local service (tunnel/upgrade.ts). Both of those are the *client* side of the framing (they
+// control socket (client/ws-client.ts) and the edge's relay of a visitor's WebSocket to the
+// local service (edge/upgrade.ts). Both of those are the *client* side of the framing (they
 // receive unmasked server frames and send masked ones), but the decoder takes the expected
 // masking as a parameter so either side can use it.
 //

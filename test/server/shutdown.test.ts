@@ -4,7 +4,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
-import { TunnelClient } from '../../src/tunnel/client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { F, FrameError, decodeFrame, encodeFrame } from '../../src/protocol/frames.js';
 import { listen, once, visit, sleep, type Local } from '../tunnel/helpers.js';
 

@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import http from 'node:http';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, eventually, withDeadline } from '../helpers/fixtures.js';
-import { TunnelClient } from '../../src/tunnel/client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, visit, sleep, type Local } from './helpers.js';
 
 // A shard that crashes takes its control connections with it: the tunnel's session is

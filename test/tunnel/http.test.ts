@@ -5,7 +5,7 @@ import net from 'node:net';
 import { createHash, randomBytes } from 'node:crypto';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
-import { TunnelClient } from '../../src/tunnel/client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, visit, sleep, type Local } from './helpers.js';
 
 // HTTP tunnels end to end: real burrowd (2 shards, so about half the visitor connections

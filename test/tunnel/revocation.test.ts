@@ -3,10 +3,10 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { keyPrefixOf } from '../../src/auth/key-format.js';
-import { WsClient, WsRefused } from '../../src/tunnel/ws-client.js';
+import { WsClient, WsRefused } from '../../src/client/ws-client.js';
 import { F, MAX_FRAME_BYTES } from '../../src/protocol/frames.js';
 import { rawPeer, refusalIn, type RawPeer } from './raw-peer.js';
-import { TunnelClient } from '../../src/tunnel/client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { once } from './helpers.js';
 
 // Losing the right to tunnel reaches live control connections before the API call that

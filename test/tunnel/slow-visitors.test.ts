@@ -4,7 +4,7 @@ import http from 'node:http';
 import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/deadline.js';
-import { TunnelClient } from '../../src/tunnel/client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, visit, type Local } from './helpers.js';
 
 // Slow visitors slow only themselves: hundreds of uploads that send their headers and part of

@@ -5,7 +5,7 @@ import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { startDatabase, type TestDatabase } from '../helpers/database.js';
 import { api, eventually, withDeadline } from '../helpers/fixtures.js';
-import { TunnelClient } from '../../src/tunnel/client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, visit, sleep, type Local } from './helpers.js';
 
 // Counters: what visitors send and receive shows up in /tunnels (live) and /sessions (the

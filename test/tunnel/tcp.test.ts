@@ -5,7 +5,7 @@ import { createHash, randomBytes } from 'node:crypto';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { api } from '../helpers/fixtures.js';
-import { TunnelClient, TunnelRefused } from '../../src/tunnel/client.js';
+import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
 import { listen, once, type Local } from './helpers.js';
 
 // TCP tunnels: a public port of --tcp-port-range on the owning shard, byte-exact relay both

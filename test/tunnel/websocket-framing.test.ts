@@ -4,8 +4,8 @@ import net from 'node:net';
 import { createHash } from 'node:crypto';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
-import { TunnelClient } from '../../src/tunnel/client.js';
-import { WsClient } from '../../src/tunnel/ws-client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
+import { WsClient } from '../../src/client/ws-client.js';
 import { WS_OP, encodeClosePayload, encodeWsFrame } from '../../src/protocol/ws-frames.js';
 
 // A local service that breaks RFC 6455 framing after its 101: the edge's relay must fail the

@@ -1,5 +1,5 @@
 import * as client from 'openid-client';
-import type { ShardContext } from '../../workers/shard-context.js';
+import type { ShardContext } from '../../edge/shard-context.js';
 import type { Config } from '../../config.js';
 import { route, type RequestData, type Reply } from '../../http/uws.js';
 import { ApiError } from '../../errors.js';

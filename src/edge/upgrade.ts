@@ -2,7 +2,7 @@ import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '
 import { remoteIp } from '../http/uws.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, parseClosePayload } from '../protocol/ws-frames.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
-import { invalidResponseHead, requestHeaders } from './headers.js';
+import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
 import { HttpVisitor, type OpenUpstream } from './ingress.js';
 import type { Downstream, Upstream } from './stream.js';
 

@@ -11,8 +11,8 @@ import {
   HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
-import type { StreamCarrier, TunnelActor, TunnelStream } from '../actors/tunnel.js';
-import type { ShardContext } from '../workers/shard-context.js';
+import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
+import type { ShardContext } from './shard-context.js';
 
 // The control WebSocket `GET /tunnel/v1/connect` (one per `burrow` client).
 //

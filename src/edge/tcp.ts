@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { ApiError } from '../errors.js';
 import { INITIAL_WINDOW_BYTES, type ResetCode, type ResponseHead } from '../protocol/frames.js';
-import type { TunnelActor } from '../actors/tunnel.js';
+import type { TunnelActor } from './tunnel.js';
 import type { Downstream, Upstream } from './stream.js';
 
 // TCP tunnels: the owning shard listens on the tunnel's public port (a port of

@@ -9,13 +9,13 @@ import { createLogger } from '../log.js';
 import { Authenticator } from '../auth/authenticate.js';
 import { installApi } from '../api/router.js';
 import { installHealth } from '../api/health.js';
-import { installTunnels } from '../tunnel/shard.js';
+import { installTunnels } from './shard.js';
 import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from './shard-context.js';
 import type { Config } from '../config.js';
 
 //   main thread ◀──Mailbox(parentPort)──▶ this shard: one uWS App on the shared port
-//   other shards ◀──mesh MessagePorts──▶ tunnel data plane (tunnel/shard.ts)
+//   other shards ◀──mesh MessagePorts──▶ tunnel data plane (edge/shard.ts)
 //
 // Thread entry of a shard worker: builds the shard's context, installs the API, health,
 // OAuth and tunnel routes, listens, then reports `ready` with the port.

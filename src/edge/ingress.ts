@@ -3,14 +3,14 @@ import type { ProblemCode } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
 import { remoteIp, statusLine, wantsClose, writeProblem } from '../http/uws.js';
 import { INITIAL_WINDOW_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
-import { invalidResponseHead, requestHeaders } from './headers.js';
+import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { VisitorLimit } from './visitor-limit.js';
 
 // Public HTTP ingress: a visitor request for <id>.<domain> on this shard's uWS app.
 //
 //   uWS res/req ─▶ HttpVisitor ─Upstream─▶ TunnelStream (tunnel on this shard)
-//                                      └─▶ MeshUpstream (tunnel on another shard, tunnel/mesh.ts)
+//                                      └─▶ MeshUpstream (tunnel on another shard, edge/mesh.ts)
 //
 // uWS rules kept here: `req` is read synchronously; nothing touches `res` after onAborted or
 // after the response ended; every write goes through res.cork (one syscall for head and body),

@@ -1,11 +1,11 @@
 import type { MessagePort } from 'node:worker_threads';
 import type net from 'node:net';
-import type { ShardContext } from '../workers/shard-context.js';
+import type { ShardContext } from './shard-context.js';
 import { writeProblem, type HostDispatch } from '../http/uws.js';
 import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
 import { F, HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever, unavailableError } from '../errors.js';
-import { TunnelActor } from '../actors/tunnel.js';
+import { TunnelActor } from './tunnel.js';
 import { ControlConnection, installControlRoute, type ControlHost } from './control.js';
 import { serveVisitor, type HttpVisitor } from './ingress.js';
 import { Mesh } from './mesh.js';

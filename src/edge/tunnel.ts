@@ -1,10 +1,10 @@
 import { CREDIT_BATCH_BYTES, INITIAL_WINDOW_BYTES, type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
-import type { Downstream, Upstream } from '../tunnel/stream.js';
+import type { Downstream, Upstream } from './stream.js';
 
 // TunnelActor: one registered tunnel, living on the shard that holds its control connection.
 // It owns the tunnel's streams and counters. Everything runs on the shard's event loop, so
-// its state needs no locks; other shards reach it only through mesh messages (tunnel/mesh.ts).
+// its state needs no locks; other shards reach it only through mesh messages (edge/mesh.ts).
 //
 //   visitor adapter ─Upstream─▶ TunnelStream ─frames─▶ control connection ─▶ client
 //                  ◀Downstream─ TunnelStream ◀frames── control connection ◀── client

@@ -8,7 +8,7 @@ import {
   RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrameHead,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type ResetCode, type TcpHead,
 } from '../protocol/frames.js';
-import { responseHeaders } from './headers.js';
+import { responseHeaders } from '../protocol/http-headers.js';
 import { WsClient, WsRefused } from './ws-client.js';
 
 // The client half of the tunnel protocol (used by `burrow http|tcp`, src/cli/).
