@@ -1,6 +1,5 @@
 // The command tree and the top-level error handling of `burrow` (main.ts only runs it). Every
 // failure becomes one `error:` line + a `hint:` line on stderr and an exit code from errors.ts.
-import { readFileSync } from 'node:fs';
 import { Command, CommanderError } from 'commander';
 import { act, addGlobalOptions, examples } from './common.js';
 import { registerCompletion } from './completion.js';
@@ -15,14 +14,9 @@ import { registerSessions } from './sessions.js';
 import { registerTeams } from './teams.js';
 import { registerTunnels } from './tunnels.js';
 import { registerUsers } from './users.js';
+import { burrowVersion } from '../version.js';
 
-function version(): string {
-  try {
-    return (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
-  } catch {
-    return 'unknown';
-  }
-}
+const version = burrowVersion;
 
 function printVersion(json: boolean): void {
   if (json) printJson({ version: version(), node: process.versions.node });

@@ -1,0 +1,356 @@
+import { readFileSync } from 'node:fs';
+import http, { type IncomingMessage, type ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
+import { burrowVersion } from '../../version.js';
+import type { TunnelObserver } from '../observer.js';
+import { harChunks } from './har.js';
+import { parseEdits, replay, ReplayError, type ReplayTarget } from './replay.js';
+import { CaptureStore, type CaptureSummary } from './store.js';
+
+// The request inspector's local web server (`burrow http`, `burrow start`): the page, its JSON
+// API, server-sent events for the live list, replay and HAR export.
+//
+//   tunnel client ──TunnelObserver──▶ CaptureStore ──added/updated──▶ GET /api/events (SSE) ──▶ page
+//   GET /api/requests, /api/requests/{id}, /api/requests.har      read the store
+//   POST /api/requests/{id}/replay ──▶ replay.ts ──▶ local service; recorded as a new capture
+//
+// It binds loopback unless told otherwise, and answers only requests whose Host is an IP
+// literal or a localhost name: a page on another site that rebinds its DNS name to 127.0.0.1
+// would otherwise read the API as same-origin. Nothing sends CORS headers, and a POST from
+// another origin is refused, so another site can neither read captures nor trigger replays.
+
+export const DEFAULT_INSPECT_HOST = '127.0.0.1';
+export const DEFAULT_INSPECT_PORT = 4040;
+/** Ports tried from the base when the default address is taken (4040, 4041, …). */
+export const INSPECT_PORT_TRIES = 10;
+
+const MAX_SSE_CLIENTS = 16;
+/** A live-list client this far behind is dropped (it reconnects and gets a fresh snapshot). */
+const MAX_SSE_BACKLOG_BYTES = 1024 * 1024;
+const SSE_KEEPALIVE_MS = 15_000;
+const MAX_API_BODY_BYTES = 2 * 1024 * 1024;
+const MAX_CONCURRENT_REPLAYS = 8;
+
+export interface InspectAddress {
+  host: string;
+  port: number;
+}
+
+/** "4040", "127.0.0.1:4040", "localhost:4040", "0.0.0.0:4040", "[::1]:4040" → host and port. */
+export function parseInspectAddress(v: string): InspectAddress {
+  const s = v.trim();
+  const port = (p: string): number => {
+    const n = Number(p);
+    if (!/^\d+$/.test(p) || n < 1 || n > 65535) throw new Error(`expected a port (4040) or host:port (127.0.0.1:4040), got "${v}"`);
+    return n;
+  };
+  if (/^\d+$/.test(s)) return { host: DEFAULT_INSPECT_HOST, port: port(s) };
+  const v6 = /^\[([0-9a-f:.]+)\]:(\d+)$/i.exec(s);
+  if (v6 && isIP(v6[1]!) === 6) return { host: v6[1]!, port: port(v6[2]!) };
+  const hp = /^([A-Za-z0-9.-]+):(\d+)$/.exec(s);
+  if (hp) return { host: hp[1]!, port: port(hp[2]!) };
+  throw new Error(`expected a port (4040) or host:port (127.0.0.1:4040), got "${v}"`);
+}
+
+/** Loopback names and addresses (anything else exposes the inspector to the network). */
+export function isLoopbackHost(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\./.test(host);
+}
+
+/**
+ * DNS-rebinding guard: the Host a browser sends is the name in its address bar. A name other
+ * than an IP literal or localhost may have been pointed at this machine by someone else.
+ */
+export function hostAllowed(hostHeader: string | undefined): boolean {
+  if (!hostHeader) return false;
+  let name: string;
+  if (hostHeader.startsWith('[')) {
+    const end = hostHeader.indexOf(']');
+    if (end < 0) return false;
+    name = hostHeader.slice(1, end);
+    return isIP(name) === 6 && /^(:\d{1,5})?$/.test(hostHeader.slice(end + 1));
+  }
+  const m = /^([^:]+)(:\d{1,5})?$/.exec(hostHeader);
+  if (!m) return false;
+  name = m[1]!.toLowerCase();
+  return isIP(name) === 4 || name === 'localhost' || name.endsWith('.localhost');
+}
+
+export class InspectorListenError extends Error {}
+
+export interface InspectorOptions {
+  /** An address the user asked for (--inspect): that one or an error. */
+  address?: InspectAddress;
+  /** Without `address`: 127.0.0.1 from this port up (INSPECT_PORT_TRIES ports); 4040 unless set. */
+  basePort?: number;
+  store?: CaptureStore;
+}
+
+export interface Inspector {
+  /** http://host:port of the page */
+  url: string;
+  store: CaptureStore;
+  /** The observer to give tunnel `tunnel`'s client; replays of its requests go to `target`. */
+  observer(tunnel: string, target: ReplayTarget): TunnelObserver;
+  close(): Promise<void>;
+}
+
+let page: Buffer | null = null;
+function pageHtml(): Buffer {
+  // dist/src/client/inspector/server.js → the package root → the one static page (kept as HTML
+  // so it stays a plain file to read and edit; tsc does not copy it).
+  page ??= readFileSync(new URL('../../../../src/client/inspector/page.html', import.meta.url));
+  return page;
+}
+
+const SECURITY_HEADERS = {
+  'x-content-type-options': 'nosniff',
+  'x-frame-options': 'DENY',
+  'referrer-policy': 'no-referrer',
+  'cache-control': 'no-store',
+};
+
+function problem(res: ServerResponse, status: number, title: string, detail: string, extra: Record<string, string> = {}): void {
+  if (res.headersSent) return void res.destroy();
+  res.writeHead(status, { ...SECURITY_HEADERS, ...extra, 'content-type': 'application/problem+json' });
+  res.end(JSON.stringify({ type: 'about:blank', title, status, detail }));
+}
+
+function json(res: ServerResponse, status: number, value: unknown): void {
+  res.writeHead(status, { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' });
+  res.end(JSON.stringify(value));
+}
+
+/** Writes chunks with backpressure (the API's lists may be ~100 MiB). */
+async function stream(res: ServerResponse, chunks: Iterable<string>): Promise<void> {
+  for (const c of chunks) {
+    if (res.destroyed) return;
+    if (!res.write(c)) await new Promise<void>((resolve) => { res.once('drain', resolve); res.once('close', resolve); });
+  }
+  res.end();
+}
+
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    req.on('data', (c: Buffer) => {
+      n += c.length;
+      if (n > limit) {
+        reject(new ReplayError(413, `the request body may be at most ${limit / 1024 / 1024} MiB`));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+/** Another site's page may POST here (forms need no CORS): only our own origin may. */
+function crossOrigin(req: IncomingMessage): string | null {
+  const site = req.headers['sec-fetch-site'];
+  if (site && site !== 'same-origin' && site !== 'none') return `Sec-Fetch-Site: ${site}`;
+  const origin = req.headers.origin;
+  if (origin !== undefined && origin !== `http://${req.headers.host}`) return `Origin: ${origin}`;
+  return null;
+}
+
+class InspectorServer {
+  private readonly sse = new Set<ServerResponse>();
+  private readonly targets = new Map<string, ReplayTarget>();
+  private replays = 0;
+  private readonly keepalive: NodeJS.Timeout;
+
+  constructor(readonly store: CaptureStore) {
+    const send = (event: string) => (s: CaptureSummary) => this.broadcast(`event: ${event}\ndata: ${JSON.stringify(s)}\n\n`);
+    store.on('added', send('added'));
+    store.on('updated', send('updated'));
+    this.keepalive = setInterval(() => this.broadcast(': keepalive\n\n'), SSE_KEEPALIVE_MS);
+    this.keepalive.unref();
+  }
+
+  setTarget(tunnel: string, target: ReplayTarget): void {
+    this.targets.set(tunnel, target);
+  }
+
+  closeStreams(): void {
+    clearInterval(this.keepalive);
+    for (const r of this.sse) r.end();
+    this.sse.clear();
+  }
+
+  private broadcast(text: string): void {
+    for (const r of this.sse) {
+      if (r.writableLength > MAX_SSE_BACKLOG_BYTES) {
+        this.sse.delete(r);
+        r.destroy();
+        continue;
+      }
+      r.write(text);
+    }
+  }
+
+  handle(req: IncomingMessage, res: ServerResponse): void {
+    this.route(req, res).catch((err: unknown) => {
+      if (err instanceof ReplayError) problem(res, err.status, err.status === 413 ? 'Payload Too Large' : err.status === 409 ? 'Conflict' : 'Bad Request', err.message);
+      else problem(res, 500, 'Internal Server Error', `the inspector failed: ${(err as Error).message}`);
+    });
+  }
+
+  private async route(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    if (!hostAllowed(req.headers.host)) {
+      return problem(res, 403, 'Forbidden', `the inspector answers only to an IP address or localhost in the Host header, not ${JSON.stringify(req.headers.host ?? '')} (this stops other sites reaching it through DNS rebinding): open it as http://127.0.0.1:<port>`);
+    }
+    const url = new URL(req.url ?? '/', 'http://inspector');
+    const path = url.pathname;
+    const method = req.method ?? 'GET';
+    const only = (allowed: string): boolean => {
+      if (method === allowed || (allowed === 'GET' && method === 'HEAD')) return true;
+      problem(res, 405, 'Method Not Allowed', `${path} accepts ${allowed}`, { allow: allowed === 'GET' ? 'GET, HEAD' : allowed });
+      return false;
+    };
+    if (path === '/' || path === '/index.html') {
+      if (!only('GET')) return;
+      res.writeHead(200, {
+        ...SECURITY_HEADERS,
+        'content-type': 'text/html; charset=utf-8',
+        // The page is self-contained: inline script and style, its own API, nothing else.
+        'content-security-policy': "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:; base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
+      });
+      return void res.end(method === 'HEAD' ? undefined : pageHtml());
+    }
+    if (path === '/api/requests') {
+      if (!only('GET')) return;
+      res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' });
+      const list = this.store.list();
+      return stream(res, (function* () {
+        yield '[';
+        for (let i = 0; i < list.length; i++) yield (i ? ',' : '') + JSON.stringify(list[i]);
+        yield ']';
+      })());
+    }
+    if (path === '/api/requests.har') {
+      if (!only('GET')) return;
+      const stamp = new Date().toISOString().replace(/[:.]/g, '-');
+      res.writeHead(200, {
+        ...SECURITY_HEADERS,
+        'content-type': 'application/json; charset=utf-8',
+        'content-disposition': `attachment; filename="burrow-${stamp}.har"`,
+      });
+      return stream(res, harChunks(this.store.list().reverse(), burrowVersion()));
+    }
+    if (path === '/api/events') {
+      if (!only('GET')) return;
+      return this.events(req, res);
+    }
+    const m = /^\/api\/requests\/([^/]+)(\/replay)?$/.exec(path);
+    if (m) {
+      const id = m[1]!;
+      const capture = /^\d{1,15}$/.test(id) ? this.store.get(id) : undefined;
+      if (!m[2]) {
+        if (!only('GET')) return;
+        if (!capture) return problem(res, 404, 'Not Found', `no request ${JSON.stringify(id)} is kept (the inspector keeps the last ${this.store.limits.maxEntries})`);
+        return json(res, 200, capture);
+      }
+      if (!only('POST')) return;
+      const foreign = crossOrigin(req);
+      if (foreign) return problem(res, 403, 'Forbidden', `replay is refused to other sites (${foreign})`);
+      const type = req.headers['content-type'];
+      const raw = await readBody(req, MAX_API_BODY_BYTES);
+      if (raw.length && !/^application\/json\b/i.test(type ?? '')) return problem(res, 415, 'Unsupported Media Type', 'send the edits as application/json, or no body to replay as is');
+      if (!capture) return problem(res, 404, 'Not Found', `no request ${JSON.stringify(id)} is kept (the inspector keeps the last ${this.store.limits.maxEntries})`);
+      let edits;
+      try {
+        edits = parseEdits(raw.length ? JSON.parse(raw.toString('utf8')) : null);
+      } catch (err) {
+        if (err instanceof SyntaxError) throw new ReplayError(400, `the body is not JSON: ${err.message}`);
+        throw err;
+      }
+      const target = this.targets.get(capture.tunnel);
+      if (!target) return problem(res, 409, 'Conflict', `tunnel ${JSON.stringify(capture.tunnel)} is not served by this burrow any more`);
+      if (this.replays >= MAX_CONCURRENT_REPLAYS) return problem(res, 429, 'Too Many Requests', `at most ${MAX_CONCURRENT_REPLAYS} replays at a time`, { 'retry-after': '1' });
+      this.replays++;
+      try {
+        const c = await replay(this.store, capture, target, edits);
+        return json(res, 200, c);
+      } finally {
+        this.replays--;
+      }
+    }
+    return problem(res, 404, 'Not Found', `no such page: ${path} (the API is under /api/requests)`);
+  }
+
+  private events(req: IncomingMessage, res: ServerResponse): void {
+    if (this.sse.size >= MAX_SSE_CLIENTS) return problem(res, 503, 'Service Unavailable', `at most ${MAX_SSE_CLIENTS} live views at a time: close another tab`, { 'retry-after': '5' });
+    res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8' });
+    if (req.method === 'HEAD') return void res.end();
+    // The list as it is now (newest first), then every change as it happens.
+    res.write(`retry: 2000\nevent: snapshot\ndata: ${JSON.stringify(this.store.list().map((c) => c.summary()))}\n\n`);
+    this.sse.add(res);
+    res.on('close', () => this.sse.delete(res));
+  }
+}
+
+function listenOn(server: http.Server, addr: InspectAddress): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const onError = (err: Error) => {
+      server.off('listening', onListening);
+      reject(err);
+    };
+    const onListening = () => {
+      server.off('error', onError);
+      resolve();
+    };
+    server.once('error', onError);
+    server.once('listening', onListening);
+    server.listen(addr.port, addr.host);
+  });
+}
+
+/** Starts the inspector; rejects with InspectorListenError when no address could be bound. */
+export async function startInspector(opts: InspectorOptions = {}): Promise<Inspector> {
+  const store = opts.store ?? new CaptureStore();
+  const inspector = new InspectorServer(store);
+  const server = http.createServer({ maxHeaderSize: 16 * 1024 }, (req, res) => inspector.handle(req, res));
+  server.headersTimeout = 10_000;
+  server.requestTimeout = 60_000;
+  const candidates: InspectAddress[] = opts.address
+    ? [opts.address]
+    : Array.from({ length: INSPECT_PORT_TRIES }, (_, i) => ({ host: DEFAULT_INSPECT_HOST, port: (opts.basePort ?? DEFAULT_INSPECT_PORT) + i })).filter((a) => a.port <= 65535);
+  let bound: InspectAddress | null = null;
+  let lastError: NodeJS.ErrnoException | null = null;
+  for (const addr of candidates) {
+    try {
+      await listenOn(server, addr);
+      bound = addr;
+      break;
+    } catch (err) {
+      lastError = err as NodeJS.ErrnoException;
+      if (lastError.code !== 'EADDRINUSE') break;
+    }
+  }
+  if (!bound) {
+    inspector.closeStreams();
+    const first = candidates[0]!;
+    const what = candidates.length > 1 ? `ports ${first.port}-${candidates.at(-1)!.port} on ${first.host} are all taken` : `${first.host}:${first.port}: ${lastError?.code === 'EADDRINUSE' ? 'address in use' : (lastError?.message ?? 'cannot listen')}`;
+    throw new InspectorListenError(what);
+  }
+  const host = bound.host.includes(':') ? `[${bound.host}]` : bound.host;
+  const port = (server.address() as { port: number }).port; // the real one when asked for port 0
+  return {
+    url: `http://${host}:${port}`,
+    store,
+    observer(tunnel, target) {
+      inspector.setTarget(tunnel, target);
+      return { request: (head) => store.begin(tunnel, head) };
+    },
+    close: () =>
+      new Promise<void>((resolve) => {
+        inspector.closeStreams();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
+  };
+}

@@ -1,0 +1,260 @@
+import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
+import type { ExchangeObserver } from '../observer.js';
+
+// The inspector's memory: the last requests of every tunnel of this `burrow` process, with the
+// first 64 KiB of each body. Bounded by count (a ring: the oldest capture goes first) and by
+// bytes (every kept byte is counted, heads included, and the oldest captures are dropped while
+// the total is over budget), so a busy or hostile visitor costs at most the budget, however many
+// or however large the requests are.
+
+export interface CaptureLimits {
+  /** Captures kept (the newest). */
+  maxEntries: number;
+  /** Bytes kept of each body; the rest is counted and dropped. */
+  maxBodyBytes: number;
+  /** Bytes kept of each head's header names and values; later headers are dropped. */
+  maxHeadBytes: number;
+  /** All kept bytes together (bodies + heads + a fixed cost per capture). */
+  maxTotalBytes: number;
+}
+
+export const DEFAULT_LIMITS: CaptureLimits = {
+  maxEntries: 500,
+  maxBodyBytes: 64 * 1024,
+  maxHeadBytes: 32 * 1024,
+  maxTotalBytes: 96 * 1024 * 1024,
+};
+
+/** Bookkeeping bytes charged per capture (object, strings, timings) on top of heads and bodies. */
+const CAPTURE_OVERHEAD_BYTES = 512;
+
+export type Header = [name: string, value: string];
+export type CaptureState = 'pending' | 'complete' | 'failed';
+
+/** One side (request or response) of a capture. */
+class Side {
+  headers: Header[] = [];
+  headersTruncated = false;
+  private chunks: Buffer[] = [];
+  /** Bytes kept of the body. */
+  kept = 0;
+  /** Bytes seen of the body (kept or not). */
+  size = 0;
+
+  /** Adds headers up to `maxHeadBytes`; returns the bytes kept. */
+  setHeaders(flat: readonly string[], maxHeadBytes: number): number {
+    let used = 0;
+    const out: Header[] = [];
+    for (let i = 0; i + 1 < flat.length; i += 2) {
+      const name = String(flat[i]);
+      const value = String(flat[i + 1]);
+      const cost = name.length + value.length + 4;
+      if (used + cost > maxHeadBytes) {
+        this.headersTruncated = true;
+        break;
+      }
+      used += cost;
+      out.push([name, value]);
+    }
+    this.headers = out;
+    return used;
+  }
+
+  /** Copies at most the room left under `maxBodyBytes`; returns the bytes kept. */
+  addBody(chunk: Uint8Array, maxBodyBytes: number): number {
+    this.size += chunk.byteLength;
+    const room = maxBodyBytes - this.kept;
+    if (room <= 0) return 0;
+    const n = Math.min(room, chunk.byteLength);
+    // A copy: the caller's buffer is reused or transferred after this returns.
+    this.chunks.push(Buffer.from(chunk.subarray(0, n)));
+    this.kept += n;
+    return n;
+  }
+
+  get truncated(): boolean {
+    return this.size > this.kept;
+  }
+
+  body(): Buffer {
+    if (this.chunks.length > 1) this.chunks = [Buffer.concat(this.chunks)];
+    return this.chunks[0] ?? Buffer.alloc(0);
+  }
+
+  drop(): void {
+    this.chunks = [];
+    this.headers = [];
+  }
+
+  toJSON(): { headers: Header[]; body_base64: string; truncated: boolean; size: number; headers_truncated: boolean } {
+    return { headers: this.headers, body_base64: this.body().toString('base64'), truncated: this.truncated, size: this.size, headers_truncated: this.headersTruncated };
+  }
+}
+
+/** The list's view of a capture (what the live list shows; no heads or bodies). */
+export interface CaptureSummary {
+  id: string;
+  tunnel: string;
+  method: string;
+  path: string;
+  status: number | null;
+  duration_ms: number | null;
+  started_at: string;
+  state: CaptureState;
+  error: string | null;
+  replay_of: string | null;
+}
+
+export type CaptureJson = CaptureSummary & {
+  request: ReturnType<Side['toJSON']>;
+  response: ReturnType<Side['toJSON']>;
+};
+
+export class Capture {
+  readonly request = new Side();
+  readonly response = new Side();
+  status: number | null = null;
+  durationMs: number | null = null;
+  state: CaptureState = 'pending';
+  error: string | null = null;
+  readonly startedAt = new Date();
+  private readonly t0 = performance.now();
+  /** Set when the ring dropped it: later observer calls change nothing and count nothing. */
+  evicted = false;
+  /** Bytes this capture holds, as charged to the store. */
+  bytes = CAPTURE_OVERHEAD_BYTES;
+
+  constructor(
+    readonly id: string,
+    readonly tunnel: string,
+    readonly method: string,
+    readonly path: string,
+    readonly replayOf: string | null,
+  ) {}
+
+  finishTiming(): void {
+    if (this.durationMs === null) this.durationMs = Math.round((performance.now() - this.t0) * 10) / 10;
+  }
+
+  summary(): CaptureSummary {
+    return {
+      id: this.id,
+      tunnel: this.tunnel,
+      method: this.method,
+      path: this.path,
+      status: this.status,
+      duration_ms: this.durationMs,
+      started_at: this.startedAt.toISOString(),
+      state: this.state,
+      error: this.error,
+      replay_of: this.replayOf,
+    };
+  }
+
+  toJSON(): CaptureJson {
+    return { ...this.summary(), request: this.request.toJSON(), response: this.response.toJSON() };
+  }
+}
+
+/** The observer that fills one capture, and the capture. */
+export interface CaptureHandle extends ExchangeObserver {
+  readonly capture: Capture;
+}
+
+export interface CaptureStoreEvents {
+  /** A new capture (its request head arrived). */
+  added: [CaptureSummary];
+  /** A capture's response head arrived, or it ended or failed. */
+  updated: [CaptureSummary];
+}
+
+export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
+  private readonly captures = new Map<string, Capture>();
+  private nextId = 1;
+  private total = 0;
+
+  constructor(readonly limits: CaptureLimits = DEFAULT_LIMITS) {
+    super();
+    // Any number of page tabs may listen; the server bounds them itself.
+    this.setMaxListeners(0);
+  }
+
+  /** Bytes held by all kept captures. */
+  get bytes(): number {
+    return this.total;
+  }
+
+  get size(): number {
+    return this.captures.size;
+  }
+
+  /** Newest first. */
+  list(): Capture[] {
+    return [...this.captures.values()].reverse();
+  }
+
+  get(id: string): Capture | undefined {
+    return this.captures.get(id);
+  }
+
+  /** Starts a capture for a request head; the returned observer fills it. */
+  begin(tunnel: string, head: { method: string; target: string; headers: readonly string[] }, replayOf: string | null = null): CaptureHandle {
+    const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), replayOf);
+    c.bytes += c.method.length + c.path.length + tunnel.length;
+    c.bytes += c.request.setHeaders(head.headers, this.limits.maxHeadBytes);
+    this.captures.set(c.id, c);
+    this.total += c.bytes;
+    this.evict(c);
+    this.emit('added', c.summary());
+    return this.observerOf(c);
+  }
+
+  private charge(c: Capture, n: number): void {
+    if (n === 0 || c.evicted) return;
+    c.bytes += n;
+    this.total += n;
+    this.evict(c);
+  }
+
+  /** Drops the oldest captures while over a bound (never `keep`, the one being filled). */
+  private evict(keep: Capture): void {
+    for (const [id, old] of this.captures) {
+      if (this.captures.size <= this.limits.maxEntries && this.total <= this.limits.maxTotalBytes) return;
+      if (old === keep) continue;
+      this.captures.delete(id);
+      this.total -= old.bytes;
+      old.evicted = true;
+      old.request.drop();
+      old.response.drop();
+    }
+  }
+
+  private observerOf(c: Capture): CaptureHandle {
+    const { maxBodyBytes, maxHeadBytes } = this.limits;
+    const settle = (state: CaptureState, error: string | null) => {
+      if (c.state !== 'pending') return;
+      c.state = state;
+      c.error = error;
+      c.finishTiming();
+      if (!c.evicted) this.emit('updated', c.summary());
+    };
+    return {
+      capture: c,
+      requestBody: (chunk) => {
+        if (!c.evicted) this.charge(c, c.request.addBody(chunk, maxBodyBytes));
+      },
+      response: (status, headers) => {
+        if (c.evicted || c.status !== null) return;
+        c.status = status;
+        this.charge(c, c.response.setHeaders(headers, maxHeadBytes));
+        this.emit('updated', c.summary());
+      },
+      responseBody: (chunk) => {
+        if (!c.evicted) this.charge(c, c.response.addBody(chunk, maxBodyBytes));
+      },
+      end: () => settle('complete', null),
+      fail: (reason) => settle('failed', String(reason)),
+    };
+  }
+}

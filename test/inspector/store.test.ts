@@ -1,0 +1,149 @@
+// The inspector's capture store and HAR export, fed directly (no server): the ring's bounds,
+// body truncation, byte accounting, and the HAR 1.2 document's shape.
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { CaptureStore, DEFAULT_LIMITS, type CaptureSummary } from '../../src/client/inspector/store.js';
+import { harChunks, visitorUrl } from '../../src/client/inspector/har.js';
+
+const head = (path: string, headers: string[] = ['Host', 'app.example.test']) => ({ method: 'GET', target: path, headers });
+
+test('defaults: 500 captures, 64 KiB per body', () => {
+  assert.is(DEFAULT_LIMITS.maxEntries, 500);
+  assert.is(DEFAULT_LIMITS.maxBodyBytes, 64 * 1024);
+});
+
+test('a ring: the newest captures are kept, newest first; the oldest are gone', () => {
+  const store = new CaptureStore({ ...DEFAULT_LIMITS, maxEntries: 3 });
+  for (let i = 1; i <= 5; i++) store.begin('web', head(`/r${i}`)).end();
+  assert.is(store.size, 3);
+  assert.equal(store.list().map((c) => c.path), ['/r5', '/r4', '/r3']);
+  assert.is(store.get('1'), undefined);
+  assert.is(store.get('2'), undefined);
+  assert.is(store.get('5')!.path, '/r5');
+});
+
+test('500 by default: the 501st request pushes out the first', () => {
+  const store = new CaptureStore();
+  for (let i = 1; i <= 501; i++) store.begin('web', head(`/r${i}`)).end();
+  assert.is(store.size, 500);
+  assert.is(store.get('1'), undefined);
+  assert.is(store.list().at(-1)!.path, '/r2');
+});
+
+test('bodies: the first maxBodyBytes are kept (copied), the rest counted; truncated is marked', () => {
+  const store = new CaptureStore({ ...DEFAULT_LIMITS, maxBodyBytes: 10 });
+  const obs = store.begin('web', { method: 'POST', target: '/up', headers: ['Content-Type', 'text/plain'] });
+  const a = Buffer.from('abcd');
+  obs.requestBody(a);
+  obs.requestBody(Buffer.from('efghijkl'));
+  a.fill(0x7a); // the caller reuses its buffer: the capture must not change
+  obs.response(201, ['Content-Type', 'text/plain']);
+  obs.responseBody(Buffer.from('ok'));
+  obs.end();
+  const json = store.get('1')!.toJSON();
+  assert.is(Buffer.from(json.request.body_base64, 'base64').toString(), 'abcdefghij');
+  assert.is(json.request.truncated, true);
+  assert.is(json.request.size, 12);
+  assert.is(Buffer.from(json.response.body_base64, 'base64').toString(), 'ok');
+  assert.is(json.response.truncated, false);
+  assert.is(json.status, 201);
+  assert.is(json.state, 'complete');
+  assert.type(json.duration_ms, 'number');
+  assert.equal(json.request.headers, [['Content-Type', 'text/plain']]);
+});
+
+test('bytes are bounded: over the budget the oldest go, and a dropped capture counts nothing more', () => {
+  const limits = { maxEntries: 500, maxBodyBytes: 64 * 1024, maxHeadBytes: 1024, maxTotalBytes: 300 * 1024 };
+  const store = new CaptureStore(limits);
+  const big = Buffer.alloc(64 * 1024 + 100, 1);
+  const first = store.begin('web', head('/first'));
+  for (let i = 0; i < 20; i++) {
+    const o = store.begin('web', head(`/r${i}`));
+    o.requestBody(big);
+    o.response(200, []);
+    o.responseBody(big);
+    o.end();
+    assert.ok(store.bytes <= limits.maxTotalBytes, `bytes ${store.bytes} over the budget`);
+  }
+  // 2 × 64 KiB per capture under a 300 KiB budget: two captures fit.
+  assert.is(store.size, 2);
+  assert.is(store.get('1'), undefined);
+  const before = store.bytes;
+  first.requestBody(big); // the evicted capture's stream goes on
+  first.end();
+  assert.is(store.bytes, before);
+  const sum = store.list().reduce((n, c) => n + c.bytes, 0);
+  assert.is(store.bytes, sum);
+});
+
+test('heads are capped too: later headers are dropped and marked', () => {
+  const store = new CaptureStore({ ...DEFAULT_LIMITS, maxHeadBytes: 100 });
+  const headers: string[] = [];
+  for (let i = 0; i < 20; i++) headers.push(`X-H${i}`, 'v'.repeat(20));
+  store.begin('web', { method: 'GET', target: '/', headers }).end();
+  const j = store.get('1')!.toJSON();
+  assert.ok(j.request.headers.length > 0 && j.request.headers.length < 20);
+  assert.is(j.request.headers_truncated, true);
+});
+
+test('events: added on the request head, updated on the response head and at the end; a failure says why', () => {
+  const store = new CaptureStore();
+  const seen: [string, CaptureSummary][] = [];
+  store.on('added', (s) => seen.push(['added', s]));
+  store.on('updated', (s) => seen.push(['updated', s]));
+  const o = store.begin('web', head('/x'));
+  o.response(502, []);
+  o.end();
+  o.fail('late'); // settled already: ignored
+  const f = store.begin('web', head('/y'));
+  f.fail('connection refused by localhost:3000');
+  assert.equal(seen.map(([e, s]) => [e, s.path, s.state, s.status]), [
+    ['added', '/x', 'pending', null],
+    ['updated', '/x', 'pending', 502],
+    ['updated', '/x', 'complete', 502],
+    ['added', '/y', 'pending', null],
+    ['updated', '/y', 'failed', null],
+  ]);
+  assert.is(store.get('2')!.error, 'connection refused by localhost:3000');
+});
+
+test('HAR 1.2: entries oldest first, URL from Host and X-Forwarded-Proto, text and base64 bodies, truncation', () => {
+  const store = new CaptureStore({ ...DEFAULT_LIMITS, maxBodyBytes: 8 });
+  const a = store.begin('web', { method: 'POST', target: '/form?x=1&y=two', headers: ['Host', 'web.example.test', 'X-Forwarded-Proto', 'https', 'Content-Type', 'application/json', 'Cookie', 'a=1; b=2'] });
+  a.requestBody(Buffer.from('{"k":"v"}')); // 9 bytes: truncated to 8
+  a.response(200, ['Content-Type', 'image/png', 'Set-Cookie', 's=3; Path=/']);
+  a.responseBody(Buffer.from([0x89, 0x50, 0x4e, 0x47]));
+  a.end();
+  const b = store.begin('web', head('/plain'));
+  b.response(404, ['Content-Type', 'text/plain; charset=utf-8']);
+  b.responseBody(Buffer.from('nope'));
+  b.end();
+  assert.is(visitorUrl(store.get('1')!), 'https://web.example.test/form?x=1&y=two');
+  const har = JSON.parse([...harChunks(store.list().reverse(), '9.9.9')].join(''));
+  assert.is(har.log.version, '1.2');
+  assert.equal(har.log.creator, { name: 'burrow', version: '9.9.9' });
+  assert.is(har.log.entries.length, 2);
+  const [e1, e2] = har.log.entries;
+  assert.is(e1.request.method, 'POST');
+  assert.is(e1.request.url, 'https://web.example.test/form?x=1&y=two');
+  assert.equal(e1.request.queryString, [{ name: 'x', value: '1' }, { name: 'y', value: 'two' }]);
+  assert.equal(e1.request.cookies, [{ name: 'a', value: '1' }, { name: 'b', value: '2' }]);
+  assert.is(e1.request.postData.mimeType, 'application/json');
+  assert.is(e1.request.postData.text, '{"k":"v"');
+  assert.is(e1.request.postData._truncated, true);
+  assert.is(e1.request.bodySize, 9);
+  assert.is(e1.response.status, 200);
+  assert.is(e1.response.content.encoding, 'base64');
+  assert.equal([...Buffer.from(e1.response.content.text, 'base64')], [0x89, 0x50, 0x4e, 0x47]);
+  assert.equal(e1.response.cookies, [{ name: 's', value: '3' }]);
+  assert.ok(!Number.isNaN(Date.parse(e1.startedDateTime)));
+  assert.type(e1.time, 'number');
+  assert.equal(Object.keys(e1.timings).sort(), ['receive', 'send', 'wait']);
+  assert.is(e2.request.url, 'http://app.example.test/plain');
+  assert.is(e2.response.status, 404);
+  assert.is(e2.response.content.text, 'nope');
+  assert.is(e2.response.content.encoding, undefined);
+  for (const e of har.log.entries) for (const k of ['startedDateTime', 'time', 'request', 'response', 'cache', 'timings']) assert.ok(k in e, `entry lacks ${k}`);
+});
+
+test.run();
