@@ -4,10 +4,11 @@ import net from 'node:net';
 import { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
 import {
-  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, INITIAL_WINDOW_BYTES, CREDIT_BATCH_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
+  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
   RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrameHead,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type ResetCode, type TcpHead,
 } from '../protocol/frames.js';
+import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/flow-control.js';
 import { responseHeaders } from '../protocol/http-headers.js';
 import { WsClient, WsRefused } from './ws-client.js';
 
@@ -76,13 +77,20 @@ interface Sender {
   sendData(sid: number, bytes: Uint8Array): void;
 }
 
-/** One stream on the client: a visitor's HTTP request or TCP connection toward the local service. */
-abstract class ClientStream {
+/**
+ * One stream on the client: a visitor's HTTP request or TCP connection toward the local
+ * service. Flow control and the end/reset bookkeeping are protocol/flow-control.ts's: the
+ * SendWindow pauses the local source (pauseSource/resumeSource), the CreditMeter returns
+ * credit for bytes the local service took, StreamEnds finishes the stream once.
+ * local = local service → visitor (our End), peer = visitor → local service (the server's End).
+ */
+abstract class ClientStream implements Source {
   /** Response / TCP bytes we may still send before the server returns credit. */
-  protected window = INITIAL_WINDOW_BYTES;
-  protected paused = false;
-  protected unreported = 0;
-  done = false;
+  protected readonly window = new SendWindow(this);
+  protected readonly meter = new CreditMeter((n) => {
+    if (!this.ends.done) this.out.send([F.Credit, this.sid, n]);
+  });
+  protected readonly ends = new StreamEnds(() => this.finished());
   bytesIn = 0;
   bytesOut = 0;
   readonly startedMs = Date.now();
@@ -93,56 +101,65 @@ abstract class ClientStream {
     protected readonly onFinish: (s: ClientStream) => void,
   ) {}
 
+  get done(): boolean {
+    return this.ends.done;
+  }
+
+  /** Bytes from the server toward the local service. */
   abstract onData(bytes: Buffer): void;
-  abstract onEnd(): void;
-  abstract onReset(code: ResetCode): void;
-  protected abstract pauseSource(): void;
-  protected abstract resumeSource(): void;
+  /** Ends the local service's input (request body end, TCP FIN). */
+  protected abstract endDestination(): void;
+  /** Tears down the local side's sockets and requests. */
+  protected abstract destroy(): void;
+  abstract pause(): void;
+  abstract resume(): void;
 
   onCredit(bytes: number): void {
-    this.window += bytes;
-    if (this.paused && this.window > 0) {
-      this.paused = false;
-      this.resumeSource();
-    }
+    this.window.grant(bytes);
+  }
+
+  /** The server's End: the visitor finished sending. */
+  onEnd(): void {
+    if (this.ends.endPeer() !== 'ok') return;
+    this.endDestination();
+    this.ends.settle();
+  }
+
+  onReset(_code: ResetCode): void {
+    if (!this.ends.finish()) return;
+    this.destroy();
+  }
+
+  /** The connection is gone: drop everything without reporting (the owner clears its map). */
+  abort(): void {
+    this.ends.finish(false);
+    this.destroy();
   }
 
   /** Bytes from the local service toward the visitor. */
   protected forward(chunk: Buffer): void {
-    if (this.done) return;
+    if (this.ends.done) return;
     this.bytesOut += chunk.length;
     this.out.sendData(this.sid, chunk);
-    this.window -= chunk.length;
-    if (this.window <= 0 && !this.paused) {
-      this.paused = true;
-      this.pauseSource();
-    }
+    this.window.spend(chunk.length);
   }
 
-  /** A write to the local service finished (ok) or queued: return credit accordingly. */
-  protected wrote(n: number, ok: boolean): void {
-    this.unreported += n;
-    // Batched (CREDIT_BATCH_BYTES ≪ the window, so the server never stalls on it).
-    if (ok && this.unreported >= CREDIT_BATCH_BYTES) this.drained();
-  }
-  protected drained(): void {
-    if (this.unreported > 0 && !this.done) this.out.send([F.Credit, this.sid, this.unreported]);
-    this.unreported = 0;
+  /** The local service finished sending. */
+  protected localEnded(): void {
+    if (!this.ends.endLocal()) return;
+    this.out.send([F.End, this.sid]);
+    this.ends.settle();
   }
 
   protected reset(code: ResetCode): void {
-    if (this.done) return;
+    if (this.ends.done) return;
     this.out.send([F.Reset, this.sid, code]);
-    this.finish();
+    this.ends.finish();
   }
 
-  protected finish(): void {
-    if (this.done) return;
-    this.done = true;
+  protected finished(): void {
     this.onFinish(this);
   }
-
-  abstract abort(): void;
 }
 
 class HttpStream extends ClientStream {
@@ -150,8 +167,6 @@ class HttpStream extends ClientStream {
   private res: http.IncomingMessage | null = null;
   private upgraded: net.Socket | null = null;
   private status = 0;
-  private sentEnd = false;
-  private gotEnd = false;
   private readonly headTimer: NodeJS.Timeout;
 
   constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, local: { host: string; port: number }, agent: http.Agent, timeoutMs: number) {
@@ -166,13 +181,13 @@ class HttpStream extends ClientStream {
       clearTimeout(this.headTimer);
       this.reset(this.res || this.upgraded ? 'closing' : 'local-unreachable');
     });
-    this.req.on('drain', () => this.drained());
+    this.req.on('drain', () => this.meter.drained());
     this.req.on('response', (res) => this.onResponse(res));
     this.req.on('upgrade', (res, socket: net.Socket, rest: Buffer) => this.onUpgrade(res, socket, rest));
     // A request without a body (head.end) goes out whole now. An upgrade request has no
     // body either; the visitor's End comes only when it closes the upgraded connection.
     if (head.end && !head.upgrade) {
-      this.gotEnd = true;
+      this.ends.endPeer();
       this.req.end();
     } else if (head.upgrade) this.req.end();
   }
@@ -184,12 +199,7 @@ class HttpStream extends ClientStream {
     this.status = res.statusCode ?? 502;
     this.out.send([F.Response, this.sid, { status: this.status, headers: responseHeaders(res.rawHeaders) }]);
     res.on('data', (chunk: Buffer) => this.forward(chunk));
-    res.on('end', () => {
-      if (this.done) return;
-      this.sentEnd = true;
-      this.out.send([F.End, this.sid]);
-      if (this.gotEnd) this.finish();
-    });
+    res.on('end', () => this.localEnded());
     res.on('error', () => this.reset('closing'));
   }
 
@@ -203,13 +213,8 @@ class HttpStream extends ClientStream {
     this.out.send([F.Response, this.sid, { status: 101, headers: res.rawHeaders }]);
     if (rest.length) this.forward(rest);
     socket.on('data', (chunk: Buffer) => this.forward(chunk));
-    socket.on('drain', () => this.drained());
-    socket.on('end', () => {
-      if (this.done) return;
-      this.sentEnd = true;
-      this.out.send([F.End, this.sid]);
-      if (this.gotEnd) this.finish();
-    });
+    socket.on('drain', () => this.meter.drained());
+    socket.on('end', () => this.localEnded());
     socket.on('error', () => this.reset('closing'));
     socket.on('close', () => this.reset('closing'));
   }
@@ -217,40 +222,30 @@ class HttpStream extends ClientStream {
   onData(bytes: Buffer): void {
     if (this.done) return;
     this.bytesIn += bytes.length;
-    if (this.upgraded) this.wrote(bytes.length, this.upgraded.write(bytes));
-    else this.wrote(bytes.length, this.req.write(bytes));
+    this.meter.wrote(bytes.length, (this.upgraded ?? this.req).write(bytes));
   }
-  onEnd(): void {
-    if (this.done) return;
-    this.gotEnd = true;
+  protected endDestination(): void {
     if (this.upgraded) this.upgraded.end();
     else if (!this.head.upgrade) this.req.end();
-    if (this.sentEnd) this.finish();
   }
-  onReset(_code: ResetCode): void {
-    if (this.done) return;
-    this.finish();
-    this.abort();
-  }
-  abort(): void {
+  protected destroy(): void {
     clearTimeout(this.headTimer);
-    this.done = true;
     this.upgraded?.destroy();
     this.res?.destroy();
     this.req.destroy();
   }
-  protected pauseSource(): void {
+  pause(): void {
     (this.upgraded ?? this.res)?.pause();
   }
-  protected resumeSource(): void {
+  resume(): void {
     (this.upgraded ?? this.res)?.resume();
   }
   get statusCode(): number {
     return this.status;
   }
-  protected override finish(): void {
+  protected override finished(): void {
     clearTimeout(this.headTimer);
-    super.finish();
+    super.finished();
   }
 }
 
@@ -261,8 +256,6 @@ class HttpStream extends ClientStream {
  */
 class PoolHttpStream extends ClientStream {
   private status = 0;
-  private sentEnd = false;
-  private gotEnd = false;
   private resumeSocket: (() => void) | null = null;
   private abortRequest: ((err?: Error) => void) | null = null;
   private readonly body: Readable | null;
@@ -270,9 +263,9 @@ class PoolHttpStream extends ClientStream {
 
   constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, pool: Pool, timeoutMs: number) {
     super(sid, out, onFinish);
-    this.gotEnd = head.end === true;
-    // Request bodies stream through a Readable: credit goes back when undici pulls (read()).
-    this.body = head.end ? null : new Readable({ read: () => this.drained() });
+    if (head.end) this.ends.endPeer();
+    // Request bodies stream through a Readable: what it buffered is accepted when undici pulls (read()).
+    this.body = head.end ? null : new Readable({ read: () => this.meter.drained() });
     this.headTimer = setTimeout(() => {
       this.reset('local-timeout');
       this.abortRequest?.();
@@ -295,14 +288,9 @@ class PoolHttpStream extends ClientStream {
         },
         onData: (chunk: Buffer) => {
           this.forward(chunk);
-          return !this.paused && !this.done;
+          return !this.window.paused && !this.done;
         },
-        onComplete: () => {
-          if (this.done) return;
-          this.sentEnd = true;
-          this.out.send([F.End, this.sid]);
-          if (this.gotEnd) this.finish();
-        },
+        onComplete: () => this.localEnded(),
         onError: () => {
           clearTimeout(this.headTimer);
           this.reset(this.status ? 'closing' : 'local-unreachable');
@@ -314,37 +302,28 @@ class PoolHttpStream extends ClientStream {
   onData(bytes: Buffer): void {
     if (this.done || !this.body) return;
     this.bytesIn += bytes.length;
-    this.wrote(bytes.length, this.body.push(bytes));
+    this.meter.wrote(bytes.length, this.body.push(bytes));
   }
-  onEnd(): void {
-    if (this.done) return;
-    this.gotEnd = true;
+  protected endDestination(): void {
     this.body?.push(null);
-    if (this.sentEnd) this.finish();
   }
-  onReset(_code: ResetCode): void {
-    if (this.done) return;
-    this.finish();
-    this.abort();
-  }
-  abort(): void {
+  protected destroy(): void {
     clearTimeout(this.headTimer);
-    this.done = true;
     this.abortRequest?.();
     this.body?.destroy();
   }
-  protected pauseSource(): void {
+  pause(): void {
     // onData's return value pauses the socket; nothing else to do.
   }
-  protected resumeSource(): void {
+  resume(): void {
     this.resumeSocket?.();
   }
   get statusCode(): number {
     return this.status;
   }
-  protected override finish(): void {
+  protected override finished(): void {
     clearTimeout(this.headTimer);
-    super.finish();
+    super.finished();
   }
 }
 
@@ -358,50 +337,33 @@ function poolCanCarry(head: HttpHead): boolean {
 class TcpStream extends ClientStream {
   private readonly sock: net.Socket;
   private connected = false;
-  private sentEnd = false;
-  private gotEnd = false;
 
   constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: TcpHead, local: { host: string; port: number }) {
     super(sid, out, onFinish);
     this.sock = net.connect({ host: local.host, port: local.port, noDelay: true, allowHalfOpen: true });
     this.sock.on('connect', () => (this.connected = true));
     this.sock.on('data', (chunk: Buffer) => this.forward(chunk));
-    this.sock.on('drain', () => this.drained());
-    this.sock.on('end', () => {
-      if (this.done) return;
-      this.sentEnd = true;
-      this.out.send([F.End, this.sid]);
-      if (this.gotEnd) this.finish();
-    });
+    this.sock.on('drain', () => this.meter.drained());
+    this.sock.on('end', () => this.localEnded());
     this.sock.on('error', () => this.reset(this.connected ? 'closing' : 'local-unreachable'));
-    this.sock.on('close', () => {
-      if (!this.done && !(this.sentEnd && this.gotEnd)) this.reset('closing');
-    });
+    // Both directions ended normally: the stream is already done and this is a no-op.
+    this.sock.on('close', () => this.reset('closing'));
   }
   onData(bytes: Buffer): void {
     if (this.done) return;
     this.bytesIn += bytes.length;
-    this.wrote(bytes.length, this.sock.write(bytes));
+    this.meter.wrote(bytes.length, this.sock.write(bytes));
   }
-  onEnd(): void {
-    if (this.done) return;
-    this.gotEnd = true;
+  protected endDestination(): void {
     this.sock.end();
-    if (this.sentEnd) this.finish();
   }
-  onReset(): void {
-    if (this.done) return;
-    this.finish();
-    this.abort();
-  }
-  abort(): void {
-    this.done = true;
+  protected destroy(): void {
     this.sock.destroy();
   }
-  protected pauseSource(): void {
+  pause(): void {
     this.sock.pause();
   }
-  protected resumeSource(): void {
+  resume(): void {
     this.sock.resume();
   }
 }

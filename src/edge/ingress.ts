@@ -2,7 +2,8 @@ import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial'
 import type { ProblemCode } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
 import { remoteIp, statusLine, wantsClose, writeProblem } from '../http/uws.js';
-import { INITIAL_WINDOW_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
+import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
+import { type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { VisitorLimit } from './visitor-limit.js';
@@ -16,9 +17,9 @@ import type { VisitorLimit } from './visitor-limit.js';
 // after the response ended; every write goes through res.cork (one syscall for head and body),
 // and writes that arrive inside another socket's callback (the control WebSocket's message
 // handler, where `res` cannot cork) wait for the end of the loop turn (src/http/cork.ts).
-// Request bodies are paused (res.pause) when the stream's credit runs out; response bytes are
-// reported consumed only once uWS accepted them, so a slow visitor holds back only its own
-// stream.
+// Flow control (protocol/flow-control.ts): a SendWindow pauses the request body (res.pause)
+// when the stream's credit runs out; a CreditMeter reports response bytes consumed only once
+// uWS accepted them, so a slow visitor holds back only its own stream.
 
 /** Finds where a request for `tunnelId` goes: an Upstream, or null (unknown tunnel). */
 export type OpenUpstream = (tunnelId: string, head: HttpHead, down: HttpVisitor) => Upstream | null;
@@ -44,14 +45,19 @@ export class HttpVisitor implements Downstream {
   private responded = false;
   private finished = false;
   /** Request bytes we may still send before the client returns credit. */
-  private window = INITIAL_WINDOW_BYTES;
-  private paused = false;
+  private readonly window = new SendWindow({
+    pause: () => this.res.pause(),
+    resume: () => {
+      if (!this.gone) this.res.resume();
+    },
+  });
+  /** Response bytes uWS accepted, reported to the client as credit. */
+  private readonly meter = new CreditMeter((n) => this.up?.credit(n));
   /** Response framing: declared length (tryEnd) or chunked (write). */
   private total: number | null = null;
   /** Response chunks uWS did not take yet (copies: frame buffers die after the callback). */
   private queue: Buffer[] = [];
   private queueStart = 0;
-  private unreported = 0;
   private chunk: Uint8Array | null = null;
   /** Response chunks (copies) and end that arrived while another socket held the cork. */
   private deferred: Buffer[] | null = null;
@@ -64,7 +70,7 @@ export class HttpVisitor implements Downstream {
 
   private readonly corkedChunk = (): void => {
     if (this.head || this.deferred) this.corkedFlush();
-    if (this.gone || this.finished) this.up?.credit(this.chunk!.byteLength);
+    if (this.gone || this.finished) this.meter.accepted(this.chunk!.byteLength);
     else this.writeChunk(this.chunk!);
   };
 
@@ -89,22 +95,14 @@ export class HttpVisitor implements Downstream {
     if (this.gone || !this.up) return;
     if (chunk.byteLength > 0) {
       this.up.data(new Uint8Array(chunk));
-      this.window -= chunk.byteLength;
-      if (this.window <= 0 && !this.paused && !isLast) {
-        this.paused = true;
-        this.res.pause();
-      }
+      this.window.spend(chunk.byteLength, !isLast);
     }
     if (isLast) this.up.end();
   }
 
   // ---- Downstream: tunnel → visitor ----
   credit(bytes: number): void {
-    this.window += bytes;
-    if (this.paused && this.window > 0 && !this.gone) {
-      this.paused = false;
-      this.res.resume();
-    }
+    this.window.grant(bytes);
   }
 
   response(head: ResponseHead): void {
@@ -182,7 +180,7 @@ export class HttpVisitor implements Downstream {
     const chunks = this.deferred;
     this.deferred = null;
     if (chunks) for (const c of chunks) {
-      if (this.gone || this.finished) this.up?.credit(c.byteLength);
+      if (this.gone || this.finished) this.meter.accepted(c.byteLength);
       else this.writeChunk(c);
     }
     if (this.deferredEnd) {
@@ -195,7 +193,7 @@ export class HttpVisitor implements Downstream {
     const chunks = this.deferred;
     this.deferred = null;
     this.deferredEnd = false;
-    if (chunks) for (const c of chunks) this.up?.credit(c.byteLength);
+    if (chunks) for (const c of chunks) this.meter.accepted(c.byteLength);
   }
 
   /** Status line and headers (inside a cork). uWS writes Content-Length and Date itself. */
@@ -226,7 +224,7 @@ export class HttpVisitor implements Downstream {
   data(bytes: Uint8Array): void {
     if (this.gone || this.finished) {
       // Still return the credit so the client's window does not leak.
-      this.up?.credit(bytes.byteLength);
+      this.meter.accepted(bytes.byteLength);
       return;
     }
     // Inside another socket's callback a small chunk is copied and waits for the cork. A large
@@ -247,11 +245,9 @@ export class HttpVisitor implements Downstream {
     const n = bytes.byteLength;
     if (this.total === null) {
       // Chunked: uWS buffers what the socket does not take; report it once drained.
-      if (this.res.write(bytes)) this.up!.credit(n);
-      else {
-        this.unreported += n;
-        this.armWritable();
-      }
+      const taken = this.res.write(bytes);
+      this.meter.wrote(n, taken);
+      if (!taken) this.armWritable();
       return;
     }
     if (this.queue.length > 0) {
@@ -261,12 +257,12 @@ export class HttpVisitor implements Downstream {
     const start = this.res.getWriteOffset();
     const [ok, done] = this.res.tryEnd(bytes, this.total);
     if (done) {
-      this.up!.credit(n);
+      this.meter.accepted(n);
       this.complete();
       return;
     }
     if (ok) {
-      this.up!.credit(n);
+      this.meter.accepted(n);
       return;
     }
     // Only part was taken: keep the whole chunk and where it started; onWritable goes on.
@@ -285,23 +281,21 @@ export class HttpVisitor implements Downstream {
   private onWritable(offset: number): boolean {
     if (this.gone || this.finished) return true;
     if (this.total === null) {
-      const n = this.unreported;
-      this.unreported = 0;
-      if (n > 0) this.up!.credit(n);
+      this.meter.drained();
       return true;
     }
     while (this.queue.length > 0) {
       const head = this.queue[0]!;
       const [ok, done] = this.res.tryEnd(head.subarray(offset - this.queueStart), this.total);
       if (done) {
-        this.up!.credit(head.byteLength);
+        this.meter.accepted(head.byteLength);
         this.queue.length = 0;
         this.complete();
         return true;
       }
       if (!ok) return false;
       this.queue.shift();
-      this.up!.credit(head.byteLength);
+      this.meter.accepted(head.byteLength);
       offset = this.res.getWriteOffset();
       this.queueStart = offset;
     }

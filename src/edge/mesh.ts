@@ -2,7 +2,8 @@ import type { MessagePort } from 'node:worker_threads';
 import { Mailbox, type PortLike } from '../actors/actor.js';
 import { assertNever } from '../errors.js';
 import type { Logger } from '../log.js';
-import { CREDIT_BATCH_BYTES, type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
+import { StreamEnds } from '../protocol/flow-control.js';
+import { type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
 import type { TunnelMesh } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -32,8 +33,8 @@ class Peer {
  */
 class Incoming implements Downstream {
   up: Upstream | null = null;
-  visitorEnded = false;
-  private clientEnded = false;
+  /** local = client → visitor (x-end we send), peer = visitor → client; over: forgotten by the peer map. */
+  readonly ends = new StreamEnds(() => this.peer.incoming.delete(this.xid));
   constructor(
     private readonly peer: Peer,
     private readonly xid: number,
@@ -45,12 +46,12 @@ class Incoming implements Downstream {
     this.peer.mailbox.tell({ type: 'x-data', xid: -this.xid, bytes });
   }
   end(): void {
-    this.clientEnded = true;
+    if (!this.ends.endLocal()) return;
     this.peer.mailbox.tell({ type: 'x-end', xid: -this.xid });
-    if (this.visitorEnded) this.peer.incoming.delete(this.xid);
+    this.ends.settle();
   }
   reset(code: ResetCode): void {
-    this.peer.incoming.delete(this.xid);
+    this.ends.finish();
     this.peer.mailbox.tell({ type: 'x-reset', xid: -this.xid, code });
   }
   credit(bytes: number): void {
@@ -58,15 +59,14 @@ class Incoming implements Downstream {
   }
   /** x-end from the visitor */
   visitorEnd(): void {
-    this.visitorEnded = true;
+    if (this.ends.endPeer() !== 'ok') return;
     this.up?.end();
-    if (this.clientEnded) this.peer.incoming.delete(this.xid);
+    this.ends.settle();
   }
 }
 
 /** Ingress-side proxy of a remote tunnel stream. */
 class MeshUpstream implements Upstream {
-  private unreported = 0;
   constructor(
     private readonly peer: Peer,
     private readonly xid: number,
@@ -88,11 +88,8 @@ class MeshUpstream implements Upstream {
     this.peer.mailbox.tell({ type: 'x-reset', xid: this.xid, code });
   }
   credit(bytes: number): void {
-    // Batched like Credit frames: one mesh message per CREDIT_BATCH_BYTES.
-    this.unreported += bytes;
-    if (this.unreported < CREDIT_BATCH_BYTES) return;
-    this.peer.mailbox.tell({ type: 'x-credit', xid: this.xid, bytes: this.unreported });
-    this.unreported = 0;
+    // Already batched by the visitor adapter's CreditMeter: one mesh message per report.
+    this.peer.mailbox.tell({ type: 'x-credit', xid: this.xid, bytes });
   }
 }
 
@@ -178,7 +175,7 @@ export class Mesh {
         return;
       }
       inc.up = up;
-      if (msg.head.kind === 'http' && msg.head.end) inc.visitorEnded = true;
+      if (msg.head.kind === 'http' && msg.head.end) inc.ends.endPeer();
       peer.incoming.set(msg.xid, inc);
       return;
     }
@@ -211,7 +208,7 @@ export class Mesh {
       case 'x-end':
         return inc.visitorEnd();
       case 'x-reset':
-        peer.incoming.delete(msg.xid);
+        inc.ends.finish();
         return inc.up.reset(msg.code);
       case 'x-credit':
         return inc.up.credit(msg.bytes);

@@ -8,8 +8,9 @@ import type { ResetCode, ResponseHead } from '../protocol/frames.js';
 //
 // Credit is end to end: the visitor adapter holds the window for request bytes it may send
 // (Downstream.credit grows it), the client holds the window for response bytes; whoever
-// writes bytes out to a socket reports them consumed (Upstream.credit / Credit frames). The
-// tunnel side only relays and counts, so a shard in the middle never buffers.
+// writes bytes out to a socket reports them consumed, batched by its CreditMeter
+// (protocol/flow-control.ts; Upstream.credit / Credit frames). The tunnel side only relays and
+// counts, so a shard in the middle never buffers.
 
 /** Visitor adapter → tunnel side. Calls must consume `bytes` synchronously. */
 export interface Upstream {

@@ -1,6 +1,7 @@
 import net from 'node:net';
 import { ApiError } from '../errors.js';
-import { INITIAL_WINDOW_BYTES, type ResetCode, type ResponseHead } from '../protocol/frames.js';
+import { CreditMeter, SendWindow, StreamEnds } from '../protocol/flow-control.js';
+import type { ResetCode, ResponseHead } from '../protocol/frames.js';
 import type { TunnelActor } from './tunnel.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -11,67 +12,56 @@ import type { Downstream, Upstream } from './stream.js';
 //   visitor socket ◀write─ TcpVisitor ◀Downstream─ TunnelStream ◀──────────── client ◀── local
 //
 // Half-close both ways: a visitor FIN becomes End, an End from the client becomes FIN
-// (allowHalfOpen). Credit: the socket is paused when the stream's window is spent; bytes
-// written to the visitor are reported consumed once the socket took them (write() under its
-// high-water mark, or on 'drain').
+// (allowHalfOpen). Flow control (protocol/flow-control.ts): a SendWindow pauses the socket when
+// the stream's window is spent; a CreditMeter reports bytes written to the visitor once the
+// socket took them (write() under its high-water mark, or on 'drain').
 
 class TcpVisitor implements Downstream {
   up: Upstream | null = null;
-  private window = INITIAL_WINDOW_BYTES;
-  private paused = false;
-  private unreported = 0;
-  private done = false;
+  private readonly window: SendWindow;
+  private readonly meter = new CreditMeter((n) => this.up?.credit(n));
+  /** local = visitor → client (the visitor's FIN), peer = client → visitor (the client's End). */
+  private readonly ends = new StreamEnds(() => undefined);
 
   constructor(private readonly sock: net.Socket) {
+    this.window = new SendWindow(sock);
     sock.on('data', (b: Buffer) => {
       this.up?.data(b);
-      this.window -= b.byteLength;
-      if (this.window <= 0 && !this.paused) {
-        this.paused = true;
-        sock.pause();
-      }
+      this.window.spend(b.byteLength);
     });
-    sock.on('end', () => this.up?.end());
-    sock.on('drain', () => {
-      const n = this.unreported;
-      this.unreported = 0;
-      if (n > 0) this.up?.credit(n);
+    sock.on('end', () => {
+      if (!this.ends.endLocal()) return;
+      this.up?.end();
+      this.ends.settle();
     });
+    sock.on('drain', () => this.meter.drained());
     sock.on('error', () => undefined);
     sock.on('close', () => {
-      if (!this.done) {
-        this.done = true;
-        this.up?.reset('visitor-gone');
-      }
+      if (this.ends.finish()) this.up?.reset('visitor-gone');
     });
   }
 
   response(_head: ResponseHead): void {}
 
   data(bytes: Uint8Array): void {
-    if (this.done) return;
+    if (this.ends.done) return;
     // Copy: the frame's buffer is reused once this call returns.
-    if (this.sock.write(Buffer.from(bytes))) this.up?.credit(bytes.byteLength);
-    else this.unreported += bytes.byteLength;
+    this.meter.wrote(bytes.byteLength, this.sock.write(Buffer.from(bytes)));
   }
 
   end(): void {
-    if (this.done) return;
+    if (this.ends.endPeer() !== 'ok') return;
     this.sock.end();
+    this.ends.settle();
   }
 
   reset(_code: ResetCode): void {
-    if (this.done) return;
-    this.done = true;
+    if (!this.ends.finish()) return;
     this.sock.resetAndDestroy();
   }
 
   credit(bytes: number): void {
-    this.window += bytes;
-    if (this.paused && this.window > 0) {
-      this.paused = false;
-      this.sock.resume();
-    }
+    this.window.grant(bytes);
   }
 }
 

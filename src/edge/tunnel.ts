@@ -1,4 +1,5 @@
-import { CREDIT_BATCH_BYTES, INITIAL_WINDOW_BYTES, type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
+import { ReceiveWindow, SendWindow, StreamEnds } from '../protocol/flow-control.js';
+import { type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -36,30 +37,27 @@ export interface TunnelSpec {
 }
 
 /**
- * A client may overrun the window by what its source handed it at once (it pauses the
- * source only after a read); more than a whole extra window is not a chunk, it is a flood.
- */
-const WINDOW_SLACK_BYTES = INITIAL_WINDOW_BYTES;
-
-/**
  * One stream of a tunnel: relays between a visitor adapter and the wire, counting bytes.
  * It also checks the order of the client's frames, so no adapter ever sees a sequence it
- * cannot handle (a second response head, body before the head, a 101 on a plain request):
- * a violation resets this stream both ways with 'protocol' (→ 502 for a visitor).
+ * cannot handle (a second response head, body before the head, a 101 on a plain request),
+ * and the client's flow-control arithmetic (protocol/flow-control.ts): a violation resets
+ * this stream both ways with 'protocol' (→ 502 for a visitor). Credit is batched by the
+ * adapter that writes the bytes out; this relay sends each report on as one Credit frame.
  */
 export class TunnelStream implements Upstream {
   sid = 0;
   /** What may answer: 'upgrade' streams alone accept a 101; 'tcp' streams take no head. */
   kind: 'http' | 'upgrade' | 'tcp' = 'http';
-  private visitorEnded = false;
-  private clientEnded = false;
   private responded = false;
-  private done = false;
-  private unreported = 0;
-  /** Response bytes the client may still send: the window minus Data plus the credit we sent. */
-  private clientWindow = INITIAL_WINDOW_BYTES;
-  /** Request bytes sent to the client and not yet credited back by it. */
-  private uncredited = 0;
+  /** local = visitor → client (our End), peer = client → visitor (the client's End). */
+  private readonly ends = new StreamEnds(() => {
+    this.carrier.forget(this.sid);
+    this.tunnel.streams.delete(this);
+  });
+  /** Response bytes the client may still send (Data spends, the Credit we send grants). */
+  private readonly clientWindow = new ReceiveWindow();
+  /** Request bytes sent to the client, to check the credit it returns (the adapter pauses the visitor). */
+  private readonly requestWindow = new SendWindow();
 
   constructor(
     readonly tunnel: TunnelActor,
@@ -69,37 +67,30 @@ export class TunnelStream implements Upstream {
 
   /** The head said "no body": the visitor's side is complete without an End frame. */
   bodyless(): void {
-    this.visitorEnded = true;
+    this.ends.endLocal();
   }
 
   // ---- Upstream: visitor → client ----
   data(bytes: Uint8Array): void {
-    if (this.done) return;
+    if (this.ends.done) return;
     this.tunnel.count(bytes.byteLength, 0);
-    this.uncredited += bytes.byteLength;
+    this.requestWindow.spend(bytes.byteLength);
     this.carrier.sendData(this.sid, bytes);
   }
   end(): void {
-    if (this.done || this.visitorEnded) return;
-    this.visitorEnded = true;
+    if (!this.ends.endLocal()) return;
     this.carrier.sendEnd(this.sid);
-    if (this.clientEnded) this.finish();
+    this.ends.settle();
   }
   reset(code: ResetCode): void {
-    if (this.done) return;
+    if (this.ends.done) return;
     this.carrier.sendReset(this.sid, code);
-    this.finish();
+    this.ends.finish();
   }
   credit(bytes: number): void {
-    if (this.done) return;
-    // Batched: one Credit frame per CREDIT_BATCH_BYTES instead of one per chunk. The window
-    // (INITIAL_WINDOW_BYTES) is much larger than the batch, so the sender never stalls on it.
-    this.unreported += bytes;
-    if (this.unreported >= CREDIT_BATCH_BYTES) {
-      this.carrier.sendCredit(this.sid, this.unreported);
-      this.clientWindow += this.unreported;
-      this.unreported = 0;
-    }
+    if (this.ends.done) return;
+    this.carrier.sendCredit(this.sid, bytes);
+    this.clientWindow.granted(bytes);
   }
   /** A bug in the adapter's deferred work (outside any frame handler): end the connection. */
   fault(err: unknown): void {
@@ -108,7 +99,7 @@ export class TunnelStream implements Upstream {
 
   // ---- frames from the client ----
   onResponse(head: ResponseHead): void {
-    if (this.done) return;
+    if (this.ends.done) return;
     if (this.kind === 'tcp') return this.violation('a response head on a tcp stream');
     if (this.responded) return this.violation('a second response head');
     if (head.status === 101 && this.kind !== 'upgrade') return this.violation('status 101 as the response to a plain request');
@@ -119,52 +110,43 @@ export class TunnelStream implements Upstream {
     this.down.response(head);
   }
   onData(bytes: Uint8Array): void {
-    if (this.done) return;
+    if (this.ends.done) return;
     if (this.kind !== 'tcp' && !this.responded) return this.violation('body bytes before the response head');
-    if (this.clientEnded) return this.violation('body bytes after the end');
-    this.clientWindow -= bytes.byteLength;
-    if (this.clientWindow < -WINDOW_SLACK_BYTES) return this.violation(`${-this.clientWindow} bytes over the flow-control window`);
+    if (this.ends.peerDone) return this.violation('body bytes after the end');
+    if (!this.clientWindow.receive(bytes.byteLength)) return this.violation(`${this.clientWindow.overrun} bytes over the flow-control window`);
     this.tunnel.count(0, bytes.byteLength);
     this.down.data(bytes);
   }
   onEnd(): void {
-    if (this.done) return;
-    if (this.clientEnded) return this.violation('a second end');
-    this.clientEnded = true;
+    const end = this.ends.endPeer();
+    if (end === 'over') return;
+    if (end === 'duplicate') return this.violation('a second end');
     this.down.end();
-    if (this.visitorEnded) this.finish();
+    this.ends.settle();
   }
   onReset(code: ResetCode): void {
-    if (this.done) return;
-    this.finish();
+    if (!this.ends.finish()) return;
     this.down.reset(code);
   }
   onCredit(bytes: number): void {
-    if (this.done) return;
-    if (bytes > this.uncredited) return this.violation(`credit for ${bytes} bytes, only ${this.uncredited} were sent`);
-    this.uncredited -= bytes;
+    if (this.ends.done) return;
+    const outstanding = this.requestWindow.outstanding;
+    if (!this.requestWindow.grant(bytes)) return this.violation(`credit for ${bytes} bytes, only ${outstanding} were sent`);
     this.down.credit(bytes);
   }
 
   /** The client's frames broke the stream's order: reset it both ways. */
   private violation(why: string): void {
     this.carrier.sendReset(this.sid, 'protocol');
-    this.finish();
+    this.ends.finish();
     this.carrier.violated(this.sid, why);
     this.down.reset('protocol');
   }
 
   /** The tunnel or its connection is going away. */
   abort(code: ResetCode): void {
-    if (this.done) return;
-    this.finish();
+    if (!this.ends.finish()) return;
     this.down.reset(code);
-  }
-
-  private finish(): void {
-    this.done = true;
-    this.carrier.forget(this.sid);
-    this.tunnel.streams.delete(this);
   }
 }
 

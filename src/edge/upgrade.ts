@@ -3,6 +3,7 @@ import { remoteIp } from '../http/uws.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, parseClosePayload } from '../protocol/ws-frames.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
+import { CreditMeter } from '../protocol/flow-control.js';
 import { HttpVisitor, type OpenUpstream } from './ingress.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -43,7 +44,8 @@ class WsVisitor implements Downstream {
   private readonly decoder = new WsDecoder({ maxPayloadBytes: MAX_MESSAGE_BYTES, expectMasked: false });
   private fragments: Buffer[] = [];
   private fragmentOp = 0;
-  private unreported = 0;
+  /** Bytes parsed into visitor messages; accepted once uWS holds no more than SEND_HIGH_WATER_BYTES. */
+  private readonly meter = new CreditMeter((n) => this.up?.credit(n));
   /** Until the 101, a plain HTTP visitor answers (problem statuses, non-101 responses). */
   private readonly http: HttpVisitor;
 
@@ -93,7 +95,7 @@ class WsVisitor implements Downstream {
     // After the close the visitor reads nothing more: bytes kept here would only grow.
     if (this.ended) return;
     this.decoder.push(Buffer.from(bytes)); // a copy: payloads may be held across data() calls
-    this.unreported += bytes.byteLength;
+    this.meter.wrote(bytes.byteLength, false);
     if (this.ws) this.parse();
   }
 
@@ -144,11 +146,9 @@ class WsVisitor implements Downstream {
   }
 
   private report(): void {
-    if (!this.ws || this.ended || this.unreported === 0) return;
+    if (!this.ws || this.ended) return;
     if (this.ws.getBufferedAmount() > SEND_HIGH_WATER_BYTES) return; // drain() reports later
-    const n = this.unreported;
-    this.unreported = 0;
-    this.up?.credit(n);
+    this.meter.drained();
   }
 
   drained(): void {
