@@ -25,7 +25,7 @@ type TunnelClientCtor = new (opts: {
   local: { host: string; port: number };
 }) => TunnelClientLike;
 
-const mod = (await import(pathToFileURL(join(repoRoot!, 'dist', 'src', 'tunnel', 'client.js')).href)) as { TunnelClient: TunnelClientCtor };
+const mod = (await import(pathToFileURL(join(repoRoot!, 'dist', 'src', 'client', 'tunnel-client.js')).href)) as { TunnelClient: TunnelClientCtor };
 const clients: TunnelClientLike[] = [];
 let registered = 0;
 let next = 0;

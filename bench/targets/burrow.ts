@@ -105,7 +105,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
 
   async function openIdleTunnels(originPort: number, count: number): Promise<void> {
     const farmJs = fileURLToPath(new URL('./burrow-farm.js', import.meta.url));
-    if (!existsSync(join(opts.repoRoot, 'dist', 'src', 'tunnel', 'client.js'))) {
+    if (!existsSync(join(opts.repoRoot, 'dist', 'src', 'client', 'tunnel-client.js'))) {
       throw new Error('the tunnel client library (src/client/tunnel-client.ts) is not built');
     }
     const farm = start('burrow-farm', process.execPath, [farmJs, opts.repoRoot, serverUrl, key, String(originPort), String(count)], {
