@@ -81,6 +81,13 @@ export const Tunnel = Type.Object(
     tunnel_type: Type.Union([Type.Literal('http'), Type.Literal('tcp')]),
     uptime_secs: Type.Number(),
     stats: Type.Object({ bytes_in: Type.Integer(), bytes_out: Type.Integer(), requests: Type.Integer() }),
+    /** Access rules set by the client; credentials are never returned, only whether there are any. */
+    access: Type.Object({
+      basic_auth: Type.Boolean(),
+      allow_ip: Type.Array(Type.String()),
+      deny_ip: Type.Array(Type.String()),
+      expires_at: Nullable(DateTime),
+    }),
   },
   { $id: 'Tunnel' },
 );

@@ -10,7 +10,10 @@ import {
 } from '../protocol/frames.js';
 import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/flow-control.js';
 import { responseHeaders } from '../protocol/http-headers.js';
+import type { AccessRules } from '../protocol/access.js';
 import { WsClient, WsRefused } from './ws-client.js';
+
+export type { AccessRules } from '../protocol/access.js';
 
 // The client half of the tunnel protocol (used by `burrow http|tcp`, src/cli/).
 //
@@ -30,6 +33,8 @@ export interface TunnelClientOptions {
   id?: string;
   teamId?: string;
   remotePort?: number;
+  /** Access rules the server enforces (basic auth, IP lists, expiry): protocol/access.ts. */
+  access?: AccessRules;
   /** How long the local service may take to send a response head before the visitor gets 504. */
   responseTimeoutMs?: number;
 }
@@ -471,6 +476,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       id: this.registered?.id ?? this.opts.id ?? null,
       teamId: this.opts.teamId ?? null,
       remotePort: this.registered?.remotePort ?? this.opts.remotePort ?? null,
+      access: this.opts.access ?? null,
     };
     this.send([F.Open, this.nextReq++, req]);
   }
@@ -507,6 +513,11 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (this.stopped) return;
     if (why.permanent || (this.first && !this.registered && why.code === 'unreachable')) {
       return this.end(why);
+    }
+    // Lost around its expiry: reconnecting would only be refused (an expiry in the past).
+    const expiresAt = this.opts.access?.expiresAt;
+    if (expiresAt != null && expiresAt <= Date.now() + BACKOFF_FIRST_MS) {
+      return this.end(new TunnelRefused('expired', `the tunnel expired at ${new Date(expiresAt).toISOString()}`, true));
     }
     // A Closed and a Fatal for the same going-away server must not schedule two attempts.
     if (this.reconnectTimer) return;

@@ -365,14 +365,17 @@ export class HttpVisitor implements Downstream {
 
 /**
  * Serves one public request. Called from the shard's HostDispatch with the raw uWS objects;
- * `open` finds the tunnel (local or over the mesh).
+ * `open` finds the tunnel (local or over the mesh). `dropAuthorization`: the header held the
+ * tunnel's basic-auth password (edge/access.ts), which the client and local service never see.
  */
-export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: string, open: OpenUpstream, limit?: VisitorLimit): void {
+export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: string, open: OpenUpstream, limit?: VisitorLimit, dropAuthorization = false): void {
   const method = req.getCaseSensitiveMethod();
   const query = req.getQuery();
   const target = query ? `${req.getUrl()}?${query}` : req.getUrl();
   const raw: string[] = [];
-  req.forEach((k, v) => raw.push(k, v));
+  req.forEach((k, v) => {
+    if (!(dropAuthorization && k === 'authorization')) raw.push(k, v);
+  });
   const ip = remoteIp(res);
   if (limit && !limit.admit(ip, res)) return;
   // WebSocket upgrades are caught by the ws route (upgrade.ts); any other Upgrade (h2c...)

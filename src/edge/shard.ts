@@ -13,6 +13,8 @@ import { installUpgradeRoute } from './upgrade.js';
 import { bindTcpPort, checkTcpRequest, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
 import { VisitorLimit } from './visitor-limit.js';
+import { AccessGate, admitHttpVisitor, hashAccess } from './access.js';
+import { accessRulesProblem } from '../protocol/access.js';
 
 // The tunnel data plane of one shard worker:
 //
@@ -43,6 +45,8 @@ export interface ShardTunnels {
 /** Deltas leave a shard at most this often (≤ 250 ms: counters stay near-live without a message per chunk). */
 export const STATS_REPORT_MS = 250;
 const ADMIT_TIMEOUT_MS = 10_000;
+/** setTimeout's longest wait (2^31-1 ms); an expiry further away re-arms. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 /** How often a drain looks for control connections whose streams all ended. */
 const DRAIN_POLL_MS = 50;
 const SHUTTING_DOWN = 'the server is shutting down; try again shortly';
@@ -61,6 +65,22 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   /** TCP tunnels' listeners: a drain stops accepting while open connections go on. */
   const tcpListeners = new Map<TunnelActor, net.Server>();
   let draining = false;
+  /** Access gates (edge/access.ts): of this shard's tunnels, and of every routed one (the
+   *  route carries them), so a visitor is checked wherever it lands. Null entries: no rules. */
+  const localGates = new Map<TunnelActor, AccessGate | null>();
+  const routeGates = new Map<string, AccessGate | null>();
+  /** The gate of whichever tunnel would serve `id` from here (openAnywhere's order). */
+  const gateFor = (id: string): AccessGate | null => {
+    const t = tunnels.get(id);
+    return t ? (localGates.get(t) ?? null) : (routeGates.get(id) ?? null);
+  };
+  /** Expiry timers of this shard's tunnels (--expires). */
+  const expiries = new Map<TunnelActor, NodeJS.Timeout>();
+  const forgetTunnel = (t: TunnelActor): void => {
+    localGates.delete(t);
+    clearTimeout(expiries.get(t));
+    expiries.delete(t);
+  };
 
   const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
     const t = tunnels.get(tunnelId);
@@ -88,6 +108,10 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     draining: () => draining,
     async open(conn: ControlConnection, req: OpenRequest) {
       if (draining) throw unavailableError(SHUTTING_DOWN);
+      const accessProblem = req.access ? accessRulesProblem(req.access, req.type) : null;
+      if (accessProblem) throw new ApiError('bad-request', accessProblem);
+      // Hashed now: the password goes no further than this function.
+      const access = hashAccess(req.access);
       const gone = (): ApiError => new ApiError('unavailable', 'the control connection closed while the tunnel was being admitted');
       // TCP: the user's port quota is claimed from the registry before binding, so concurrent
       // Opens (any connection, any shard) cannot bind more than --max-tcp-ports-per-user.
@@ -119,6 +143,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
             teamId: req.teamId ?? null,
             remotePort: port,
             clientIp: conn.ip,
+            access,
             claim,
           },
           ADMIT_TIMEOUT_MS,
@@ -142,10 +167,13 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         conn,
         markDirty,
       );
+      const gate = AccessGate.of(access);
+      localGates.set(actor, gate);
       tunnels.set(actor.id, actor);
       conn.adopt(actor);
+      if (access?.expiresAt != null) expireAt(actor, access.expiresAt);
       if (tcp) {
-        serveTcp(tcp, actor);
+        serveTcp(tcp, actor, gate);
         tcpListeners.set(actor, tcp);
       }
       log.info({ id: actor.id, type: req.type, user: conn.principal.userId }, 'tunnel registered');
@@ -153,6 +181,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     },
     ended(actor: TunnelActor, last: StatsDelta | null) {
       if (tunnels.get(actor.id) === actor) tunnels.delete(actor.id);
+      forgetTunnel(actor);
       tcpListeners.delete(actor);
       report(actor, last);
     },
@@ -182,7 +211,11 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   ctx.main
     .ask<TunnelRoute[]>({ type: 'tunnel-routes' }, ADMIT_TIMEOUT_MS)
     .then((list) => {
-      for (const r of list) if (!routes.has(r.id)) routes.set(r.id, r.shard);
+      for (const r of list) {
+        if (routes.has(r.id)) continue;
+        routes.set(r.id, r.shard);
+        routeGates.set(r.id, AccessGate.of(r.access));
+      }
     })
     .catch((err: unknown) => log.warn({ err }, 'could not load tunnel routes'));
 
@@ -191,11 +224,24 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     if (!t || (sessionId !== undefined && t.spec.sessionId !== sessionId)) return false;
     tunnels.delete(tunnelId);
     tcpListeners.delete(t);
+    forgetTunnel(t);
     const code = given ?? (reason.startsWith('taken over') ? 'taken-over' : permanent ? 'deleted' : 'unavailable');
     const last = t.close({ code, message: reason, permanent });
     for (const c of connections) c.drop(t);
     report(t, last);
     return true;
+  };
+
+  /** Ends `actor` at `at` (epoch ms); setTimeout takes at most ~24.8 days, so longer waits re-arm. */
+  const expireAt = (actor: TunnelActor, at: number): void => {
+    const wait = Math.min(Math.max(at - Date.now(), 0), MAX_TIMER_MS);
+    const timer = setTimeout(() => {
+      if (Date.now() < at) return expireAt(actor, at);
+      log.info({ id: actor.id }, 'tunnel expired');
+      closeLocal(actor.id, `the tunnel expired at ${new Date(at).toISOString()}`, true, actor.spec.sessionId, 'expired');
+    }, wait);
+    timer.unref();
+    expiries.set(actor, timer);
   };
 
   /** The tunnel id of a Host header, or null when it is not public tunnel traffic. */
@@ -213,7 +259,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     if (shard === undefined || shard === ctx.index) return null;
     return mesh.open(shard, tunnelId, head, visitor);
   };
-  installUpgradeRoute(ctx.app, tunnelOf, openAnywhere);
+  installUpgradeRoute(ctx.app, tunnelOf, openAnywhere, (id, res, req) => admitHttpVisitor(gateFor(id), res, req));
 
   /** A visitor request while draining: 503, and the connection closes (no keep-alive). */
   const refuseDraining = (res: Parameters<HostDispatch>[0]): void => {
@@ -225,7 +271,10 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       const id = tunnelOf(req.getHeader('host'));
       if (id === null) return false;
       if (draining) refuseDraining(res);
-      else serveVisitor(res, req, id, openAnywhere, visitors);
+      else {
+        const verdict = admitHttpVisitor(gateFor(id), res, req);
+        if (verdict !== 'refused') serveVisitor(res, req, id, openAnywhere, visitors, verdict === 'drop-authorization');
+      }
       return true;
     },
     onMain(msg) {
@@ -233,8 +282,13 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         case 'tunnel-close':
           return { closed: closeLocal(msg.tunnelId, msg.reason, msg.permanent, msg.sessionId, msg.code) };
         case 'tunnel-route':
-          if (msg.shard === null) routes.delete(msg.id);
-          else routes.set(msg.id, msg.shard);
+          if (msg.shard === null) {
+            routes.delete(msg.id);
+            routeGates.delete(msg.id);
+          } else {
+            routes.set(msg.id, msg.shard);
+            routeGates.set(msg.id, AccessGate.of(msg.access ?? null));
+          }
           return undefined;
         case 'tunnel-counts': {
           let streams = 0;

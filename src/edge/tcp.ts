@@ -4,6 +4,7 @@ import { CreditMeter, SendWindow, StreamEnds } from '../protocol/flow-control.js
 import type { ResetCode, ResponseHead } from '../protocol/frames.js';
 import type { TunnelActor } from './tunnel.js';
 import type { Downstream, Upstream } from './stream.js';
+import { admitTcpVisitor, type AccessGate } from './access.js';
 
 // TCP tunnels: the owning shard listens on the tunnel's public port (a port of
 // --tcp-port-range) and relays each accepted connection as one stream.
@@ -109,9 +110,11 @@ export async function bindTcpPort(host: string, range: { min: number; max: numbe
 }
 
 /** Serves visitor connections of a tcp tunnel until the tunnel closes. */
-export function serveTcp(server: net.Server, actor: TunnelActor): void {
+export function serveTcp(server: net.Server, actor: TunnelActor, gate: AccessGate | null = null): void {
   const sockets = new Set<net.Socket>();
   server.on('connection', (sock) => {
+    // Before any stream exists: a refused address is reset and the client never hears of it.
+    if (!admitTcpVisitor(gate, sock)) return;
     sock.setNoDelay(true);
     sockets.add(sock);
     sock.once('close', () => sockets.delete(sock));

@@ -203,6 +203,9 @@ export function installUpgradeRoute(
   app: { ws<T>(pattern: string, behavior: import('@trufflesuite/uws-js-unofficial').WebSocketBehavior<T>): unknown },
   tunnelOf: (host: string) => string | null,
   open: OpenUpstream,
+  /** The tunnel's access rules: 'refused' (already answered), or whether to drop Authorization
+   *  (it held the tunnel's basic-auth password) (edge/access.ts). */
+  admit: (tunnelId: string, res: HttpResponse, req: HttpRequest) => 'refused' | 'drop-authorization' | 'admitted' = () => 'admitted',
 ): void {
   app.ws<WsData>('/*', {
     maxPayloadLength: MAX_MESSAGE_BYTES,
@@ -212,6 +215,9 @@ export function installUpgradeRoute(
     compression: 0,
     upgrade: (res: HttpResponse, req: HttpRequest, context: us_socket_context_t) => {
       const tunnelId = tunnelOf(req.getHeader('host'));
+      // Before the WsVisitor and any Open: a refused upgrade never reaches the tunnel.
+      const verdict = tunnelId === null ? 'admitted' : admit(tunnelId, res, req);
+      if (verdict === 'refused') return;
       const method = req.getCaseSensitiveMethod();
       const visitor = new WsVisitor(res, req.getHeader('sec-websocket-key'), context, method.toUpperCase());
       res.onAborted(() => visitor.aborted());
@@ -222,7 +228,7 @@ export function installUpgradeRoute(
       const query = req.getQuery();
       const raw: string[] = [];
       req.forEach((k, v) => {
-        if (k !== 'sec-websocket-extensions') raw.push(k, v);
+        if (k !== 'sec-websocket-extensions' && !(verdict === 'drop-authorization' && k === 'authorization')) raw.push(k, v);
       });
       const head: HttpHead = {
         kind: 'http',

@@ -109,8 +109,11 @@ type Method = 'get' | 'post' | 'put' | 'del' | 'patch' | 'head' | 'options' | 'a
 
 export function remoteIp(res: HttpResponse): string {
   const text = Buffer.from(res.getRemoteAddressAsText()).toString();
-  // IPv4 clients on a dual-stack socket show up as ::ffff:a.b.c.d
-  return text.startsWith('0000:0000:0000:0000:0000:ffff:') || text.startsWith('::ffff:') ? text.slice(text.lastIndexOf(':') + 1) : text;
+  // IPv4 clients on a dual-stack socket show up as ::ffff:a.b.c.d, or (uWS 20.30) in hex as
+  // 0000:0000:0000:0000:0000:ffff:7f00:0001
+  const hex = /^(?:0000:){5}ffff:([0-9a-f]{4}):([0-9a-f]{4})$/i.exec(text);
+  if (hex) return [...Buffer.from(hex[1]! + hex[2]!, 'hex')].join('.');
+  return text.startsWith('::ffff:') ? text.slice(text.lastIndexOf(':') + 1) : text;
 }
 
 /** Registers a buffered route: headers copied, body collected up to the limit, handler awaited. */

@@ -7,6 +7,7 @@ import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
 import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
+import { accessView, type AccessWire } from '../protocol/access.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
 
@@ -34,7 +35,9 @@ interface PortClaim {
 }
 
 interface Entry {
-  info: Omit<TunnelInfo, 'uptime_secs' | 'stats'>;
+  info: Omit<TunnelInfo, 'uptime_secs' | 'stats' | 'access'>;
+  /** access rules, credentials hashed: sent with the route so every shard checks visitors */
+  access: AccessWire | null;
   shard: number;
   sessionId: string;
   registeredAtMs: number;
@@ -99,7 +102,7 @@ export class RegistryActor {
         for (const d of msg.deltas) this.stats.add(d);
         return undefined;
       case 'tunnel-routes':
-        return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard }));
+        return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, access: e.access }));
       case 'data-plane-counts':
         return this.counts();
       default:
@@ -200,12 +203,13 @@ export class RegistryActor {
     const sessionId = randomUUID();
     this.tunnels.set(id, {
       info: { id, owner_id: m.userId, team_id: m.teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType },
+      access: m.access,
       shard,
       sessionId,
       registeredAtMs: Date.now(),
     });
     this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId: m.teamId, clientIp: m.clientIp });
-    this.broadcast({ type: 'tunnel-route', id, shard });
+    this.broadcast({ type: 'tunnel-route', id, shard, access: m.access });
     return { id, sessionId, url: this.publicUrl(m.tunnelType, id, m.remotePort) };
   }
 
@@ -220,7 +224,7 @@ export class RegistryActor {
   }
 
   private view(e: Entry): TunnelInfo {
-    return { ...e.info, uptime_secs: Math.floor((Date.now() - e.registeredAtMs) / 1000), stats: this.stats.totals(e.sessionId) };
+    return { ...e.info, uptime_secs: Math.floor((Date.now() - e.registeredAtMs) / 1000), stats: this.stats.totals(e.sessionId), access: accessView(e.access) };
   }
 
   private list(p: Principal, teamIds: string[]): TunnelInfo[] {

@@ -1,4 +1,5 @@
 import { decode, encode } from './codec.js';
+import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRules } from './access.js';
 
 // The tunnel wire protocol: frames on the control WebSocket (`GET /tunnel/v1/connect`).
 //
@@ -82,7 +83,7 @@ export type ResetCode =
   | 'busy';
 
 /** Codes of Refused / Closed / Fatal; the client treats `permanent` ones as final. */
-export type RefusalCode = 'unauthorized' | 'forbidden' | 'conflict' | 'bad-request' | 'version' | 'not-found' | 'unavailable' | 'deleted' | 'taken-over' | 'internal';
+export type RefusalCode = 'unauthorized' | 'forbidden' | 'conflict' | 'bad-request' | 'version' | 'not-found' | 'unavailable' | 'deleted' | 'taken-over' | 'expired' | 'internal';
 
 export interface GoAway {
   /** the longest the server keeps this connection for streams still open */
@@ -103,6 +104,8 @@ export interface OpenRequest {
   teamId?: string | null;
   /** tcp: requested public port; any free one of --tcp-port-range when absent */
   remotePort?: number | null;
+  /** access rules the edge enforces before a visitor reaches the client (protocol/access.ts) */
+  access?: AccessRules | null;
 }
 export interface Opened {
   id: string;
@@ -231,7 +234,7 @@ const MAX_NAME_CHARS = 255;
 const MAX_TEXT_CHARS = 4096;
 
 export const RESET_CODES: readonly ResetCode[] = ['local-unreachable', 'local-timeout', 'visitor-gone', 'protocol', 'closing', 'no-tunnel', 'busy'];
-export const REFUSAL_CODES: readonly RefusalCode[] = ['unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'not-found', 'unavailable', 'deleted', 'taken-over', 'internal'];
+export const REFUSAL_CODES: readonly RefusalCode[] = ['unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'not-found', 'unavailable', 'deleted', 'taken-over', 'expired', 'internal'];
 
 // RFC 9110 field-name token; a value may not carry CR, LF or NUL (a Response's headers are
 // written to the visitor as they are: anything else would let a client split the response).
@@ -320,6 +323,30 @@ function checkStreamHead(c: Fields, x: unknown): void {
   if (h.end !== undefined) c.bool(h.end, 'head.end');
 }
 
+/** An Open's access rules: counts, sizes, credential and CIDR syntax (semantics: accessRulesProblem). */
+function checkAccess(c: Fields, x: unknown): void {
+  const a = c.map(x, 'open.access');
+  const list = (v: unknown, field: string, max: number): unknown[] | null => {
+    if (v === undefined || v === null) return null;
+    if (!Array.isArray(v) || v.length > max) c.fail(field, `a list of at most ${max}`, v);
+    return v;
+  };
+  const creds = list(a.basicAuth, 'open.access.basicAuth', MAX_BASIC_AUTH);
+  creds?.forEach((v, i) => {
+    // The credential itself is never quoted back: it holds a password.
+    if (typeof v !== 'string') c.fail(`open.access.basicAuth[${i}]`, 'a string', v);
+    const problem = basicAuthProblem(v);
+    if (problem) throw new FrameError(`malformed Open frame: open.access.basicAuth[${i}]: ${problem}`);
+  });
+  for (const key of ['allowIp', 'denyIp'] as const) {
+    list(a[key], `open.access.${key}`, MAX_CIDRS)?.forEach((v, i) => {
+      if (typeof v !== 'string' || !parseCidr(v)) c.fail(`open.access.${key}[${i}]`, 'an IPv4 or IPv6 address or CIDR', v);
+    });
+  }
+  if (a.expiresAt !== undefined && a.expiresAt !== null) c.int(a.expiresAt, 'open.access.expiresAt', 0, Number.MAX_SAFE_INTEGER);
+  for (const k of Object.keys(a)) if (!['basicAuth', 'allowIp', 'denyIp', 'expiresAt'].includes(k)) c.fail(`open.access.${k.slice(0, 40)}`, 'absent (unknown field)', a[k]);
+}
+
 /** Checks every field of a decoded frame against its type; throws FrameError naming the field. */
 function checkFrame(a: unknown[]): void {
   const type = a[0] as number;
@@ -374,6 +401,7 @@ function checkFrame(a: unknown[]): void {
       c.optStr(o.id, 'open.id', MAX_NAME_CHARS);
       c.optStr(o.teamId, 'open.teamId', MAX_NAME_CHARS);
       if (o.remotePort !== undefined && o.remotePort !== null) c.int(o.remotePort, 'open.remotePort', 1, 65535);
+      if (o.access !== undefined && o.access !== null) checkAccess(c, o.access);
       return;
     }
     case F.Opened: {

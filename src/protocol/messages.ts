@@ -5,6 +5,7 @@
 //   main  ──MainToShard──▶ shard
 import type { Role, Scope } from '../auth/scopes.js';
 import type { TunnelMainToShard, TunnelShardToMain } from './tunnel-messages.js';
+import type { AccessView } from './access.js';
 
 export type { TunnelMainToShard, TunnelShardToMain };
 
@@ -27,6 +28,8 @@ export interface TunnelInfo {
   tunnel_type: 'http' | 'tcp';
   uptime_secs: number;
   stats: { bytes_in: number; bytes_out: number; requests: number };
+  /** access rules (never a credential) */
+  access: AccessView;
 }
 
 /** Main's answer to `verify-key`: `limited` → 429 (by the IP's or the prefix's count), `busy` → 503. */

@@ -8,6 +8,7 @@
 //   shard A ◀──TunnelMesh (tell, MessagePort mesh)──▶ shard B   (public HTTP landing on B for A's tunnel)
 import type { Principal } from './messages.js';
 import type { RefusalCode, ResetCode, ResponseHead, StreamHead } from './frames.js';
+import type { AccessWire } from './access.js';
 
 /** Counters of one session since the last report (README "Tunnels": bytes_in, bytes_out, requests). */
 export interface StatsDelta {
@@ -46,6 +47,8 @@ export type TunnelShardToMain =
       teamId: string | null;
       remotePort: number | null;
       clientIp: string | null;
+      /** the tunnel's access rules, credentials hashed (src/edge/access.ts), or null */
+      access: AccessWire | null;
       /** tcp: the tunnel-port-claim this admission spends (admitted or refused), else null */
       claim: number | null;
     }
@@ -94,6 +97,8 @@ export interface DataPlaneCounts {
 export interface TunnelRoute {
   id: string;
   shard: number;
+  /** its access rules: every shard checks visitors where they arrive */
+  access: AccessWire | null;
 }
 
 /** main → shard. */
@@ -102,8 +107,8 @@ export type TunnelMainToShard =
    *  With `sessionId`, only that registration (a same-user takeover must not close the new one).
    *  `code`: the Closed frame's code (default: deleted / taken-over / unavailable from the reason). */
   | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
-  /** Where a live tunnel lives now (`shard` null: gone). Sent to every shard. */
-  | { type: 'tunnel-route'; id: string; shard: number | null }
+  /** Where a live tunnel lives now (`shard` null: gone) and its access rules. Sent to every shard. */
+  | { type: 'tunnel-route'; id: string; shard: number | null; access?: AccessWire | null }
   /** This shard's live data-plane objects; answers ShardCounts. */
   | { type: 'tunnel-counts' };
 

@@ -92,7 +92,7 @@ const RESOURCES: Record<string, { fields: string[]; nullable: string[] }> = {
   },
   Team: { fields: ['id', 'name', 'created_at', 'updated_at'], nullable: [] },
   TeamMember: { fields: ['id', 'team_id', 'user_id', 'role', 'created_at'], nullable: [] },
-  Tunnel: { fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats'], nullable: ['team_id', 'remote_port'] },
+  Tunnel: { fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats', 'access'], nullable: ['team_id', 'remote_port'] },
   Error: { fields: ['type', 'title', 'status', 'detail'], nullable: [] },
 };
 const ENUMS: Record<string, string[]> = { ApiScope: ['tunnels', 'management'], Role: ['admin', 'member'], TeamRole: ['owner', 'member'] };
@@ -216,6 +216,12 @@ test('components: formats and references a client generator relies on', async ()
   assert.is(tunnel.id.format, undefined, 'a tunnel id is not a uuid');
   assert.is(tunnel.uptime_secs.type, 'number');
   assert.equal(sorted(Object.keys(tunnel.stats.properties)), ['bytes_in', 'bytes_out', 'requests']);
+  // Access rules: whether there is basic auth (never a credential), address lists, expiry.
+  const access = tunnel.access;
+  assert.equal(sorted(Object.keys(access.properties)), ['allow_ip', 'basic_auth', 'deny_ip', 'expires_at']);
+  assert.equal(sorted(access.required), ['allow_ip', 'basic_auth', 'deny_ip', 'expires_at']);
+  assert.is(access.properties.basic_auth.type, 'boolean');
+  assert.ok(admitsNull(access.properties.expires_at), 'expires_at may be null');
   // Every $ref anywhere in the document points at a component that exists.
   for (const r of collectRefs(doc)) {
     const name = /^#\/components\/schemas\/(\w+)$/.exec(r)?.[1];

@@ -5,6 +5,7 @@ import {
   F, MAX_DATA_BYTES, MAX_FRAME_BYTES, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame,
 } from '../../src/protocol/frames.js';
 import { encode } from '../../src/protocol/codec.js';
+import { MAX_BASIC_AUTH, MAX_CIDRS, MAX_EXPIRY_MS, accessRulesProblem, parseCidr, parseExpires } from '../../src/protocol/access.js';
 import { randomBytes } from 'node:crypto';
 
 // The tunnel wire codec: every frame survives encode → decode, bodies split at arbitrary
@@ -24,11 +25,28 @@ const refusal = fc.record({
   permanent: fc.boolean(),
 });
 const bytes = fc.uint8Array({ maxLength: 2048 });
+/** Valid access rules: USER:PASS credentials, v4 and v6 CIDRs (bare or with a prefix), an expiry. */
+const cidr = fc.oneof(
+  fc.tuple(fc.ipV4(), fc.option(fc.integer({ min: 0, max: 32 }))).map(([a, p]) => (p === null ? a : `${a}/${p}`)),
+  fc.tuple(fc.ipV6(), fc.option(fc.integer({ min: 0, max: 128 }))).map(([a, p]) => (p === null ? a : `${a}/${p}`)),
+);
+const credential = fc
+  .tuple(fc.stringMatching(/^[A-Za-z0-9._@-]{1,20}$/), fc.stringMatching(/^[\x20-\x7e]{1,40}$/))
+  .map(([u, p]) => `${u}:${p}`);
+const access = fc.record(
+  {
+    basicAuth: fc.array(credential, { maxLength: MAX_BASIC_AUTH }),
+    allowIp: fc.array(cidr, { maxLength: 8 }),
+    denyIp: fc.array(cidr, { maxLength: 8 }),
+    expiresAt: fc.option(fc.nat()),
+  },
+  { requiredKeys: [] },
+);
 
 const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ v: fc.nat(10), agent: str }).map((h): Frame => [F.Hello, h]),
   fc.record({ v: fc.nat(10), heartbeatMs: fc.nat() }).map((w): Frame => [F.Welcome, w]),
-  fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })) })).map(([r, o]): Frame => [F.Open, r, o]),
+  fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), access: fc.option(access) })).map(([r, o]): Frame => [F.Open, r, o]),
   fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })) })).map(([r, o]): Frame => [F.Opened, r, o]),
   fc.tuple(sid, refusal).map(([r, x]): Frame => [F.Refused, r, x as never]),
   fc.tuple(str, refusal).map(([t, x]): Frame => [F.Closed, t, x as never]),
@@ -195,6 +213,89 @@ test('a refused field is named in the message', () => {
   assert.is(message([F.Open, 1, { type: 'http', id: 1234 }]), 'malformed Open frame: open.id must be a string of at most 255 characters or null, got 1234');
   assert.is(message([F.Open, 1, { type: 'http', id: ['abcd'] }]), 'malformed Open frame: open.id must be a string of at most 255 characters or null, got an array');
   assert.match(message([F.Reset, 3, 'bogus']), /^malformed Reset frame: code must be one of local-unreachable, .*, got "bogus"$/);
+});
+
+test('malformed access rules in an Open are refused, naming the field and never the password', () => {
+  const open = (access: unknown) => encode([F.Open, 1, { type: 'http', access }]);
+  const bad: [unknown, RegExp][] = [
+    ['x', /open\.access must be a map/],
+    [[], /open\.access must be a map/],
+    [{ basicAuth: 'me:secret' }, /open\.access\.basicAuth must be a list of at most 16/],
+    [{ basicAuth: Array.from({ length: MAX_BASIC_AUTH + 1 }, (_, i) => `u${i}:p`) }, /basicAuth must be a list of at most 16/],
+    [{ basicAuth: [5] }, /basicAuth\[0\] must be a string/],
+    [{ basicAuth: ['no-colon-s3cr3t'] }, /basicAuth\[0\]: a credential must be USER:PASS/],
+    [{ basicAuth: [':s3cr3t'] }, /basicAuth\[0\]: the user of a credential/],
+    [{ basicAuth: ['me:'] }, /basicAuth\[0\]: the password for user "me"/],
+    [{ basicAuth: ['me:s3cr3t\r\nX: y'] }, /basicAuth\[0\]: the password for user "me"/],
+    [{ basicAuth: [`${'u'.repeat(129)}:s3cr3t`] }, /the user of a credential must be 1-128/],
+    [{ basicAuth: [`me:${'s3cr3t'.repeat(50)}`] }, /the password for user "me" must be 1-256/],
+    [{ allowIp: '10.0.0.0/8' }, /open\.access\.allowIp must be a list/],
+    [{ allowIp: Array.from({ length: MAX_CIDRS + 1 }, () => '10.0.0.1') }, /allowIp must be a list of at most 64/],
+    [{ allowIp: ['10.0.0.0/33'] }, /allowIp\[0\] must be an IPv4 or IPv6 address or CIDR, got "10.0.0.0\/33"/],
+    [{ denyIp: ['::1/129'] }, /denyIp\[0\] must be an IPv4 or IPv6 address or CIDR/],
+    [{ denyIp: ['fe80::1%eth0'] }, /denyIp\[0\]/],
+    [{ denyIp: ['example.com'] }, /denyIp\[0\]/],
+    [{ denyIp: ['10.0.0.0/8', 7] }, /denyIp\[1\]/],
+    [{ denyIp: ['10.0.0.0/-1'] }, /denyIp\[0\]/],
+    [{ denyIp: ['10.0.0.0/08x'] }, /denyIp\[0\]/],
+    [{ denyIp: ['1.2.3'] }, /denyIp\[0\]/],
+    [{ expiresAt: 'tomorrow' }, /open\.access\.expiresAt must be an integer/],
+    [{ expiresAt: -1 }, /open\.access\.expiresAt must be an integer/],
+    [{ expiresAt: 1.5 }, /open\.access\.expiresAt/],
+    [{ password: 'x' }, /open\.access\.password must be absent/],
+  ];
+  for (const [rules, want] of bad) {
+    let message = '';
+    try {
+      decodeFrame(open(rules));
+    } catch (err) {
+      assert.instance(err, FrameError);
+      message = (err as Error).message;
+    }
+    assert.match(message, want, JSON.stringify(rules));
+    assert.not.match(message, /s3cr3t/, `the password is echoed: ${message}`);
+  }
+});
+
+test('arbitrary access maps decode to valid rules or throw FrameError, nothing else', () => {
+  const value = fc.oneof(fc.anything({ maxDepth: 2 }), fc.array(fc.oneof(fc.string(), cidr, credential, fc.integer()), { maxLength: 4 }));
+  fc.assert(
+    fc.property(fc.dictionary(fc.constantFrom('basicAuth', 'allowIp', 'denyIp', 'expiresAt', 'other'), value), (rules) => {
+      try {
+        decodeFrame(encode([F.Open, 1, { type: 'http', access: rules }]));
+      } catch (err) {
+        if (!(err instanceof FrameError)) throw err;
+      }
+    }),
+    { numRuns: 2000 },
+  );
+});
+
+test('CIDRs: IPv4 and IPv6, bare addresses as a single host', () => {
+  assert.equal(parseCidr('10.0.0.0/8'), { address: '10.0.0.0', prefix: 8, family: 'ipv4' });
+  assert.equal(parseCidr('127.0.0.1'), { address: '127.0.0.1', prefix: 32, family: 'ipv4' });
+  assert.equal(parseCidr('::1'), { address: '::1', prefix: 128, family: 'ipv6' });
+  assert.equal(parseCidr('2001:db8::/32'), { address: '2001:db8::', prefix: 32, family: 'ipv6' });
+  assert.equal(parseCidr('::ffff:10.0.0.1/104'), { address: '::ffff:10.0.0.1', prefix: 104, family: 'ipv6' });
+  for (const bad of ['', '10.0.0.0/', '10.0.0.0/33', '::/129', '256.0.0.1', '10.0.0.0/8/8', 'fe80::1%lo', ' 10.0.0.1', 'x'.repeat(100)]) assert.is(parseCidr(bad), null, bad);
+});
+
+test('expiry: durations and zoned date-times; past and over a year refused', () => {
+  const now = Date.parse('2026-06-01T12:00:00Z');
+  assert.is(parseExpires('30m', now), now + 30 * 60_000);
+  assert.is(parseExpires('1h30m', now), now + 90 * 60_000);
+  assert.is(parseExpires('2d', now), now + 2 * 86_400_000);
+  assert.is(parseExpires('2026-06-01T14:30:00+02:00', now), now + 30 * 60_000);
+  assert.is(parseExpires('2026-12-31T18:00:00Z', now), Date.parse('2026-12-31T18:00:00Z'));
+  assert.throws(() => parseExpires('2026-06-01T11:00:00Z', now), /in the past/);
+  assert.throws(() => parseExpires('0s', now), /in the past/);
+  assert.throws(() => parseExpires('400d', now), /more than a year away/);
+  assert.throws(() => parseExpires('2026-12-31', now), /neither a duration .* nor a date-time with a zone/);
+  assert.throws(() => parseExpires('2026-12-31T18:00:00', now), /date-time with a zone/);
+  assert.throws(() => parseExpires('soon', now), /neither a duration/);
+  assert.is(accessRulesProblem({ expiresAt: now + MAX_EXPIRY_MS + 1 }, 'http', now), `the expiry ${new Date(now + MAX_EXPIRY_MS + 1).toISOString()} is more than a year away`);
+  assert.is(accessRulesProblem({ basicAuth: ['me:pw'] }, 'tcp', now), 'basic auth applies to http tunnels only');
+  assert.is(accessRulesProblem({ basicAuth: ['me:pw'], allowIp: ['10.0.0.0/8'], expiresAt: now + 1000 }, 'http', now), null);
 });
 
 test('oversized frames are refused before decoding', () => {

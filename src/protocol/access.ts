@@ -1,0 +1,152 @@
+import net from 'node:net';
+
+// Access rules of one tunnel, as the client asks for them (`burrow http|tcp --basic-auth
+// --allow-ip --deny-ip --expires`, or a tunnel entry of burrow.yml) and as the Open frame
+// carries them. The edge turns them into an AccessGate (src/edge/access.ts): credentials are
+// hashed there at once and never stored, logged or returned in clear.
+
+/** What a client asks for; every field optional (absent = no such rule). */
+export interface AccessRules {
+  /** "USER:PASS" credentials a visitor may present (HTTP Basic); http tunnels only. */
+  basicAuth?: string[];
+  /** CIDRs (or single addresses) a visitor must come from; empty or absent = anyone. */
+  allowIp?: string[];
+  /** CIDRs (or single addresses) refused; deny wins over allow. */
+  denyIp?: string[];
+  /** When the tunnel ends (Unix epoch milliseconds); absent or null = never. */
+  expiresAt?: number | null;
+}
+
+/** Credentials per tunnel (a handful of people; more belongs in a real identity provider). */
+export const MAX_BASIC_AUTH = 16;
+/** User name characters (RFC 7617: no colon). */
+export const MAX_USER_CHARS = 128;
+/** Password characters. */
+export const MAX_PASSWORD_CHARS = 256;
+/** CIDRs per list. */
+export const MAX_CIDRS = 64;
+/** The longest a CIDR can be written (a full IPv6 address with an IPv4 tail and /128). */
+const MAX_CIDR_CHARS = 64;
+/** An expiry later than this from now is refused (a typo, not a plan). */
+export const MAX_EXPIRY_MS = 366 * 24 * 3600 * 1000;
+
+// Visible ASCII and spaces except ":" in the user; any visible character in the password.
+// No control characters: they would not survive a browser prompt or a header.
+const USER_RE = /^[^\x00-\x1f\x7f:]+$/;
+const PASSWORD_RE = /^[^\x00-\x1f\x7f]+$/;
+
+/** Why `cred` is not a valid "USER:PASS" (never echoes the password), or null. */
+export function basicAuthProblem(cred: string): string | null {
+  const colon = cred.indexOf(':');
+  if (colon < 0) return 'a credential must be USER:PASS';
+  const user = cred.slice(0, colon);
+  const password = cred.slice(colon + 1);
+  if (user.length === 0 || user.length > MAX_USER_CHARS || !USER_RE.test(user)) {
+    return `the user of a credential must be 1-${MAX_USER_CHARS} characters without ":" or control characters`;
+  }
+  if (password.length === 0 || password.length > MAX_PASSWORD_CHARS || !PASSWORD_RE.test(password)) {
+    return `the password for user "${user}" must be 1-${MAX_PASSWORD_CHARS} characters without control characters`;
+  }
+  return null;
+}
+
+/** A parsed CIDR: address, prefix length and family (a bare address is a /32 or /128). */
+export interface Cidr {
+  address: string;
+  prefix: number;
+  family: 'ipv4' | 'ipv6';
+}
+
+/** "10.0.0.0/8", "::1", "2001:db8::/32" → Cidr; null when it is not one. */
+export function parseCidr(text: string): Cidr | null {
+  if (text.length === 0 || text.length > MAX_CIDR_CHARS) return null;
+  const slash = text.indexOf('/');
+  const address = slash < 0 ? text : text.slice(0, slash);
+  const version = net.isIP(address);
+  // A zone ("fe80::1%eth0") names an interface of the peer's host: meaningless here.
+  if (version === 0 || address.includes('%')) return null;
+  const max = version === 4 ? 32 : 128;
+  let prefix = max;
+  if (slash >= 0) {
+    const p = text.slice(slash + 1);
+    if (!/^\d{1,3}$/.test(p) || Number(p) > max) return null;
+    prefix = Number(p);
+  }
+  return { address, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
+}
+
+/** The public view of a tunnel's rules (`access` in GET /api/v1/tunnels): never a credential. */
+export interface AccessView {
+  basic_auth: boolean;
+  allow_ip: string[];
+  deny_ip: string[];
+  /** ISO 8601, or null */
+  expires_at: string | null;
+}
+
+/** The rules as they travel between threads, credentials already hashed (made at Open by
+ *  hashAccess in src/edge/access.ts; the password itself never leaves that shard's Open handler). */
+export interface AccessWire {
+  /** HMAC key of this tunnel's digests (null: no basic auth) */
+  key: Uint8Array | null;
+  /** HMAC-SHA-256(key, "USER:PASS") per credential */
+  digests: Uint8Array[];
+  allowIp: string[];
+  denyIp: string[];
+  /** epoch ms, or null */
+  expiresAt: number | null;
+}
+
+/** The `access` field of the API's tunnel view: whether there is basic auth, never what. */
+export function accessView(wire: AccessWire | null): AccessView {
+  return {
+    basic_auth: wire !== null && wire.digests.length > 0,
+    allow_ip: wire ? [...wire.allowIp] : [],
+    deny_ip: wire ? [...wire.denyIp] : [],
+    expires_at: wire?.expiresAt != null ? new Date(wire.expiresAt).toISOString() : null,
+  };
+}
+
+/** Duration units of --expires ("90m", "1h30m", "2d"). */
+const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000 };
+
+/**
+ * `--expires` / burrow.yml `expires`: a duration from `now` ("30m", "1h30m", "2d") or an ISO 8601
+ * date-time with a zone ("2026-12-31T18:00:00Z", "…+02:00") → epoch ms. Throws an Error saying
+ * what is wrong (in the past, over a year, not a duration or date-time).
+ */
+export function parseExpires(text: string, now = Date.now()): number {
+  const s = text.trim();
+  let at: number;
+  if (/^(\d+[smhdw])+$/i.test(s)) {
+    let ms = 0;
+    for (const m of s.toLowerCase().matchAll(/(\d+)([smhdw])/g)) ms += Number(m[1]) * UNIT_MS[m[2]!]!;
+    at = now + ms;
+  } else if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i.test(s)) {
+    at = Date.parse(s);
+    if (!Number.isFinite(at)) throw new Error(`"${text}" is not a valid date-time`);
+  } else {
+    throw new Error(`"${text}" is neither a duration (30m, 1h30m, 2d) nor a date-time with a zone (2026-12-31T18:00:00Z)`);
+  }
+  const problem = expiryProblem(at, now);
+  if (problem) throw new Error(problem);
+  return at;
+}
+
+/** Why `expiresAt` cannot be a tunnel's expiry at `now` (past, over a year away), or null. */
+export function expiryProblem(expiresAt: number, now = Date.now()): string | null {
+  if (expiresAt <= now) return `the expiry ${new Date(expiresAt).toISOString()} is in the past`;
+  if (expiresAt - now > MAX_EXPIRY_MS) return `the expiry ${new Date(expiresAt).toISOString()} is more than a year away`;
+  return null;
+}
+
+/**
+ * Why `rules` cannot be applied to a `type` tunnel at `now`, or null: the checks a value
+ * passing the frame's syntax checks can still fail (both the CLI, as a usage error, and the
+ * edge, as a bad-request refusal, run them).
+ */
+export function accessRulesProblem(rules: AccessRules, type: 'http' | 'tcp', now = Date.now()): string | null {
+  if (type === 'tcp' && rules.basicAuth && rules.basicAuth.length > 0) return 'basic auth applies to http tunnels only';
+  if (rules.expiresAt !== undefined && rules.expiresAt !== null) return expiryProblem(rules.expiresAt, now);
+  return null;
+}
