@@ -1,9 +1,10 @@
 import { ExposeStats, type ConnectionEvent, type RequestEvent } from './expose-stats.js';
 import { formatBytes, formatDuration, formatMs, painter, type Painter } from './output.js';
 
-// What `burrow http|tcp` shows while it runs.
+// What `burrow http|tcp` and `burrow start` show while they run.
 //
-//   stdout  the public URL (first line, always), then one line per request / TCP connection
+//   stdout  the public URL (first line, always; `burrow start`: "NAME URL", a line per tunnel),
+//           then one line per request / TCP connection (prefixed with the tunnel's name for start)
 //   stderr  TTY: a status block kept at the bottom of the terminal and redrawn in place;
 //           not a TTY: plain lines for state changes (reconnecting, reconnected, closed)
 //
@@ -12,10 +13,18 @@ import { formatBytes, formatDuration, formatMs, painter, type Painter } from './
 
 export type TunnelState = 'connecting' | 'online' | 'reconnecting' | 'closed';
 
-export interface ScreenInfo {
+/** One tunnel of the run: `burrow http|tcp` has one, `burrow start` one per entry of the file. */
+export interface TunnelRow {
+  name: string;
   type: 'http' | 'tcp';
   url: string | null;
   local: string;
+  /** why the server refused or closed this tunnel for good (the others keep running) */
+  failed: string | null;
+}
+
+export interface ScreenInfo {
+  tunnels: TunnelRow[];
   account: string | null;
   state: TunnelState;
   stateDetail: string | null;
@@ -35,12 +44,23 @@ export function renderBlock(info: ScreenInfo, stats: ExposeStats, paint: Painter
     row('Session Status', paint(stateStyle, info.state) + (info.stateDetail ? paint('dim', ` ${info.stateDetail}`) : '')),
   ];
   if (info.account) lines.push(row('Account', info.account));
-  lines.push(row('Forwarding', info.url ? `${paint('bold', info.url)} → ${info.local}` : paint('dim', `(waiting) → ${info.local}`)));
-  if (info.type === 'http') {
+  const named = info.tunnels.length > 1;
+  const nameWidth = Math.max(...info.tunnels.map((t) => t.name.length));
+  for (const [i, t] of info.tunnels.entries()) {
+    const target = t.failed ? paint('red', `failed: ${t.failed}`) : t.url ? `${paint('bold', t.url)} → ${t.local}` : paint('dim', `(waiting) → ${t.local}`);
+    lines.push(row(i === 0 ? 'Forwarding' : '', named ? `${t.name.padEnd(nameWidth)}  ${target}` : target));
+  }
+  const hasHttp = info.tunnels.some((t) => t.type === 'http');
+  const hasTcp = info.tunnels.some((t) => t.type === 'tcp');
+  if (hasHttp && !hasTcp) {
     lines.push(row('Connections', `open ${stats.openStreams}`));
     lines.push(row('Requests', `total ${stats.requests}   p50 ${p50}   p90 ${p90}`));
-  } else {
+  } else if (!hasHttp) {
     lines.push(row('Connections', `total ${stats.connections}   open ${stats.openStreams}   p50 ${p50}   p90 ${p90}`));
+  } else {
+    // Both kinds: the percentiles mix requests and connections, so they are left out.
+    lines.push(row('Connections', `total ${stats.connections}   open ${stats.openStreams}`));
+    lines.push(row('Requests', `total ${stats.requests}`));
   }
   lines.push(row('Traffic', `in ${formatBytes(stats.bytesIn)}   out ${formatBytes(stats.bytesOut)}`));
   lines.push(row('Uptime', formatDuration((now - stats.startedAtMs) / 1000)));
@@ -62,15 +82,19 @@ export function connectionLine(e: ConnectionEvent, paint: Painter): string {
 }
 
 export function summaryLine(info: ScreenInfo, stats: ExposeStats, now = Date.now()): string {
-  const n = info.type === 'http' ? stats.requests : stats.connections;
-  const what = `${n} ${info.type === 'http' ? 'request' : 'connection'}${n === 1 ? '' : 's'}`;
-  const lat = stats.percentile(50) === null ? '' : ` (p50 ${formatMs(stats.percentile(50))}, p90 ${formatMs(stats.percentile(90))})`;
-  return `burrow: ${info.url ?? 'tunnel'} closed after ${formatDuration((now - stats.startedAtMs) / 1000)} · ${what}${lat} · in ${formatBytes(stats.bytesIn)} · out ${formatBytes(stats.bytesOut)}`;
+  const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
+  const types = new Set(info.tunnels.map((t) => t.type));
+  const counts = [...(types.has('http') ? [plural(stats.requests, 'request')] : []), ...(types.has('tcp') ? [plural(stats.connections, 'connection')] : [])].join(', ');
+  const lat = types.size > 1 || stats.percentile(50) === null ? '' : ` (p50 ${formatMs(stats.percentile(50))}, p90 ${formatMs(stats.percentile(90))})`;
+  const what = info.tunnels.length === 1 ? (info.tunnels[0]!.url ?? 'tunnel') : plural(info.tunnels.length, 'tunnel');
+  return `burrow: ${what} closed after ${formatDuration((now - stats.startedAtMs) / 1000)} · ${counts}${lat} · in ${formatBytes(stats.bytesIn)} · out ${formatBytes(stats.bytesOut)}`;
 }
 
 export interface ScreenOptions {
   quiet: boolean;
   json: boolean;
+  /** `burrow start`: lines and JSON events name their tunnel */
+  named?: boolean;
 }
 
 /** Drives stdout/stderr for one run; `tty` decides between the live block and plain lines. */
@@ -82,11 +106,28 @@ export class ExposeScreen {
   private blockLines = 0;
   private drawn = '';
   private timer: NodeJS.Timeout | null = null;
+  private readonly openByTunnel = new Map<string, number>();
+  private readonly nameWidth: number;
 
   constructor(
     readonly info: ScreenInfo,
     private readonly opts: ScreenOptions,
-  ) {}
+  ) {
+    this.nameWidth = Math.max(...info.tunnels.map((t) => t.name.length));
+  }
+
+  private row(name: string): TunnelRow {
+    return this.info.tunnels.find((t) => t.name === name) ?? this.info.tunnels[0]!;
+  }
+
+  /** JSON events of `burrow start` carry the tunnel's name; `burrow http|tcp` keeps its shape. */
+  private event(name: string, event: string, fields: object): string {
+    return JSON.stringify(this.opts.named ? { event, tunnel: name, ...fields } : { event, ...fields });
+  }
+
+  private prefix(name: string, line: string): string {
+    return this.opts.named ? `${this.outPaint('dim', name.padEnd(this.nameWidth))}  ${line}` : line;
+  }
 
   start(): void {
     if (!this.tty || this.opts.json) return;
@@ -115,29 +156,42 @@ export class ExposeScreen {
     }
   }
 
-  /** The first stdout line: the public URL (JSON mode: an object with it). */
-  registered(id: string, url: string, first: boolean): void {
-    const previous = this.info.url;
-    this.info.url = url;
+  /** The first stdout line: the public URL (JSON mode: an object with it); `burrow start`: "NAME URL". */
+  registered(id: string, url: string, first: boolean, name = this.info.tunnels[0]!.name): void {
+    const row = this.row(name);
+    const previous = row.url;
+    row.url = url;
     this.setState('online', null);
-    if (first) this.stdout(this.opts.json ? JSON.stringify({ event: 'registered', id, url }) : url);
-    else if (url !== previous) this.note(`now at ${url}`);
+    const plain = this.opts.named ? `${name} ${url}` : url;
+    if (first) this.stdout(this.opts.json ? this.event(name, 'registered', { id, url }) : plain);
+    else if (url !== previous) this.note(this.opts.named ? `${name} now at ${url}` : `now at ${url}`);
   }
 
-  request(e: RequestEvent): void {
+  /** One tunnel refused or closed for good while the others run on. */
+  failed(name: string, code: string, reason: string): void {
+    this.row(name).failed = reason;
+    if (this.opts.json) this.stdout(this.event(name, 'failed', { code, reason }));
+    else this.note(`${name}: ${reason}`);
+  }
+
+  request(e: RequestEvent, name = this.info.tunnels[0]!.name): void {
     this.stats.addRequest(e);
-    if (this.opts.json) return this.stdout(JSON.stringify({ event: 'request', ...e }));
-    if (!this.opts.quiet) this.stdout(requestLine(e, this.outPaint));
+    if (this.opts.json) return this.stdout(this.event(name, 'request', e));
+    if (!this.opts.quiet) this.stdout(this.prefix(name, requestLine(e, this.outPaint)));
   }
 
-  connection(e: ConnectionEvent): void {
+  connection(e: ConnectionEvent, name = this.info.tunnels[0]!.name): void {
     this.stats.addConnection(e);
-    if (this.opts.json) return this.stdout(JSON.stringify({ event: 'connection', ...e }));
-    if (!this.opts.quiet) this.stdout(connectionLine(e, this.outPaint));
+    if (this.opts.json) return this.stdout(this.event(name, 'connection', e));
+    if (!this.opts.quiet) this.stdout(this.prefix(name, connectionLine(e, this.outPaint)));
   }
 
-  openStreams(n: number): void {
-    this.stats.openStreams = n;
+  /** `n` streams open on tunnel `name` (the block shows the sum). */
+  openStreams(n: number, name = this.info.tunnels[0]!.name): void {
+    this.openByTunnel.set(name, n);
+    let sum = 0;
+    for (const v of this.openByTunnel.values()) sum += v;
+    this.stats.openStreams = sum;
   }
 
   setState(state: TunnelState, detail: string | null): void {

@@ -1,38 +1,19 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { Command } from 'commander';
 import { ApiClient, unreachable } from './client.js';
-import { act, examples, positiveInt, UUID_RE } from './common.js';
+import { act, examples, positiveInt, UUID_RE, type ActionContext } from './common.js';
+import type { Target } from './config.js';
+import { detachIfAsked, detachOptions, tellParent } from './detach.js';
 import { CliError, EXIT, type ExitCode } from './errors.js';
 import { ExposeScreen } from './expose-screen.js';
-import type { ConnectionEvent, RequestEvent } from './expose-stats.js';
 import { resolveTeam } from './teams.js';
+import { flagOf, localLabel, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
 import type { User } from './types.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
 // the tunnel client library (src/client/tunnel-client.ts) and show what passes through it.
+// runTunnels is also what `burrow start` (start.ts) runs, for the tunnels of a burrow.yml.
 
-export interface LocalTarget {
-  host: string;
-  port: number;
-}
-
-/** "3000", "192.168.1.5:8080", "[::1]:8080", "http://localhost:3000" → host and port. */
-export function parseLocal(v: string): LocalTarget {
-  const fail = () => new InvalidArgumentError(`expected a port (3000) or host:port (127.0.0.1:3000), got "${v}"`);
-  const port = (s: string) => {
-    const n = Number(s);
-    if (!/^\d+$/.test(s) || n < 1 || n > 65535) throw fail();
-    return n;
-  };
-  let s = v.trim();
-  const url = /^[a-z]+:\/\/(.*?)\/?$/i.exec(s);
-  if (url) s = url[1]!;
-  if (/^\d+$/.test(s)) return { host: 'localhost', port: port(s) };
-  const v6 = /^\[([0-9a-f:.]+)\]:(\d+)$/i.exec(s);
-  if (v6) return { host: v6[1]!, port: port(v6[2]!) };
-  const hp = /^([A-Za-z0-9.-]+):(\d+)$/.exec(s);
-  if (hp) return { host: hp[1]!, port: port(hp[2]!) };
-  throw fail();
-}
+export { parseLocal, type LocalTarget } from './tunnel-spec.js';
 
 /** A permanent refusal's code → the CLI's exit code (same table as API errors). */
 export function exitCodeForRefusal(code: string): ExitCode {
@@ -70,123 +51,155 @@ interface ExposeOptions {
   team?: string;
   remotePort?: number;
   quiet?: boolean;
+  detach?: boolean;
+  pidFile?: string;
+}
+
+/** `burrow http|tcp` flags → the same raw record a burrow.yml entry is, checked by the same function. */
+function specOfFlags(type: 'http' | 'tcp', addr: string, o: ExposeOptions): TunnelSpec {
+  const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort };
+  const { spec, errors } = validateTunnel(type, raw);
+  if (spec) return spec;
+  const e = errors[0]!;
+  if (e.field === 'addr') throw new CliError(EXIT.usage, 'invalid target', e.message, `e.g. \`burrow ${type} 3000\` or \`burrow ${type} 127.0.0.1:3000\``);
+  throw new CliError(EXIT.usage, `invalid ${flagOf(e.field)}`, errors.map((x) => x.message).join('; '), `see \`burrow ${type} --help\``);
 }
 
 function exposeAction(type: 'http' | 'tcp') {
   return act<ExposeOptions>(async (ctx, rawLocal) => {
-    let local: LocalTarget;
-    try {
-      local = parseLocal(rawLocal);
-    } catch (e) {
-      throw new CliError(EXIT.usage, 'invalid target', (e as Error).message, `e.g. \`burrow ${type} 3000\``);
-    }
-    const target = ctx.target();
-    if (!target.token) {
-      throw new CliError(EXIT.auth, 'not logged in', `no API key for ${target.server}`, 'run `burrow login`, pass --token KEY or set BURROW_TOKEN');
-    }
-    const api = new ApiClient(target);
-    const teamId = ctx.opts.team ? (UUID_RE.test(ctx.opts.team) ? ctx.opts.team : (await resolveTeam(api, ctx.opts.team)).id) : undefined;
-
-    // Loaded here so management commands do not pay for the tunnel code at start-up.
-    const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
-    const screen = new ExposeScreen(
-      { type, url: null, local: `${type}://${local.host.includes(':') ? `[${local.host}]` : local.host}:${local.port}`, account: null, state: 'connecting', stateDetail: null },
-      { quiet: Boolean(ctx.opts.quiet), json: ctx.json },
-    );
-    const client = new TunnelClient({
-      server: target.server,
-      token: target.token,
-      type,
-      local,
-      id: ctx.opts.id,
-      teamId,
-      remotePort: ctx.opts.remotePort,
-    });
-
-    let registeredOnce = false;
-    let finish: (code: ExitCode) => void = () => undefined;
-    const done = new Promise<ExitCode>((resolve) => (finish = resolve));
-    let failure: CliError | null = null;
-
-    client.on('registered', (r: { id: string; url: string }) => {
-      screen.registered(r.id, r.url, !registeredOnce);
-      if (registeredOnce) screen.note('reconnected');
-      registeredOnce = true;
-    });
-    client.on('request', (e: RequestEvent) => screen.request(e));
-    client.on('connection', (e: ConnectionEvent) => screen.connection(e));
-    client.on('open-streams', (n: number) => screen.openStreams(n));
-    client.on('reconnecting', (r: { attempt: number; delayMs: number; reason: string }) => screen.reconnecting(r.attempt, r.delayMs, r.reason));
-    client.on('closed', (c: { permanent: boolean; code: string; reason: string }) => {
-      // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
-      if (!c.permanent || c.code === 'stopped' || !registeredOnce) return;
-      screen.setState('closed', c.reason);
-      const code = exitCodeForRefusal(c.code ?? '');
-      const hint =
-        c.code === 'deleted'
-          ? 'it was closed on the server (`burrow tunnels delete`, team deleted or user deactivated) and does not reconnect'
-          : c.code === 'taken-over'
-            ? 'another `burrow` with your key now serves this id; this one stopped so the two do not take turns'
-            : refusalHint(code, ctx.opts, c.reason);
-      failure = new CliError(code === EXIT.ok ? EXIT.error : code, 'tunnel closed', c.reason || c.code, hint);
-      finish(failure.exitCode);
-    });
-
-    // Ctrl-C while still connecting: start() would never settle once stopped, so leave from here
-    // (130 = interrupted, as shells report it).
-    const abortConnecting = () => {
-      screen.stop();
-      void client.stop().finally(() => process.exit(130));
-    };
-    process.once('SIGINT', abortConnecting);
-    process.once('SIGTERM', abortConnecting);
-    screen.start();
-    try {
-      const info = await client.start();
-      if (!registeredOnce) {
-        screen.registered(info.id, info.url, true);
-        registeredOnce = true;
-      }
-    } catch (e) {
-      screen.stop();
-      if (e instanceof TunnelRefused) {
-        if (e.code === 'unreachable') {
-          throw new CliError(EXIT.unreachable, 'server unreachable', e.message, 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`');
-        }
-        const code = exitCodeForRefusal(e.code);
-        throw new CliError(code, 'tunnel refused', e.message, refusalHint(code, ctx.opts, e.message));
-      }
-      throw unreachable(target.server, e);
-    } finally {
-      process.removeListener('SIGINT', abortConnecting);
-      process.removeListener('SIGTERM', abortConnecting);
-    }
-
-    // Who this is, for the status block; a failure here only leaves the line out.
-    if (screen.tty && !ctx.json) {
-      api.get<User>('/me').then(
-        (me) => (screen.info.account = `${me.email} (${me.role})`),
-        () => undefined,
-      );
-    }
-
-    const stopOnSignal = () => finish(EXIT.ok);
-    process.once('SIGINT', stopOnSignal);
-    process.once('SIGTERM', stopOnSignal);
-    const code = await done;
-    process.removeListener('SIGINT', stopOnSignal);
-    process.removeListener('SIGTERM', stopOnSignal);
-    await client.stop().catch(() => undefined);
-    screen.stop();
-    if (!ctx.json) screen.summary();
-    if (failure) throw failure;
-    process.exitCode = code;
+    const spec = specOfFlags(type, rawLocal, ctx.opts);
+    if (await detachIfAsked(ctx.opts)) return;
+    await runTunnels(ctx, ctx.target(), [spec], false);
   });
+}
+
+export interface RunFlags {
+  quiet?: boolean;
+}
+
+/**
+ * Run tunnels until Ctrl-C or until the server ends them: `burrow http|tcp` (one, `named` false:
+ * output exactly as it always was) and `burrow start` (several over one connection, `named`:
+ * lines and events say which tunnel). A tunnel refused for good while others run is reported
+ * and the run goes on; its exit code is the run's at the end.
+ */
+export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, specs: TunnelSpec[], named: boolean): Promise<void> {
+  if (!target.token) {
+    throw new CliError(EXIT.auth, 'not logged in', `no API key for ${target.server}`, 'run `burrow login`, pass --token KEY or set BURROW_TOKEN');
+  }
+  const api = new ApiClient(target);
+  const teamIds = new Map<string, string>();
+  for (const s of specs) {
+    if (s.team === undefined || teamIds.has(s.team)) continue;
+    teamIds.set(s.team, UUID_RE.test(s.team) ? s.team : (await resolveTeam(api, s.team)).id);
+  }
+  const hintOpts = (s: TunnelSpec) => ({ id: s.id, remotePort: s.remotePort, team: s.team });
+
+  // Loaded here so management commands do not pay for the tunnel code at start-up.
+  const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
+  const screen = new ExposeScreen(
+    { tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null })), account: null, state: 'connecting', stateDetail: null },
+    { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
+  );
+  const spec = specs[0]!;
+  const client = new TunnelClient({
+    server: target.server,
+    token: target.token,
+    type: spec.type,
+    local: spec.local,
+    id: spec.id,
+    teamId: spec.team === undefined ? undefined : teamIds.get(spec.team),
+    remotePort: spec.remotePort,
+  });
+
+  const registered = new Set<string>();
+  let finish: (code: ExitCode) => void = () => undefined;
+  const done = new Promise<ExitCode>((resolve) => (finish = resolve));
+  let failure: CliError | null = null;
+  const laterCode: ExitCode = EXIT.ok;
+
+  client.on('registered', (r) => {
+    const again = registered.has(spec.name);
+    screen.registered(r.id, r.url, !again, spec.name);
+    if (again) screen.note('reconnected');
+    registered.add(spec.name);
+  });
+  client.on('request', (e) => screen.request(e, spec.name));
+  client.on('connection', (e) => screen.connection(e, spec.name));
+  client.on('open-streams', (n) => screen.openStreams(n, spec.name));
+  client.on('reconnecting', (r) => screen.reconnecting(r.attempt, r.delayMs, r.reason));
+  client.on('closed', (c) => {
+    // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
+    if (!c.permanent || c.code === 'stopped' || registered.size === 0) return;
+    screen.setState('closed', c.reason);
+    const code = exitCodeForRefusal(c.code ?? '');
+    const hint =
+      c.code === 'deleted'
+        ? 'it was closed on the server (`burrow tunnels delete`, team deleted or user deactivated) and does not reconnect'
+        : c.code === 'taken-over'
+          ? 'another `burrow` with your key now serves this id; this one stopped so the two do not take turns'
+          : refusalHint(code, hintOpts(spec), c.reason);
+    const title = named && specs.length > 1 ? `tunnel ${spec.name} closed, the last one running` : 'tunnel closed';
+    failure = new CliError(code === EXIT.ok ? EXIT.error : code, title, c.reason || c.code, hint);
+    finish(failure.exitCode);
+  });
+
+  // Ctrl-C while still connecting: start() would never settle once stopped, so leave from here
+  // (130 = interrupted, as shells report it).
+  const abortConnecting = () => {
+    screen.stop();
+    void client.stop().finally(() => process.exit(130));
+  };
+  process.once('SIGINT', abortConnecting);
+  process.once('SIGTERM', abortConnecting);
+  screen.start();
+  try {
+    const info = await client.start();
+    if (!registered.has(spec.name)) {
+      screen.registered(info.id, info.url, true, spec.name);
+      registered.add(spec.name);
+    }
+    tellParent([named ? `${spec.name} ${info.url}` : info.url]);
+  } catch (e) {
+    screen.stop();
+    if (e instanceof TunnelRefused) {
+      if (e.code === 'unreachable') {
+        throw new CliError(EXIT.unreachable, 'server unreachable', e.message, 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`');
+      }
+      const code = exitCodeForRefusal(e.code);
+      const title = named && specs.length > 1 ? 'every tunnel was refused' : 'tunnel refused';
+      throw new CliError(code, title, e.message, refusalHint(code, hintOpts(spec), e.message));
+    }
+    throw unreachable(target.server, e);
+  } finally {
+    process.removeListener('SIGINT', abortConnecting);
+    process.removeListener('SIGTERM', abortConnecting);
+  }
+
+  // Who this is, for the status block; a failure here only leaves the line out.
+  if (screen.tty && !ctx.json) {
+    api.get<User>('/me').then(
+      (me) => (screen.info.account = `${me.email} (${me.role})`),
+      () => undefined,
+    );
+  }
+
+  const stopOnSignal = () => finish(EXIT.ok);
+  process.once('SIGINT', stopOnSignal);
+  process.once('SIGTERM', stopOnSignal);
+  const code = await done;
+  process.removeListener('SIGINT', stopOnSignal);
+  process.removeListener('SIGTERM', stopOnSignal);
+  await client.stop().catch(() => undefined);
+  screen.stop();
+  if (!ctx.json) screen.summary();
+  if (failure) throw failure;
+  process.exitCode = code === EXIT.ok ? laterCode : code;
 }
 
 export function registerExpose(program: Command): void {
   const common = (cmd: Command) =>
-    cmd
+    detachOptions(cmd)
       .option('--id <name>', 'ask for this tunnel id (the first label of the public host name)')
       .option('--team <team>', 'bind the tunnel to a team (id or name) so its members see it')
       .option('-q, --quiet', 'no per-request lines');
@@ -202,8 +215,8 @@ export function registerExpose(program: Command): void {
       'burrow http 3000',
       'burrow http 3000 --id myapp          # http://myapp.<domain>',
       'burrow http 192.168.1.5:8080 --team web',
-      '# in CI: the URL is the first line of stdout',
-      'burrow http 3000 --quiet | head -1',
+      '# in a script: returns once the tunnel is up, with the URL on stdout',
+      'URL=$(burrow http 3000 --detach) && curl "$URL" && burrow stop',
     ],
   );
 
@@ -215,6 +228,6 @@ export function registerExpose(program: Command): void {
         .argument('<target>', 'local port (22) or host:port')
         .option('--remote-port <n>', 'ask for this public port (within the server --tcp-port-range)', positiveInt('--remote-port', 65535)),
     ).action(exposeAction('tcp')),
-    ['burrow tcp 22', 'burrow tcp 5432 --remote-port 25432', 'burrow tcp db.internal:5432 --team ops'],
+    ['burrow tcp 22', 'burrow tcp 5432 --remote-port 25432', 'burrow tcp db.internal:5432 --team ops', 'burrow tcp 5432 --detach --pid-file /tmp/db.pid   # stop: burrow stop --pid-file /tmp/db.pid'],
   );
 }

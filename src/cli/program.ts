@@ -11,6 +11,8 @@ import { registerLogin } from './login.js';
 import { err, out, printJson } from './output.js';
 import { registerProfile } from './profile.js';
 import { registerSessions } from './sessions.js';
+import { registerConfig } from './start.js';
+import { registerStop } from './detach.js';
 import { registerTeams } from './teams.js';
 import { registerTunnels } from './tunnels.js';
 import { registerUsers } from './users.js';
@@ -54,6 +56,8 @@ export function buildProgram(): Command {
   program.addHelpText('after', '\nExit codes: 0 ok, 1 error, 2 usage, 3 auth (401/403), 4 not found, 5 conflict, 6 server unreachable.');
 
   registerExpose(program);
+  registerConfig(program);
+  registerStop(program);
   registerLogin(program);
   registerProfile(program);
   registerKeys(program);

@@ -53,7 +53,7 @@ test('an id live for another user is refused: exit 5 with a hint; reserved id: e
   assert.match(r.stderr, /^error: tunnel refused: .+\nhint: the id "taken" is taken: pick another --id/);
   const reserved = await burrow(bob, ['http', String(webPort), '--id', 'api']);
   assert.is(reserved.code, 2);
-  assert.match(reserved.stderr, /^error: tunnel refused: /);
+  assert.match(reserved.stderr, /^error: invalid --id: tunnel id "api" is reserved/); // checked before connecting
   owner.kill('SIGINT');
   await exitOf(owner, 10_000, 'owner exit');
 });

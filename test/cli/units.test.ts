@@ -199,12 +199,12 @@ test('ExposeStats: nearest-rank p50/p90 and counters', () => {
   assert.is(s.requests, 10);
   assert.is(s.bytesOut, 100);
   const plain = painter({ isTTY: false } as NodeJS.WriteStream);
-  const block = renderBlock({ type: 'http', url: 'http://abc.localhost:8080', local: 'http://localhost:3000', account: 'a@b.c (admin)', state: 'online', stateDetail: null }, s, plain, 65_000).join('\n');
+  const block = renderBlock({ tunnels: [{ name: 'http', type: 'http', url: 'http://abc.localhost:8080', local: 'http://localhost:3000', failed: null }], account: 'a@b.c (admin)', state: 'online', stateDetail: null }, s, plain, 65_000).join('\n');
   assert.match(block, /Session Status\s+online/);
   assert.match(block, /Forwarding\s+http:\/\/abc\.localhost:8080 → http:\/\/localhost:3000/);
   assert.match(block, /Requests\s+total 10\s+p50 5ms\s+p90 9ms/);
   assert.match(block, /Uptime\s+1m 5s/);
-  assert.match(summaryLine({ type: 'http', url: 'http://abc.localhost:8080', local: '', account: null, state: 'closed', stateDetail: null }, s, 65_000), /10 requests \(p50 5ms, p90 9ms\)/);
+  assert.match(summaryLine({ tunnels: [{ name: 'http', type: 'http', url: 'http://abc.localhost:8080', local: '', failed: null }], account: null, state: 'closed', stateDetail: null }, s, 65_000), /10 requests \(p50 5ms, p90 9ms\)/);
 });
 
 test.run();
