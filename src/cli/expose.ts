@@ -101,37 +101,50 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     { tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null })), account: null, state: 'connecting', stateDetail: null },
     { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
   );
-  const spec = specs[0]!;
   const client = new TunnelClient({
     server: target.server,
     token: target.token,
-    type: spec.type,
-    local: spec.local,
-    id: spec.id,
-    teamId: spec.team === undefined ? undefined : teamIds.get(spec.team),
-    remotePort: spec.remotePort,
+    tunnels: specs.map((s) => ({
+      name: s.name,
+      type: s.type,
+      local: s.local,
+      id: s.id,
+      teamId: s.team === undefined ? undefined : teamIds.get(s.team),
+      remotePort: s.remotePort,
+      access: Object.keys(s.access).length ? s.access : undefined,
+    })),
   });
 
   const registered = new Set<string>();
   let finish: (code: ExitCode) => void = () => undefined;
   const done = new Promise<ExitCode>((resolve) => (finish = resolve));
   let failure: CliError | null = null;
-  const laterCode: ExitCode = EXIT.ok;
+  /** The exit code a tunnel refused or closed for good leaves for the end of a named run. */
+  let laterCode: ExitCode = EXIT.ok;
 
   client.on('registered', (r) => {
-    const again = registered.has(spec.name);
-    screen.registered(r.id, r.url, !again, spec.name);
-    if (again) screen.note('reconnected');
-    registered.add(spec.name);
+    const again = registered.has(r.tunnel);
+    screen.registered(r.id, r.url, !again, r.tunnel);
+    // One "reconnected" per connection, not per tunnel: the first tunnel stands for the rest.
+    if (again && r.tunnel === specs.find((s) => registered.has(s.name))?.name) screen.note('reconnected');
+    registered.add(r.tunnel);
   });
-  client.on('request', (e) => screen.request(e, spec.name));
-  client.on('connection', (e) => screen.connection(e, spec.name));
-  client.on('open-streams', (n) => screen.openStreams(n, spec.name));
+  client.on('request', ({ tunnel, ...e }) => screen.request(e, tunnel));
+  client.on('connection', ({ tunnel, ...e }) => screen.connection(e, tunnel));
+  client.on('open-streams', (n, name) => screen.openStreams(n, name));
   client.on('reconnecting', (r) => screen.reconnecting(r.attempt, r.delayMs, r.reason));
+  client.on('tunnel-failed', (f) => {
+    // One tunnel of several ended for good; `closed` follows when it was the last one.
+    if (!named) return;
+    screen.failed(f.tunnel, f.code, f.reason);
+    const code = exitCodeForRefusal(f.code);
+    if (laterCode === EXIT.ok) laterCode = code === EXIT.ok ? EXIT.error : code;
+  });
   client.on('closed', (c) => {
     // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
     if (!c.permanent || c.code === 'stopped' || registered.size === 0) return;
     screen.setState('closed', c.reason);
+    const spec = specs.find((s) => s.name === c.tunnel) ?? specs[0]!;
     const code = exitCodeForRefusal(c.code ?? '');
     const hint =
       c.code === 'deleted'
@@ -154,12 +167,14 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   process.once('SIGTERM', abortConnecting);
   screen.start();
   try {
-    const info = await client.start();
-    if (!registered.has(spec.name)) {
-      screen.registered(info.id, info.url, true, spec.name);
-      registered.add(spec.name);
+    const started = await client.startAll();
+    for (const t of started) {
+      if (t.url !== undefined && !registered.has(t.name)) {
+        screen.registered(t.id!, t.url, true, t.name);
+        registered.add(t.name);
+      }
     }
-    tellParent([named ? `${spec.name} ${info.url}` : info.url]);
+    tellParent(specs.map((s) => started.find((t) => t.name === s.name)).flatMap((t) => (t?.url === undefined ? [] : [named ? `${t.name} ${t.url}` : t.url])));
   } catch (e) {
     screen.stop();
     if (e instanceof TunnelRefused) {
@@ -167,6 +182,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
         throw new CliError(EXIT.unreachable, 'server unreachable', e.message, 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`');
       }
       const code = exitCodeForRefusal(e.code);
+      const spec = specs.find((s) => s.name === e.tunnel) ?? specs[0]!;
       const title = named && specs.length > 1 ? 'every tunnel was refused' : 'tunnel refused';
       throw new CliError(code, title, e.message, refusalHint(code, hintOpts(spec), e.message));
     }

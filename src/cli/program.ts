@@ -11,7 +11,7 @@ import { registerLogin } from './login.js';
 import { err, out, printJson } from './output.js';
 import { registerProfile } from './profile.js';
 import { registerSessions } from './sessions.js';
-import { registerConfig } from './start.js';
+import { registerConfig, registerStart } from './start.js';
 import { registerStop } from './detach.js';
 import { registerTeams } from './teams.js';
 import { registerTunnels } from './tunnels.js';
@@ -49,6 +49,7 @@ export function buildProgram(): Command {
   examples(program, [
     'burrow context create local --server http://localhost:8080 --token "$KEY"',
     'burrow http 3000',
+    'burrow start                 # the tunnels of ./burrow.yml',
     'burrow keys create ci --scopes tunnels --expires 30d',
     'burrow teams create web && burrow teams add-member web USER_ID',
     'burrow sessions --limit 10',
@@ -56,6 +57,7 @@ export function buildProgram(): Command {
   program.addHelpText('after', '\nExit codes: 0 ok, 1 error, 2 usage, 3 auth (401/403), 4 not found, 5 conflict, 6 server unreachable.');
 
   registerExpose(program);
+  registerStart(program);
   registerConfig(program);
   registerStop(program);
   registerLogin(program);

@@ -1,6 +1,5 @@
-import { isIP } from 'node:net';
+import { basicAuthProblem, MAX_BASIC_AUTH, MAX_CIDRS, parseCidr, parseExpires, type AccessRules } from '../protocol/access.js';
 import { tunnelIdProblem } from '../protocol/frames.js';
-import { parseExpires } from './keys.js';
 
 // One tunnel's options, validated once for both ways of giving them: `burrow http|tcp` flags
 // and an entry of burrow.yml (tunnel-file.ts). Both build the same raw record (the YAML key
@@ -13,14 +12,7 @@ export interface LocalTarget {
   tls?: boolean;
 }
 
-/** Visitor access rules the server enforces before a byte reaches the client. */
-export interface AccessRules {
-  basicAuth: string[];
-  allowIp: string[];
-  denyIp: string[];
-  /** ISO date-time; the tunnel ends then */
-  expiresAt: string | null;
-}
+export type { AccessRules };
 
 export interface TunnelSpec {
   /** the entry's name in burrow.yml; for flags, the command's type */
@@ -33,6 +25,7 @@ export interface TunnelSpec {
   /** team id or name (names are resolved against the server at start) */
   team?: string;
   remotePort?: number;
+  /** visitor access rules the server enforces (protocol/access.ts, which also checks each value) */
   access: AccessRules;
   /** 'rewrite' (Host: the local target) or a fixed value; absent: the visitor's Host */
   hostHeader?: string;
@@ -88,27 +81,6 @@ export function parseLocal(v: string): LocalTarget {
   const hp = /^([A-Za-z0-9.-]+):(\d+)$/.exec(s);
   if (hp) return withTls({ host: hp[1]!, port: port(hp[2]!) });
   throw fail();
-}
-
-/** An address or a CIDR block (v4 or v6). */
-export function isCidr(v: string): boolean {
-  const [addr, bits, ...rest] = v.split('/');
-  if (rest.length || !addr) return false;
-  const family = isIP(addr);
-  if (family === 0) return false;
-  if (bits === undefined) return true;
-  if (!/^\d{1,3}$/.test(bits)) return false;
-  return Number(bits) <= (family === 4 ? 32 : 128);
-}
-
-/** "user:pass": a user without a colon, a password of at least one character. */
-function basicAuthProblem(v: string): string | null {
-  const i = v.indexOf(':');
-  if (i <= 0) return `expected USER:PASS, got ${show(v)}`;
-  if (i === v.length - 1) return 'the password is empty';
-  if (/[\x00-\x1f\x7f]/.test(v)) return 'control characters are not allowed';
-  if (v.length > 256) return 'longer than 256 characters';
-  return null;
 }
 
 /** A string list: a list of strings, or (flags, convenience in the file) a single string. */
@@ -176,26 +148,29 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
     else remotePort = n;
   }
 
+  // The values' rules are protocol/access.ts's, the ones the edge applies to the Open frame.
   const basicAuth = stringList(raw.basic_auth, 'basic_auth', errors);
   basicAuth.forEach((v, i) => {
     const p = basicAuthProblem(v);
     if (p) err('basic_auth', p, Array.isArray(raw.basic_auth) ? i : undefined);
   });
+  if (basicAuth.length > MAX_BASIC_AUTH) err('basic_auth', `at most ${MAX_BASIC_AUTH} credentials`);
   if (basicAuth.length && type === 'tcp') err('basic_auth', 'only http tunnels take basic auth (a tcp tunnel has no HTTP to ask in)');
 
   const cidrs = (field: 'allow_ip' | 'deny_ip') => {
     const list = stringList(raw[field], field, errors);
     list.forEach((v, i) => {
-      if (!isCidr(v)) err(field, `expected an address or CIDR block (10.0.0.0/8, 2001:db8::/32), got ${show(v)}`, Array.isArray(raw[field]) ? i : undefined);
+      if (!parseCidr(v)) err(field, `expected an address or CIDR block (10.0.0.0/8, 2001:db8::/32), got ${show(v)}`, Array.isArray(raw[field]) ? i : undefined);
     });
+    if (list.length > MAX_CIDRS) err(field, `at most ${MAX_CIDRS} entries`);
     return list;
   };
   const allowIp = cidrs('allow_ip');
   const denyIp = cidrs('deny_ip');
 
-  let expiresAt: string | null = null;
+  let expiresAt: number | null = null;
   if (raw.expires !== undefined && raw.expires !== null) {
-    if (typeof raw.expires !== 'string') err('expires', `expected a duration (2h, 30d) or a date-time, got ${show(raw.expires)}`);
+    if (typeof raw.expires !== 'string') err('expires', `expected a duration (30m, 1h30m, 2d) or a date-time, got ${show(raw.expires)}`);
     else {
       try {
         expiresAt = parseExpires(raw.expires, now);
@@ -222,7 +197,12 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
   }
 
   if (errors.length || !type || !local) return { spec: null, errors };
-  const spec: TunnelSpec = { name, type, local, addr, access: { basicAuth, allowIp, denyIp, expiresAt } };
+  const access: AccessRules = {};
+  if (basicAuth.length) access.basicAuth = basicAuth;
+  if (allowIp.length) access.allowIp = allowIp;
+  if (denyIp.length) access.denyIp = denyIp;
+  if (expiresAt !== null) access.expiresAt = expiresAt;
+  const spec: TunnelSpec = { name, type, local, addr, access };
   if (id !== undefined) spec.id = id;
   if (team !== undefined) spec.team = team;
   if (remotePort !== undefined) spec.remotePort = remotePort;

@@ -23,13 +23,20 @@ export type { AccessRules } from '../protocol/access.js';
 //     StreamOpen(tcp)  → net.connect to the local service → Data/End both ways
 //   connection lost / heartbeat silent → reconnect with capped exponential backoff + jitter,
 //   re-registering the same id; a permanent refusal (bad key, id taken, deleted) ends it.
+//   Several tunnels (`burrow start`): one Open each on the one connection; StreamOpen names the
+//   tunnel, whose local service and pools serve the stream; one tunnel refused for good is
+//   reported (`tunnel-failed`) while the others run on, and the client ends with the last one.
 
 export interface TunnelClientOptions {
   /** http(s)://host:port of burrowd */
   server: string;
   token: string;
-  type: 'http' | 'tcp';
-  local: { host: string; port: number };
+  /** Several tunnels over this one control connection; without it, the fields below are the one tunnel. */
+  tunnels?: TunnelOptions[];
+  /** names the tunnel in events (a burrow.yml entry's name); default: its type */
+  name?: string;
+  type?: 'http' | 'tcp';
+  local?: { host: string; port: number };
   id?: string;
   teamId?: string;
   remotePort?: number;
@@ -39,11 +46,16 @@ export interface TunnelClientOptions {
   responseTimeoutMs?: number;
 }
 
+/** One tunnel of a client: what it asks the server for, and where its streams go. */
+export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access'>;
+
 export class TunnelRefused extends Error {
   constructor(
     readonly code: string,
     message: string,
     readonly permanent: boolean,
+    /** the tunnel it concerns (its name), when not the whole connection */
+    readonly tunnel?: string,
   ) {
     super(message);
     this.name = 'TunnelRefused';
@@ -374,30 +386,90 @@ class TcpStream extends ClientStream {
 }
 
 export interface TunnelClientEvents {
-  registered: [{ id: string; url: string }];
-  request: [{ method: string; path: string; status: number; durationMs: number; bytesIn: number; bytesOut: number }];
-  connection: [{ remote: string; durationMs: number; bytesIn: number; bytesOut: number }];
-  'open-streams': [number];
+  registered: [{ tunnel: string; id: string; url: string }];
+  request: [{ tunnel: string; method: string; path: string; status: number; durationMs: number; bytesIn: number; bytesOut: number }];
+  connection: [{ tunnel: string; remote: string; durationMs: number; bytesIn: number; bytesOut: number }];
+  /** streams open on one tunnel (the count, the tunnel's name) */
+  'open-streams': [number, string];
   reconnecting: [{ attempt: number; delayMs: number; reason: string }];
-  closed: [{ permanent: boolean; code: string; reason: string }];
+  /** One tunnel refused or closed for good; the others run on (`closed` follows when none is left). */
+  'tunnel-failed': [{ tunnel: string; code: string; reason: string }];
+  closed: [{ permanent: boolean; code: string; reason: string; tunnel?: string }];
   /** The server is shutting down: open streams finish, then the connection closes and we reconnect. */
   draining: [{ timeoutMs: number }];
+}
+
+/** How start() saw each tunnel: its URL, or why it was refused for good. */
+export interface StartedTunnel {
+  name: string;
+  id?: string;
+  url?: string;
+  error?: TunnelRefused;
+}
+
+/** One tunnel's state across connections: its registration (kept to re-open the same id) and local pools. */
+class Tunnel {
+  /** what the server registered, kept across reconnects so the same id is asked for again */
+  registered: { id: string; url: string; remotePort: number | null } | null = null;
+  /** registered on the current connection */
+  live = false;
+  /** refused or closed for good */
+  failed: TunnelRefused | null = null;
+  /** opened or failed at least once (start() waits for every tunnel) */
+  answered = false;
+  open = 0;
+  attempt = 0;
+  retryTimer: NodeJS.Timeout | null = null;
+  readonly name: string;
+  readonly agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
+  readonly pool: Pool;
+  readonly uploadPool: Pool;
+
+  constructor(readonly opts: TunnelOptions) {
+    this.name = opts.name ?? opts.type;
+    const host = opts.local.host.includes(':') ? `[${opts.local.host}]` : opts.local.host;
+    this.pool = new Pool(`http://${host}:${opts.local.port}`, { connections: MAX_LOCAL_CONNECTIONS, pipelining: 1 });
+    this.uploadPool = new Pool(`http://${host}:${opts.local.port}`, { connections: null, pipelining: 1 });
+  }
+
+  openRequest(): OpenRequest {
+    return {
+      type: this.opts.type,
+      id: this.registered?.id ?? this.opts.id ?? null,
+      teamId: this.opts.teamId ?? null,
+      remotePort: this.registered?.remotePort ?? this.opts.remotePort ?? null,
+      access: this.opts.access ?? null,
+    };
+  }
+
+  destroy(): void {
+    if (this.retryTimer) clearTimeout(this.retryTimer);
+    this.retryTimer = null;
+    this.agent.destroy();
+    void this.pool.destroy().catch(() => undefined);
+    void this.uploadPool.destroy().catch(() => undefined);
+  }
+}
+
+function backoffMs(attempt: number): number {
+  const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (attempt - 1));
+  return Math.round(cap / 2 + (Math.random() * cap) / 2);
 }
 
 export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private ws: WsClient | null = null;
   private readonly streams = new Map<number, ClientStream>();
-  private readonly agent: http.Agent;
-  private readonly pool: Pool;
-  private readonly uploadPool: Pool;
-  private registered: { id: string; url: string; remotePort: number | null } | null = null;
+  private readonly owner = new WeakMap<ClientStream, Tunnel>();
+  private readonly tunnels: Tunnel[];
+  /** Open requests awaiting Opened/Refused on the current connection. */
+  private readonly pending = new Map<number, Tunnel>();
   private stopped = false;
   private attempt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private lastSeenMs = 0;
   private nextReq = 1;
-  private first: { resolve: (v: { id: string; url: string }) => void; reject: (e: Error) => void } | null = null;
+  private first: { resolve: (v: StartedTunnel[]) => void; reject: (e: Error) => void } | null = null;
   private readonly sender: Sender = {
     send: (frame) => this.send(frame),
     sendData: (sid, bytes) => {
@@ -412,13 +484,25 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   constructor(private readonly opts: TunnelClientOptions) {
     super();
-    this.agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
-    const host = opts.local.host.includes(':') ? `[${opts.local.host}]` : opts.local.host;
-    this.pool = new Pool(`http://${host}:${opts.local.port}`, { connections: MAX_LOCAL_CONNECTIONS, pipelining: 1 });
-    this.uploadPool = new Pool(`http://${host}:${opts.local.port}`, { connections: null, pipelining: 1 });
+    const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access }] : []);
+    if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
+    this.tunnels = list.map((t) => new Tunnel(t));
+    if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
   }
 
-  start(): Promise<{ id: string; url: string }> {
+  /** The first tunnel up (its id and URL); rejects when none could be. */
+  async start(): Promise<{ id: string; url: string }> {
+    const all = await this.startAll();
+    const up = all.find((t) => t.url !== undefined);
+    if (!up) throw all[0]!.error!;
+    return { id: up.id!, url: up.url! };
+  }
+
+  /**
+   * Connects and opens every tunnel; resolves once each is up or refused for good (see each
+   * entry), rejects when the connection itself fails for good (or every tunnel was refused).
+   */
+  startAll(): Promise<StartedTunnel[]> {
     return new Promise((resolve, reject) => {
       this.first = { resolve, reject };
       void this.connect();
@@ -430,14 +514,12 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.stopped = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     const ws = this.ws;
-    if (ws && this.registered) this.send([F.Close, this.registered.id]);
+    if (ws) for (const t of this.tunnels) if (t.live && t.registered) this.send([F.Close, t.registered.id]);
     this.ws = null;
-    // close() flushes the Close frame, sends a WebSocket close and ends the socket.
+    // close() flushes the Close frames, sends a WebSocket close and ends the socket.
     ws?.close(1000, 'client stopped');
     this.teardown();
-    this.agent.destroy();
-    void this.pool.destroy().catch(() => undefined);
-    void this.uploadPool.destroy().catch(() => undefined);
+    for (const t of this.tunnels) t.destroy();
     this.emit('closed', { permanent: true, code: 'stopped', reason: 'stopped by the client' });
   }
 
@@ -471,14 +553,13 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     });
     this.startHeartbeat(ws, HEARTBEAT_INTERVAL_MS);
     this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
-    const req: OpenRequest = {
-      type: this.opts.type,
-      id: this.registered?.id ?? this.opts.id ?? null,
-      teamId: this.opts.teamId ?? null,
-      remotePort: this.registered?.remotePort ?? this.opts.remotePort ?? null,
-      access: this.opts.access ?? null,
-    };
-    this.send([F.Open, this.nextReq++, req]);
+    for (const t of this.tunnels) if (!t.failed) this.sendOpen(t);
+  }
+
+  private sendOpen(t: Tunnel): void {
+    const reqId = this.nextReq++;
+    this.pending.set(reqId, t);
+    this.send([F.Open, reqId, t.openRequest()]);
   }
 
   /** Ping every `intervalMs`; a server silent for HEARTBEAT_MISSES intervals is a dead connection. */
@@ -499,9 +580,16 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = null;
     for (const s of this.streams.values()) s.abort();
-    if (this.streams.size) {
-      this.streams.clear();
-      this.emit('open-streams', 0);
+    this.streams.clear();
+    this.pending.clear();
+    for (const t of this.tunnels) {
+      t.live = false;
+      if (t.retryTimer) clearTimeout(t.retryTimer);
+      t.retryTimer = null;
+      if (t.open) {
+        t.open = 0;
+        this.emit('open-streams', 0, t.name);
+      }
     }
     const ws = this.ws;
     this.ws = null;
@@ -511,19 +599,21 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   /** The connection ended or was refused: give up (permanent) or try again later. */
   private lost(why: TunnelRefused): void {
     if (this.stopped) return;
-    if (why.permanent || (this.first && !this.registered && why.code === 'unreachable')) {
+    if (why.permanent || (this.first && !this.tunnels.some((t) => t.registered) && why.code === 'unreachable')) {
       return this.end(why);
     }
     // Lost around its expiry: reconnecting would only be refused (an expiry in the past).
-    const expiresAt = this.opts.access?.expiresAt;
-    if (expiresAt != null && expiresAt <= Date.now() + BACKOFF_FIRST_MS) {
-      return this.end(new TunnelRefused('expired', `the tunnel expired at ${new Date(expiresAt).toISOString()}`, true));
+    for (const t of this.tunnels) {
+      const expiresAt = t.opts.access?.expiresAt;
+      if (!t.failed && expiresAt != null && expiresAt <= Date.now() + BACKOFF_FIRST_MS) {
+        this.failTunnel(t, new TunnelRefused('expired', `the tunnel expired at ${new Date(expiresAt).toISOString()}`, true, t.name));
+      }
     }
+    if (this.stopped) return; // the last tunnel expired
     // A Closed and a Fatal for the same going-away server must not schedule two attempts.
     if (this.reconnectTimer) return;
     const attempt = ++this.attempt;
-    const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (attempt - 1));
-    const delayMs = Math.round(cap / 2 + (Math.random() * cap) / 2);
+    const delayMs = backoffMs(attempt);
     this.emit('reconnecting', { attempt, delayMs, reason: why.message });
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
@@ -535,20 +625,56 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.stopped = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     this.teardown();
-    this.agent.destroy();
-    void this.pool.destroy().catch(() => undefined);
-    void this.uploadPool.destroy().catch(() => undefined);
+    for (const t of this.tunnels) t.destroy();
     if (this.first) {
       this.first.reject(why);
       this.first = null;
     }
-    this.emit('closed', { permanent: why.permanent, code: why.code, reason: why.message });
+    this.emit('closed', { permanent: why.permanent, code: why.code, reason: why.message, ...(why.tunnel === undefined ? {} : { tunnel: why.tunnel }) });
   }
 
-  private refused(r: Refusal): void {
-    const err = new TunnelRefused(r.code, r.message, r.permanent);
-    this.teardown();
-    this.lost(err);
+  /** One tunnel is refused or closed for good: report it; the client ends with the last one. */
+  private failTunnel(t: Tunnel, why: TunnelRefused): void {
+    t.failed = why;
+    t.live = false;
+    t.answered = true;
+    for (const [sid, s] of this.streams) {
+      if (this.owner.get(s) !== t) continue;
+      s.abort();
+      this.streams.delete(sid);
+    }
+    t.destroy();
+    this.emit('tunnel-failed', { tunnel: t.name, code: why.code, reason: why.message });
+    if (this.tunnels.every((x) => x.failed)) return this.end(why);
+    this.checkStarted();
+  }
+
+  /** A Refused (to an Open) or Closed for tunnel `t`. */
+  private tunnelRefused(t: Tunnel, r: Refusal): void {
+    const err = new TunnelRefused(r.code, r.message, r.permanent, t.name);
+    if (r.permanent) return this.failTunnel(t, err);
+    t.live = false;
+    // Nothing else up on this connection: start over with a new one, as a single tunnel always did.
+    if (!this.tunnels.some((x) => x.live)) {
+      this.teardown();
+      return this.lost(err);
+    }
+    // Others are up: ask again for this one alone, later, on the same connection.
+    if (t.retryTimer) return;
+    t.retryTimer = setTimeout(() => {
+      t.retryTimer = null;
+      if (this.ws && !t.failed && !t.live) this.sendOpen(t);
+    }, backoffMs(++t.attempt));
+  }
+
+  private checkStarted(): void {
+    if (!this.first || !this.tunnels.every((t) => t.answered)) return;
+    this.first.resolve(
+      this.tunnels.map((t) =>
+        t.failed ? { name: t.name, error: t.failed } : { name: t.name, id: t.registered!.id, url: t.registered!.url },
+      ),
+    );
+    this.first = null;
   }
 
   private onMessage(m: Buffer): void {
@@ -572,24 +698,37 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       case F.Ping:
         return this.send([F.Pong, frame[1]]);
       case F.Opened: {
+        const t = this.pending.get(frame[1]);
+        if (!t) return; // not an Open of this connection
+        this.pending.delete(frame[1]);
         const o = frame[2];
-        this.registered = { id: o.id, url: o.url, remotePort: o.remotePort ?? null };
+        t.registered = { id: o.id, url: o.url, remotePort: o.remotePort ?? null };
+        t.live = true;
+        t.answered = true;
+        t.attempt = 0;
         this.attempt = 0;
-        this.emit('registered', { id: o.id, url: o.url });
-        if (this.first) {
-          this.first.resolve({ id: o.id, url: o.url });
-          this.first = null;
-        }
+        this.emit('registered', { tunnel: t.name, id: o.id, url: o.url });
+        this.checkStarted();
         return;
       }
-      case F.Refused:
-        return this.refused(frame[2]);
-      case F.Closed:
-        return this.refused(frame[2]);
-      case F.Fatal:
-        return this.refused(frame[1]);
+      case F.Refused: {
+        const t = this.pending.get(frame[1]);
+        if (!t) return;
+        this.pending.delete(frame[1]);
+        return this.tunnelRefused(t, frame[2]);
+      }
+      case F.Closed: {
+        const t = this.tunnels.find((x) => x.live && x.registered?.id === frame[1]);
+        if (!t) return;
+        return this.tunnelRefused(t, frame[2]);
+      }
+      case F.Fatal: {
+        const err = new TunnelRefused(frame[1].code, frame[1].message, frame[1].permanent);
+        this.teardown();
+        return this.lost(err);
+      }
       case F.StreamOpen:
-        return this.openStream(frame[1], frame[3]);
+        return this.openStream(frame[1], frame[2], frame[3]);
       case F.GoAway:
         // Nothing to stop (the server opens every stream): its Closed/Fatal follows once the
         // open streams ended, and the usual reconnect (backoff) finds the restarted server.
@@ -614,24 +753,30 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     }
   }
 
-  private openStream(sid: number, head: HttpHead | TcpHead): void {
+  private openStream(sid: number, tunnelId: string, head: HttpHead | TcpHead): void {
+    const t = this.tunnels.find((x) => x.live && x.registered?.id === tunnelId);
+    if (!t || head.kind !== t.opts.type) return this.send([F.Reset, sid, 'no-tunnel']);
     const onFinish = (s: ClientStream): void => {
       if (this.streams.get(s.sid) === s) this.streams.delete(s.sid);
-      this.emit('open-streams', this.streams.size);
+      t.open = Math.max(0, t.open - 1);
+      this.emit('open-streams', t.open, t.name);
       const durationMs = Date.now() - s.startedMs;
       if (s instanceof HttpStream || s instanceof PoolHttpStream) {
-        this.emit('request', { method: s.head.method, path: s.head.target, status: s.statusCode, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
+        this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status: s.statusCode, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
       } else if (s instanceof TcpStream) {
-        this.emit('connection', { remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
+        this.emit('connection', { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
       }
     };
+    const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
       head.kind === 'http'
         ? poolCanCarry(head)
-          ? new PoolHttpStream(sid, this.sender, onFinish, head, head.end ? this.pool : this.uploadPool, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS)
-          : new HttpStream(sid, this.sender, onFinish, head, this.opts.local, this.agent, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS)
-        : new TcpStream(sid, this.sender, onFinish, head, this.opts.local);
+          ? new PoolHttpStream(sid, this.sender, onFinish, head, head.end ? t.pool : t.uploadPool, timeoutMs)
+          : new HttpStream(sid, this.sender, onFinish, head, t.opts.local, t.agent, timeoutMs)
+        : new TcpStream(sid, this.sender, onFinish, head, t.opts.local);
     this.streams.set(sid, s);
-    this.emit('open-streams', this.streams.size);
+    this.owner.set(s, t);
+    t.open++;
+    this.emit('open-streams', t.open, t.name);
   }
 }

@@ -1,0 +1,80 @@
+// burrow start across a server restart: the one connection comes back and re-opens EVERY
+// tunnel of the file (same URLs), and both carry traffic again.
+import { writeFileSync } from 'node:fs';
+import { createServer, request, type Server } from 'node:http';
+import { join } from 'node:path';
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { exitOf, spawnBurrow, tempDir, waitFor } from './harness.js';
+
+let first: TestServer;
+let second: TestServer | null = null;
+let home: { dir: string; remove: () => void };
+let web: Server;
+let child: ReturnType<typeof spawnBurrow> | null = null;
+
+test.before(async () => {
+  first = await startServer();
+  home = tempDir();
+  web = createServer((req, res) => res.end(`ok ${req.url}`));
+  await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
+});
+
+test.after(async () => {
+  child?.kill('SIGKILL');
+  web?.close();
+  await second?.stop();
+  await first?.stop().catch(() => null);
+  home?.remove();
+});
+
+function get(port: number, host: string, path: string): Promise<{ status: number; body: string }> {
+  return withDeadline(
+    new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path, headers: { host }, agent: false }, (res) => {
+        let body = '';
+        res.on('data', (d) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    }),
+    10_000,
+    `GET ${host}${path}`,
+  );
+}
+
+test('a restart of burrowd: both tunnels of the file come back on the new connection', async () => {
+  // Not the seed key: a restart with --seed-api-key revokes the previous seed key.
+  const key = await createKeyFor(first, (await createUser(first)).id, { scopes: ['tunnels'] });
+  const port = first.port;
+  const webPort = (web.address() as { port: number }).port;
+  const file = join(home.dir, 'burrow.yml');
+  writeFileSync(file, `version: 1\ntunnels:\n  one: { proto: http, addr: ${webPort}, id: back-one }\n  two: { proto: http, addr: ${webPort}, id: back-two }\n`);
+  child = spawnBurrow({ configDir: home.dir, env: { BURROW_SERVER: first.url, BURROW_TOKEN: key } }, ['start', '--config', file]);
+  const c = child;
+  await waitFor(() => (c.output.stdout.split('\n').length >= 3 ? true : undefined), 20_000, 'two URL lines');
+  assert.is(c.output.stdout, `one http://back-one.localhost:${port}\ntwo http://back-two.localhost:${port}\n`);
+
+  await first.stop({ keepDatabase: true });
+  await waitFor(() => (/^reconnecting in \d+(ms|\.\d+s) \(attempt 1\): /m.test(c.output.stderr) ? true : undefined), 15_000, 'reconnect line');
+  second = await startServer({ db: first.db, args: ['--port', String(port)] });
+  await waitFor(() => (/^reconnected$/m.test(c.output.stderr) ? true : undefined), 40_000, 'reconnected line');
+  for (const id of ['back-one', 'back-two']) {
+    // The two Opens are answered one after the other: poll briefly for the second.
+    let got = await get(port, `${id}.localhost:${port}`, `/${id}`);
+    for (const end = Date.now() + 10_000; got.status === 404 && Date.now() < end; ) {
+      await new Promise((r) => setTimeout(r, 100));
+      got = await get(port, `${id}.localhost:${port}`, `/${id}`);
+    }
+    assert.is(got.status, 200, `${id}: ${got.body}`);
+    assert.is(got.body, `ok /${id}`);
+  }
+  assert.is(c.output.stdout.split('\n').filter((l) => /^(one|two) http/.test(l)).length, 2); // URLs printed once
+  c.kill('SIGINT');
+  assert.is(await exitOf(c, 10_000, 'exit'), 0);
+});
+
+test.run();
