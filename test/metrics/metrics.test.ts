@@ -6,7 +6,9 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
+import { createHash } from 'node:crypto';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
+import { WsClient } from '../../src/client/ws-client.js';
 import { listen, visit, type Local } from '../tunnel/helpers.js';
 import { parseExposition, sampleNames, valueOf, type Family } from './exposition.js';
 
@@ -20,6 +22,8 @@ let echo: Local;
 let metricsPort: number;
 let tcpPort: number;
 const clients: TunnelClient[] = [];
+/** The local service's upgraded sockets: http.Server.close waits for them. */
+const upgraded = new Set<net.Socket>();
 const TCP_MIN = 33_000 + Math.floor(Math.random() * 2000);
 const DASHBOARD = fileURLToPath(new URL('../../../docs/grafana-dashboard.json', import.meta.url));
 
@@ -64,6 +68,13 @@ test.before(async () => {
       });
     }),
   );
+  // WebSocket upgrades: a bare 101 (RFC 6455 accept), then the socket stays open until closed.
+  web.server.on('upgrade', (req: http.IncomingMessage, sock: net.Socket) => {
+    const accept = createHash('sha1').update(`${req.headers['sec-websocket-key']}258EAFA5-E914-47DA-95CA-C5AB0DC85B11`).digest('base64');
+    sock.on('error', () => undefined);
+    upgraded.add(sock.once('close', () => upgraded.delete(sock)));
+    sock.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+  });
   echo = await listen(net.createServer({ allowHalfOpen: true }, (s) => s.pipe(s)));
   const h = new TunnelClient({ server: server.url, token: server.adminKey, type: 'http', local: { host: '127.0.0.1', port: web.port }, id: 'metered' });
   const t = new TunnelClient({ server: server.url, token: server.adminKey, type: 'tcp', local: { host: '127.0.0.1', port: echo.port } });
@@ -74,6 +85,7 @@ test.before(async () => {
 
 test.after(async () => {
   for (const c of clients) await c.stop().catch(() => undefined);
+  for (const s of upgraded) s.destroy();
   await web?.close();
   await echo?.close();
   await server?.stop();
@@ -180,6 +192,14 @@ test('main port: an admin key with the management scope reads the same metrics; 
   const post = await withDeadline(fetch(`${server.url}/metrics`, { method: 'POST', headers: { authorization: `Bearer ${server.adminKey}` } }), 10_000, 'POST /metrics');
   assert.is(post.status, 405);
   assert.is(post.headers.get('allow'), 'GET');
+});
+
+test('a WebSocket upgrade through the tunnel is a 1xx answer', async () => {
+  const upgrades = (m: Map<string, Family>) => valueOf(m, 'burrow_visitor_requests_total', { type: 'http', code_class: '1xx' });
+  const before = upgrades(await scrape());
+  const ws = await WsClient.connect(`${server.url}/live`, { host: `metered.localhost:${server.port}` }, 1024 * 1024, 10_000);
+  ws.close();
+  await eventually(async () => upgrades(await scrape()) === before + 1, 10_000, 'the upgrade counted');
 });
 
 test('--metrics-addr serves /metrics alone, without a key', async () => {
