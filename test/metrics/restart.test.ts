@@ -73,10 +73,10 @@ test('a shard restart keeps every counter: nothing goes backwards, new traffic a
   assert.is(valueOf(await scrape(), 'burrow_visitor_requests_total', { code_class: '2xx' }), 3, 'the dead shard\'s requests are still counted');
 
   await eventually(async () => (await visit(server.port, host)).status === 200, 15_000, 'tunnel back');
-  // The probe above stops at its first 200: the new shard's one 200 adds to the old shard's 3
-  // (its earlier tries, while the client re-registered, were 404s or 502s).
-  await eventually(async () => valueOf(await scrape(), 'burrow_visitor_requests_total', { code_class: '2xx' }) === 4, 10_000, 'new traffic adds on');
-  assert.is(valueOf(await scrape(), 'burrow_tunnel_bytes_total', { direction: 'out' }), 16);
+  // The new shard's 200s add to the old shard's 3. At least one: a probe that gave up on a slow
+  // answer (a loaded machine) may still have been answered 200 and counted.
+  await eventually(async () => valueOf(await scrape(), 'burrow_visitor_requests_total', { code_class: '2xx' }) >= 4, 10_000, 'new traffic adds on');
+  assert.ok(valueOf(await scrape(), 'burrow_tunnel_bytes_total', { direction: 'out' }) >= 16);
 });
 
 test.run();
