@@ -155,6 +155,41 @@ test('counters after known traffic: requests by status class, bytes both ways, a
   for (const f of m.values()) assert.ok(f.name.startsWith('burrow_'), `${f.name} starts with burrow_`);
 });
 
+test("access rules: every refusal counted by rule, refused HTTP visitors as 4xx answers", async () => {
+  const guarded = new TunnelClient({ server: server.url, token: server.adminKey, type: 'http', local: { host: '127.0.0.1', port: web.port }, id: 'guarded', access: { basicAuth: ['me:secret'] } });
+  const fenced = new TunnelClient({ server: server.url, token: server.adminKey, type: 'tcp', local: { host: '127.0.0.1', port: echo.port }, access: { denyIp: ['127.0.0.0/8'] } });
+  clients.push(guarded, fenced);
+  const [, tcp] = await withDeadline(Promise.all([guarded.start(), fenced.start()]), 15_000, 'guarded tunnels start');
+  const before = await scrape();
+  const host = `guarded.localhost:${server.port}`;
+  const basic = (cred: string) => ({ authorization: `Basic ${Buffer.from(cred).toString('base64')}` });
+  assert.is((await visit(server.port, host, { path: '/ok' })).status, 401);
+  assert.is((await visit(server.port, host, { path: '/ok', headers: basic('me:wrong') })).status, 401);
+  assert.is((await visit(server.port, host, { path: '/ok', headers: basic('me:secret') })).status, 200);
+  // A refused TCP connection is closed at once: nothing comes back.
+  assert.is((await tcpRoundTrip(Number(new URL(tcp.url).port), Buffer.from('x')).catch(() => Buffer.alloc(0))).length, 0);
+
+  const delta = (m: Map<string, Family>, name: string, labels: Record<string, string>) => valueOf(m, name, labels) - valueOf(before, name, labels);
+  const expected: [string, Record<string, string>, number][] = [
+    ['burrow_access_refusals_total', { rule: 'basic_auth' }, 2],
+    ['burrow_access_refusals_total', { rule: 'ip' }, 1],
+    ['burrow_visitor_requests_total', { type: 'http', code_class: '4xx' }, 2],
+    ['burrow_visitor_requests_total', { type: 'http', code_class: '2xx' }, 1],
+    ['burrow_visitor_requests_total', { type: 'tcp', code_class: 'none' }, 0],
+  ];
+  let last = before;
+  await eventually(
+    async () => {
+      last = await scrape();
+      return expected.every(([n, l, v]) => delta(last, n, l) === v);
+    },
+    10_000,
+    'refusals counted',
+  ).catch((err: Error) => assert.unreachable(`${err.message}\n${expected.map(([n, l, v]) => `${n}${JSON.stringify(l)} +${delta(last, n, l)} (want +${v})`).join('\n')}`));
+  await guarded.stop();
+  await fenced.stop();
+});
+
 test('main port: an admin key with the management scope reads the same metrics; anyone else gets 401/403 problem+json', async () => {
   const r = await withDeadline(fetch(`${server.url}/metrics`, { headers: { authorization: `Bearer ${server.adminKey}` } }), 10_000, 'GET /metrics');
   assert.is(r.status, 200);
