@@ -1,5 +1,6 @@
 import { ExposeStats, type ConnectionEvent, type RequestEvent } from './expose-stats.js';
 import { formatBytes, formatDuration, formatMs, painter, type Painter } from './output.js';
+import type { AccessRules } from '../protocol/access.js';
 
 // What `burrow http|tcp` shows while it runs.
 //
@@ -19,6 +20,19 @@ export interface ScreenInfo {
   account: string | null;
   state: TunnelState;
   stateDetail: string | null;
+  /** the tunnel's access rules in one line (accessSummary), or null */
+  access?: string | null;
+}
+
+/** Access rules in one line for people: who may log in (user names, never passwords), address lists, expiry. */
+export function accessSummary(rules: AccessRules | undefined): string | null {
+  if (!rules) return null;
+  const parts: string[] = [];
+  if (rules.basicAuth?.length) parts.push(`basic auth (${rules.basicAuth.map((c) => c.slice(0, c.indexOf(':'))).join(', ')})`);
+  if (rules.allowIp?.length) parts.push(`allow ${rules.allowIp.join(' ')}`);
+  if (rules.denyIp?.length) parts.push(`deny ${rules.denyIp.join(' ')}`);
+  if (rules.expiresAt != null) parts.push(`expires ${new Date(rules.expiresAt).toISOString().replace(/\.\d{3}Z$/, 'Z')}`);
+  return parts.length ? parts.join(' · ') : null;
 }
 
 const REDRAW_INTERVAL_MS = 250;
@@ -36,6 +50,7 @@ export function renderBlock(info: ScreenInfo, stats: ExposeStats, paint: Painter
   ];
   if (info.account) lines.push(row('Account', info.account));
   lines.push(row('Forwarding', info.url ? `${paint('bold', info.url)} → ${info.local}` : paint('dim', `(waiting) → ${info.local}`)));
+  if (info.access) lines.push(row('Access', info.access));
   if (info.type === 'http') {
     lines.push(row('Connections', `open ${stats.openStreams}`));
     lines.push(row('Requests', `total ${stats.requests}   p50 ${p50}   p90 ${p90}`));
@@ -121,6 +136,8 @@ export class ExposeScreen {
     this.info.url = url;
     this.setState('online', null);
     if (first) this.stdout(this.opts.json ? JSON.stringify({ event: 'registered', id, url }) : url);
+    // Without the live block (which has an Access row), the rules go to stderr once.
+    if (first && this.info.access && (!this.tty || this.opts.json)) this.note(`access: ${this.info.access}`);
     else if (url !== previous) this.note(`now at ${url}`);
   }
 

@@ -1,11 +1,13 @@
-import { Command, InvalidArgumentError } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { ApiClient, unreachable } from './client.js';
 import { act, examples, positiveInt, UUID_RE } from './common.js';
 import { CliError, EXIT, type ExitCode } from './errors.js';
-import { ExposeScreen } from './expose-screen.js';
+import { ExposeScreen, accessSummary } from './expose-screen.js';
 import type { ConnectionEvent, RequestEvent } from './expose-stats.js';
 import { resolveTeam } from './teams.js';
 import type { User } from './types.js';
+import { basicAuthProblem, expiryProblem, parseCidr, type AccessRules } from '../protocol/access.js';
+import { parseExpires } from './keys.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
 // the tunnel client library (src/client/tunnel-client.ts) and show what passes through it.
@@ -70,6 +72,48 @@ interface ExposeOptions {
   team?: string;
   remotePort?: number;
   quiet?: boolean;
+  basicAuth?: string[];
+  allowIp?: string[];
+  denyIp?: string[];
+  expires?: number;
+}
+
+/** Repeatable option values, in order. */
+const collect = (v: string, prev: string[] = []): string[] => [...prev, v];
+
+/** --allow-ip / --deny-ip value: an address or CIDR, v4 or v6. */
+const cidrArg = (v: string, prev: string[] = []): string[] => {
+  if (!parseCidr(v)) throw new InvalidArgumentError(`expected an IP address or CIDR (10.0.0.0/8, 2001:db8::/32, 203.0.113.7), got "${v}"`);
+  return [...prev, v];
+};
+
+/**
+ * --expires (and burrow.yml `expires`) → epoch ms: a duration from now or a date-time, read by the
+ * CLI's one parser (the same as `burrow keys create --expires`), at most a year ahead.
+ */
+export function parseTunnelExpiry(v: string, now = Date.now()): number {
+  const at = Date.parse(parseExpires(v, now));
+  const problem = expiryProblem(at, now);
+  if (problem) throw new InvalidArgumentError(problem);
+  return at;
+}
+const expiresArg = (v: string): number => parseTunnelExpiry(v);
+
+/** The flags' access rules; usage errors name the flag (and never print a password). */
+export function accessRulesOf(type: 'http' | 'tcp', o: Pick<ExposeOptions, 'basicAuth' | 'allowIp' | 'denyIp' | 'expires'>): AccessRules | undefined {
+  if (o.basicAuth?.length && type === 'tcp') {
+    throw new CliError(EXIT.usage, 'invalid option', '--basic-auth applies to http tunnels only', 'restrict a TCP tunnel by address with --allow-ip / --deny-ip');
+  }
+  for (const cred of o.basicAuth ?? []) {
+    const problem = basicAuthProblem(cred);
+    if (problem) throw new CliError(EXIT.usage, 'invalid --basic-auth', problem, 'e.g. --basic-auth alice:correct-horse (repeat the flag for more users)');
+  }
+  const rules: AccessRules = {};
+  if (o.basicAuth?.length) rules.basicAuth = o.basicAuth;
+  if (o.allowIp?.length) rules.allowIp = o.allowIp;
+  if (o.denyIp?.length) rules.denyIp = o.denyIp;
+  if (o.expires !== undefined) rules.expiresAt = o.expires;
+  return Object.keys(rules).length ? rules : undefined;
 }
 
 function exposeAction(type: 'http' | 'tcp') {
@@ -84,13 +128,14 @@ function exposeAction(type: 'http' | 'tcp') {
     if (!target.token) {
       throw new CliError(EXIT.auth, 'not logged in', `no API key for ${target.server}`, 'run `burrow login`, pass --token KEY or set BURROW_TOKEN');
     }
+    const access = accessRulesOf(type, ctx.opts);
     const api = new ApiClient(target);
     const teamId = ctx.opts.team ? (UUID_RE.test(ctx.opts.team) ? ctx.opts.team : (await resolveTeam(api, ctx.opts.team)).id) : undefined;
 
     // Loaded here so management commands do not pay for the tunnel code at start-up.
     const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
     const screen = new ExposeScreen(
-      { type, url: null, local: `${type}://${local.host.includes(':') ? `[${local.host}]` : local.host}:${local.port}`, account: null, state: 'connecting', stateDetail: null },
+      { type, url: null, local: `${type}://${local.host.includes(':') ? `[${local.host}]` : local.host}:${local.port}`, account: null, state: 'connecting', stateDetail: null, access: accessSummary(access) },
       { quiet: Boolean(ctx.opts.quiet), json: ctx.json },
     );
     const client = new TunnelClient({
@@ -101,6 +146,7 @@ function exposeAction(type: 'http' | 'tcp') {
       id: ctx.opts.id,
       teamId,
       remotePort: ctx.opts.remotePort,
+      access,
     });
 
     let registeredOnce = false;
@@ -120,6 +166,13 @@ function exposeAction(type: 'http' | 'tcp') {
     client.on('closed', (c: { permanent: boolean; code: string; reason: string }) => {
       // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
       if (!c.permanent || c.code === 'stopped' || !registeredOnce) return;
+      if (c.code === 'expired') {
+        // The end the user asked for (--expires): a success.
+        screen.setState('closed', c.reason);
+        screen.note(`${c.reason} (--expires): closed`);
+        finish(EXIT.ok);
+        return;
+      }
       screen.setState('closed', c.reason);
       const code = exitCodeForRefusal(c.code ?? '');
       const hint =
@@ -189,6 +242,9 @@ export function registerExpose(program: Command): void {
     cmd
       .option('--id <name>', 'ask for this tunnel id (the first label of the public host name)')
       .option('--team <team>', 'bind the tunnel to a team (id or name) so its members see it')
+      .option('--allow-ip <cidr>', 'only visitors from this address or CIDR (repeatable; v4 or v6)', cidrArg)
+      .option('--deny-ip <cidr>', 'refuse visitors from this address or CIDR (repeatable; wins over --allow-ip)', cidrArg)
+      .option('--expires <when>', 'end the tunnel after a duration (30m, 2h, 7d) or at a date-time (2026-12-31T18:00:00Z); at most a year', expiresArg)
       .option('-q, --quiet', 'no per-request lines');
 
   examples(
@@ -196,12 +252,15 @@ export function registerExpose(program: Command): void {
       program
         .command('http')
         .description('expose a local HTTP service at a public URL')
-        .argument('<target>', 'local port (3000) or host:port (192.168.1.5:8080)'),
+        .argument('<target>', 'local port (3000) or host:port (192.168.1.5:8080)')
+        .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect),
     ).action(exposeAction('http')),
     [
       'burrow http 3000',
       'burrow http 3000 --id myapp          # http://myapp.<domain>',
       'burrow http 192.168.1.5:8080 --team web',
+      'burrow http 3000 --basic-auth alice:correct-horse --expires 2h',
+      'burrow http 3000 --allow-ip 203.0.113.0/24 --allow-ip 2001:db8::/32 --deny-ip 203.0.113.9',
       '# in CI: the URL is the first line of stdout',
       'burrow http 3000 --quiet | head -1',
     ],
@@ -213,8 +272,10 @@ export function registerExpose(program: Command): void {
         .command('tcp')
         .description('expose a local TCP service at a public host:port')
         .argument('<target>', 'local port (22) or host:port')
-        .option('--remote-port <n>', 'ask for this public port (within the server --tcp-port-range)', positiveInt('--remote-port', 65535)),
+        .option('--remote-port <n>', 'ask for this public port (within the server --tcp-port-range)', positiveInt('--remote-port', 65535))
+        // Accepted only to say why it cannot apply (HTTP Basic needs HTTP), instead of "unknown option".
+        .addOption(new Option('--basic-auth <user:pass>').argParser(collect).hideHelp()),
     ).action(exposeAction('tcp')),
-    ['burrow tcp 22', 'burrow tcp 5432 --remote-port 25432', 'burrow tcp db.internal:5432 --team ops'],
+    ['burrow tcp 22', 'burrow tcp 5432 --remote-port 25432', 'burrow tcp db.internal:5432 --team ops', 'burrow tcp 22 --allow-ip 198.51.100.0/24 --expires 8h'],
   );
 }
