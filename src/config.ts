@@ -53,6 +53,8 @@ export interface Config {
   heartbeatIntervalMs: number;
   /** Concurrent tunnelled HTTP requests one visitor IP may have on a shard (more: 429). */
   visitorConcurrency: number;
+  /** --metrics-addr: a listener of its own serving GET /metrics without a key (null: off). */
+  metricsAddr: { host: string; port: number } | null;
   /** Tests only: enables the route that crashes a shard. */
   faultInjection: boolean;
 }
@@ -77,6 +79,15 @@ function portRange(v: string): { min: number; max: number } | 'off' {
     throw new InvalidArgumentError(`expected "MIN-MAX" within 1-65535 or "off", got "${v}"`);
   }
   return { min, max };
+}
+
+// Returns 'off' for an empty value (env set but empty), like portRange.
+function hostPort(v: string): { host: string; port: number } | 'off' {
+  if (v === '') return 'off';
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]\s]+)):(\d{1,5})$/.exec(v);
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new InvalidArgumentError(`expected HOST:PORT (e.g. 127.0.0.1:9100 or [::1]:9100), got "${v}"`);
+  return { host: m[1] ?? m[2]!, port };
 }
 
 function duration(v: string): number {
@@ -127,6 +138,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
     .addOption(opt('--heartbeat-interval <ms>', 'tunnel control connections ping this often; one silent for 3 intervals is dropped').argParser(int('--heartbeat-interval', 100, 10_000)).default(5_000))
     .addOption(opt('--visitor-concurrency <n>', 'concurrent tunnelled HTTP requests per visitor IP and shard worker; more are answered 429').argParser(int('--visitor-concurrency', 1, 1_000_000)).default(128))
+    .addOption(opt('--metrics-addr <host:port>', 'also serve GET /metrics without a key on this address (e.g. 127.0.0.1:9100); on the main port it needs an admin key with the management scope').argParser(hostPort))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .showHelpAfterError('(burrowd --help lists every flag)')
@@ -201,6 +213,7 @@ export function configFromOptions(o: Opts): Config {
     shutdownTimeoutMs: o.shutdownTimeout as number,
     heartbeatIntervalMs: o.heartbeatInterval as number,
     visitorConcurrency: o.visitorConcurrency as number,
+    metricsAddr: o.metricsAddr === undefined || o.metricsAddr === 'off' ? null : (o.metricsAddr as Config['metricsAddr']),
     faultInjection: Boolean(o.faultInjection),
   });
 }

@@ -14,11 +14,13 @@ import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
 import { Jobs } from './workers/jobs.js';
 import { ShardSupervisor } from './main-thread/shards.js';
+import { ServerMetrics } from './main-thread/metrics.js';
+import { listenMetrics, type MetricsListener } from './main-thread/metrics-listener.js';
 import { RegistryActor } from './main-thread/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
 import { INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
 import { ensureSeedKey, seedKeyHint, type SeedKey } from './seed-key.js';
-import { assertPortFree, bindScope, listenAddress } from './listen.js';
+import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js';
 import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
 import { ApiError } from './errors.js';
 
@@ -53,6 +55,20 @@ function freePort(host: string): Promise<number> {
 if (parsed.port !== 0) await assertPortFree(parsed.host, parsed.port, log);
 const config = withPort(parsed, parsed.port === 0 ? await freePort(parsed.host) : parsed.port);
 
+function metricsAddrUnusable(err: NodeJS.ErrnoException): void {
+  const { host, port } = parsed.metricsAddr!;
+  const why = err.code === 'EADDRINUSE' ? 'the address is already in use' : err.code === 'EADDRNOTAVAIL' ? 'no local interface has that address' : err.message;
+  log.error({ host, port, code: err.code }, 'cannot listen on --metrics-addr');
+  process.stderr.write(`burrowd: cannot listen on --metrics-addr ${listenAddress(host, port).slice('http://'.length)}: ${why}\n`);
+}
+if (parsed.metricsAddr && parsed.metricsAddr.port !== 0) {
+  const err = await probePort(parsed.metricsAddr.host, parsed.metricsAddr.port);
+  if (err) {
+    metricsAddrUnusable(err);
+    process.exit(1);
+  }
+}
+
 // Fail before touching the database when uWS cannot load natively.
 const loadedUws = loadUws();
 const { from: uwsFrom } = loadedUws;
@@ -78,7 +94,11 @@ const limiter = new FailureLimiter(config.authFailureLimit, (block) => {
 
 const supervisor: ShardSupervisor = new ShardSupervisor(config, databaseUrl, log, {
   onMessage: (shard, msg) => handleShardMessage(shard, msg),
-  onShardDown: (shard) => registry.shardDown(shard),
+  onShardDown: (shard) => {
+    registry.shardDown(shard);
+    metrics.shardDown(shard);
+    metrics.shardRestarted();
+  },
   onGiveUp: (reason) => {
     log.fatal({ reason }, 'shards keep crashing; stopping');
     void shutdown('shard restart budget exhausted', 1);
@@ -90,7 +110,21 @@ const registry = new RegistryActor(
   sql,
   config,
 );
+const metrics = new ServerMetrics({ tunnels: () => registry.liveByType(), shards: async () => (await registry.counts()).shards });
+registry.stats.observer = metrics;
 await registry.start();
+let metricsListener: MetricsListener | null = null;
+if (config.metricsAddr) {
+  try {
+    metricsListener = await listenMetrics(config.metricsAddr.host, config.metricsAddr.port, () => metrics.render(), log);
+  } catch (err) {
+    // Checked before the data was touched; only a race with another program gets here.
+    metricsAddrUnusable(err as NodeJS.ErrnoException);
+    await sql.end({ timeout: 2 });
+    await embedded?.stop();
+    process.exit(1);
+  }
+}
 
 /** The main thread's mailbox: every message a shard sends lands here. */
 function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 'ready' }>): unknown {
@@ -101,6 +135,7 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
       return verifyKey(msg);
     case 'auth-failure':
       limiter.fail(msg.ip);
+      metrics.authFailed();
       return undefined;
     case 'auth-blocks':
       return limiter.blocks().flatMap((b): IpBlock[] => (b.kind === 'ip' ? [{ ip: b.subject, untilMs: b.untilMs }] : []));
@@ -108,6 +143,11 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
       return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds, endConnections: msg.endConnections }, INVALIDATE_TIMEOUT_MS).then(() => ({}));
     case 'health':
       return { shardsUp: supervisor.up, shardsTotal: supervisor.total };
+    case 'edge-counters':
+      metrics.edge(shard, msg.totals);
+      return undefined;
+    case 'metrics':
+      return metrics.render();
     default:
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return registry.handle(shard, msg);
@@ -127,6 +167,7 @@ async function verifyKey(msg: Extract<ShardToMain, { type: 'verify-key' }>): Pro
     throw err;
   }
   limiter.settle(msg.ip, msg.prefix, valid ? 'valid' : 'invalid');
+  if (!valid) metrics.authFailed();
   return { verdict: valid ? 'valid' : 'invalid' };
 }
 
@@ -149,8 +190,9 @@ const seeded = config.seedApiKey ? await seedKey() : null;
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
 const port = await supervisor.start(config.port);
+const metricsAt = metricsListener ? `metrics on ${listenAddress(metricsListener.host, metricsListener.port)}/metrics` : '';
 if (seeded) process.stdout.write(`${seeded.key}\n`);
-process.stdout.write(`burrowd listening on ${listenAddress(config.host, port)} (${[bindScope(config.host), `base URL ${config.baseUrl}`].filter(Boolean).join('; ')})\n`);
+process.stdout.write(`burrowd listening on ${listenAddress(config.host, port)} (${[bindScope(config.host), `base URL ${config.baseUrl}`, metricsAt].filter(Boolean).join('; ')})\n`);
 if (seeded && (process.stdout.isTTY || process.stderr.isTTY)) process.stderr.write(seedKeyHint(seeded, config.baseUrl));
 log.info(
   { host: config.host, port, baseUrl: config.baseUrl, workers: config.workers, uws: uwsFrom, database: embedded ? `embedded (${config.dataDir})` : 'postgresql', startMs: Math.round(performance.now() - t0) },
@@ -168,6 +210,7 @@ async function shutdown(reason: string, code = 0): Promise<void> {
   }, config.shutdownTimeoutMs + 15_000);
   hardStop.unref();
   try {
+    await metricsListener?.close();
     await supervisor.stop(config.shutdownTimeoutMs);
     await registry.stop();
     await jobs.close();

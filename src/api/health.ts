@@ -1,6 +1,6 @@
 import { jsonReply, problemReply, route, type RequestData } from '../http/uws.js';
 import { ApiError } from '../errors.js';
-import { scopeAllows } from '../auth/scopes.js';
+import { authenticateOperator } from './operator.js';
 import type { DataPlaneCounts } from '../protocol/tunnel-messages.js';
 import type { ShardContext } from '../edge/shard-context.js';
 import { openApiDocument } from './openapi.js';
@@ -18,11 +18,7 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
  * the cleanup test): all must return to 0 once every peer has left. Admin only: it shows load.
  */
 async function dataPlaneCounts(shard: ShardContext, req: RequestData): Promise<DataPlaneCounts> {
-  const principal = await shard.authenticate(req.headers.get('authorization'), req.ip);
-  if (!scopeAllows('management', principal.scopes)) {
-    throw new ApiError('forbidden', `readiness detail needs the management scope; this key has ${principal.scopes.join(', ')}`);
-  }
-  if (principal.role !== 'admin') throw new ApiError('forbidden', 'readiness detail needs the admin role');
+  await authenticateOperator(shard, req, 'readiness detail');
   return shard.main.ask<DataPlaneCounts>({ type: 'data-plane-counts' }, READY_TIMEOUT_MS + 1_000);
 }
 

@@ -1,5 +1,6 @@
 import { ExposeStats, type ConnectionEvent, type RequestEvent } from './expose-stats.js';
 import { formatBytes, formatDuration, formatMs, painter, type Painter } from './output.js';
+import type { AccessRules } from '../protocol/access.js';
 
 // What `burrow http|tcp` and `burrow start` show while they run.
 //
@@ -21,6 +22,8 @@ export interface TunnelRow {
   local: string;
   /** why the server refused or closed this tunnel for good (the others keep running) */
   failed: string | null;
+  /** the tunnel's access rules in one line (accessSummary), or null */
+  access?: string | null;
 }
 
 export interface ScreenInfo {
@@ -28,6 +31,17 @@ export interface ScreenInfo {
   account: string | null;
   state: TunnelState;
   stateDetail: string | null;
+}
+
+/** Access rules in one line for people: who may log in (user names, never passwords), address lists, expiry. */
+export function accessSummary(rules: AccessRules | undefined): string | null {
+  if (!rules) return null;
+  const parts: string[] = [];
+  if (rules.basicAuth?.length) parts.push(`basic auth (${rules.basicAuth.map((c) => c.slice(0, c.indexOf(':'))).join(', ')})`);
+  if (rules.allowIp?.length) parts.push(`allow ${rules.allowIp.join(' ')}`);
+  if (rules.denyIp?.length) parts.push(`deny ${rules.denyIp.join(' ')}`);
+  if (rules.expiresAt != null) parts.push(`expires ${new Date(rules.expiresAt).toISOString().replace(/\.\d{3}Z$/, 'Z')}`);
+  return parts.length ? parts.join(' · ') : null;
 }
 
 const REDRAW_INTERVAL_MS = 250;
@@ -50,6 +64,8 @@ export function renderBlock(info: ScreenInfo, stats: ExposeStats, paint: Painter
     const target = t.failed ? paint('red', `failed: ${t.failed}`) : t.url ? `${paint('bold', t.url)} → ${t.local}` : paint('dim', `(waiting) → ${t.local}`);
     lines.push(row(i === 0 ? 'Forwarding' : '', named ? `${t.name.padEnd(nameWidth)}  ${target}` : target));
   }
+  const withAccess = info.tunnels.filter((t) => t.access);
+  for (const [i, t] of withAccess.entries()) lines.push(row(i === 0 ? 'Access' : '', named ? `${t.name.padEnd(nameWidth)}  ${t.access}` : t.access!));
   const hasHttp = info.tunnels.some((t) => t.type === 'http');
   const hasTcp = info.tunnels.some((t) => t.type === 'tcp');
   if (hasHttp && !hasTcp) {
@@ -164,6 +180,8 @@ export class ExposeScreen {
     this.setState('online', null);
     const plain = this.opts.named ? `${name} ${url}` : url;
     if (first) this.stdout(this.opts.json ? this.event(name, 'registered', { id, url }) : plain);
+    // Without the live block (which has an Access row), the rules go to stderr once.
+    if (first && row.access && (!this.tty || this.opts.json)) this.note(this.opts.named ? `${name} access: ${row.access}` : `access: ${row.access}`);
     else if (url !== previous) this.note(this.opts.named ? `${name} now at ${url}` : `now at ${url}`);
   }
 

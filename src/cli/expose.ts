@@ -1,13 +1,14 @@
-import { Command } from 'commander';
+import { Command, InvalidArgumentError, Option } from 'commander';
 import { ApiClient, unreachable } from './client.js';
 import { act, examples, positiveInt, UUID_RE, type ActionContext } from './common.js';
 import type { Target } from './config.js';
 import { detachIfAsked, detachOptions, tellParent } from './detach.js';
 import { CliError, EXIT, type ExitCode } from './errors.js';
-import { ExposeScreen } from './expose-screen.js';
+import { ExposeScreen, accessSummary } from './expose-screen.js';
 import { resolveTeam } from './teams.js';
-import { flagOf, localLabel, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
+import { flagOf, localLabel, parseTunnelExpiry, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
 import type { User } from './types.js';
+import { basicAuthProblem, parseCidr, type AccessRules } from '../protocol/access.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
 // the tunnel client library (src/client/tunnel-client.ts) and show what passes through it.
@@ -53,13 +54,49 @@ interface ExposeOptions {
   quiet?: boolean;
   detach?: boolean;
   pidFile?: string;
+  basicAuth?: string[];
+  allowIp?: string[];
+  denyIp?: string[];
+  expires?: number;
+}
+
+/** Repeatable option values, in order. */
+const collect = (v: string, prev: string[] = []): string[] => [...prev, v];
+
+/** --allow-ip / --deny-ip value: an address or CIDR, v4 or v6. */
+const cidrArg = (v: string, prev: string[] = []): string[] => {
+  if (!parseCidr(v)) throw new InvalidArgumentError(`expected an IP address or CIDR (10.0.0.0/8, 2001:db8::/32, 203.0.113.7), got "${v}"`);
+  return [...prev, v];
+};
+
+export { parseTunnelExpiry };
+const expiresArg = (v: string): number => parseTunnelExpiry(v);
+
+/** The flags' access rules; usage errors name the flag (and never print a password). */
+export function accessRulesOf(type: 'http' | 'tcp', o: Pick<ExposeOptions, 'basicAuth' | 'allowIp' | 'denyIp' | 'expires'>): AccessRules | undefined {
+  if (o.basicAuth?.length && type === 'tcp') {
+    throw new CliError(EXIT.usage, 'invalid option', '--basic-auth applies to http tunnels only', 'restrict a TCP tunnel by address with --allow-ip / --deny-ip');
+  }
+  for (const cred of o.basicAuth ?? []) {
+    const problem = basicAuthProblem(cred);
+    if (problem) throw new CliError(EXIT.usage, 'invalid --basic-auth', problem, 'e.g. --basic-auth alice:correct-horse (repeat the flag for more users)');
+  }
+  const rules: AccessRules = {};
+  if (o.basicAuth?.length) rules.basicAuth = o.basicAuth;
+  if (o.allowIp?.length) rules.allowIp = o.allowIp;
+  if (o.denyIp?.length) rules.denyIp = o.denyIp;
+  if (o.expires !== undefined) rules.expiresAt = o.expires;
+  return Object.keys(rules).length ? rules : undefined;
 }
 
 /** `burrow http|tcp` flags → the same raw record a burrow.yml entry is, checked by the same function. */
 function specOfFlags(type: 'http' | 'tcp', addr: string, o: ExposeOptions): TunnelSpec {
+  // The access flags were parsed by their argParsers (cidrArg, expiresArg) and are checked here
+  // with the same protocol/access.ts functions validateTunnel applies to a file's keys.
+  const access = accessRulesOf(type, o) ?? {};
   const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort };
   const { spec, errors } = validateTunnel(type, raw);
-  if (spec) return spec;
+  if (spec) return { ...spec, access };
   const e = errors[0]!;
   if (e.field === 'addr') throw new CliError(EXIT.usage, 'invalid target', e.message, `e.g. \`burrow ${type} 3000\` or \`burrow ${type} 127.0.0.1:3000\``);
   throw new CliError(EXIT.usage, `invalid ${flagOf(e.field)}`, errors.map((x) => x.message).join('; '), `see \`burrow ${type} --help\``);
@@ -98,7 +135,12 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   // Loaded here so management commands do not pay for the tunnel code at start-up.
   const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
   const screen = new ExposeScreen(
-    { tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null })), account: null, state: 'connecting', stateDetail: null },
+    {
+      tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null, access: accessSummary(s.access) })),
+      account: null,
+      state: 'connecting',
+      stateDetail: null,
+    },
     { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
   );
   const client = new TunnelClient({
@@ -143,6 +185,13 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   client.on('closed', (c) => {
     // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
     if (!c.permanent || c.code === 'stopped' || registered.size === 0) return;
+    if (c.code === 'expired') {
+      // The end the user asked for (--expires): a success.
+      screen.setState('closed', c.reason);
+      screen.note(`${c.reason} (--expires): closed`);
+      finish(EXIT.ok);
+      return;
+    }
     screen.setState('closed', c.reason);
     const spec = specs.find((s) => s.name === c.tunnel) ?? specs[0]!;
     const code = exitCodeForRefusal(c.code ?? '');
@@ -218,6 +267,9 @@ export function registerExpose(program: Command): void {
     detachOptions(cmd)
       .option('--id <name>', 'ask for this tunnel id (the first label of the public host name)')
       .option('--team <team>', 'bind the tunnel to a team (id or name) so its members see it')
+      .option('--allow-ip <cidr>', 'only visitors from this address or CIDR (repeatable; v4 or v6)', cidrArg)
+      .option('--deny-ip <cidr>', 'refuse visitors from this address or CIDR (repeatable; wins over --allow-ip)', cidrArg)
+      .option('--expires <when>', 'end the tunnel after a duration (30m, 2h, 7d) or at a date-time (2026-12-31T18:00:00Z); at most a year', expiresArg)
       .option('-q, --quiet', 'no per-request lines');
 
   examples(
@@ -225,12 +277,15 @@ export function registerExpose(program: Command): void {
       program
         .command('http')
         .description('expose a local HTTP service at a public URL')
-        .argument('<target>', 'local port (3000) or host:port (192.168.1.5:8080)'),
+        .argument('<target>', 'local port (3000) or host:port (192.168.1.5:8080)')
+        .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect),
     ).action(exposeAction('http')),
     [
       'burrow http 3000',
       'burrow http 3000 --id myapp          # http://myapp.<domain>',
       'burrow http 192.168.1.5:8080 --team web',
+      'burrow http 3000 --basic-auth alice:correct-horse --expires 2h',
+      'burrow http 3000 --allow-ip 203.0.113.0/24 --allow-ip 2001:db8::/32 --deny-ip 203.0.113.9',
       '# in a script: returns once the tunnel is up, with the URL on stdout',
       'URL=$(burrow http 3000 --detach) && curl "$URL" && burrow stop',
     ],
@@ -242,8 +297,10 @@ export function registerExpose(program: Command): void {
         .command('tcp')
         .description('expose a local TCP service at a public host:port')
         .argument('<target>', 'local port (22) or host:port')
-        .option('--remote-port <n>', 'ask for this public port (within the server --tcp-port-range)', positiveInt('--remote-port', 65535)),
+        .option('--remote-port <n>', 'ask for this public port (within the server --tcp-port-range)', positiveInt('--remote-port', 65535))
+        // Accepted only to say why it cannot apply (HTTP Basic needs HTTP), instead of "unknown option".
+        .addOption(new Option('--basic-auth <user:pass>').argParser(collect).hideHelp()),
     ).action(exposeAction('tcp')),
-    ['burrow tcp 22', 'burrow tcp 5432 --remote-port 25432', 'burrow tcp db.internal:5432 --team ops', 'burrow tcp 5432 --detach --pid-file /tmp/db.pid   # stop: burrow stop --pid-file /tmp/db.pid'],
+    ['burrow tcp 22', 'burrow tcp 5432 --remote-port 25432', 'burrow tcp db.internal:5432 --team ops', 'burrow tcp 22 --allow-ip 198.51.100.0/24 --expires 8h', 'burrow tcp 5432 --detach --pid-file /tmp/db.pid   # stop: burrow stop --pid-file /tmp/db.pid'],
   );
 }

@@ -1,5 +1,7 @@
-import { basicAuthProblem, MAX_BASIC_AUTH, MAX_CIDRS, parseCidr, parseExpires, type AccessRules } from '../protocol/access.js';
+import { InvalidArgumentError } from 'commander';
+import { basicAuthProblem, expiryProblem, MAX_BASIC_AUTH, MAX_CIDRS, parseCidr, type AccessRules } from '../protocol/access.js';
 import { tunnelIdProblem } from '../protocol/frames.js';
+import { parseExpires } from './keys.js';
 
 // One tunnel's options, validated once for both ways of giving them: `burrow http|tcp` flags
 // and an entry of burrow.yml (tunnel-file.ts). Both build the same raw record (the YAML key
@@ -81,6 +83,17 @@ export function parseLocal(v: string): LocalTarget {
   const hp = /^([A-Za-z0-9.-]+):(\d+)$/.exec(s);
   if (hp) return withTls({ host: hp[1]!, port: port(hp[2]!) });
   throw fail();
+}
+
+/**
+ * --expires and burrow.yml `expires` → epoch ms: a duration from now or a date-time, read by the
+ * CLI's one parser (the same as `burrow keys create --expires`), at most a year ahead.
+ */
+export function parseTunnelExpiry(v: string, now = Date.now()): number {
+  const at = Date.parse(parseExpires(v, now));
+  const problem = expiryProblem(at, now);
+  if (problem) throw new InvalidArgumentError(problem);
+  return at;
 }
 
 /** A string list: a list of strings, or (flags, convenience in the file) a single string. */
@@ -173,7 +186,7 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
     if (typeof raw.expires !== 'string') err('expires', `expected a duration (30m, 1h30m, 2d) or a date-time, got ${show(raw.expires)}`);
     else {
       try {
-        expiresAt = parseExpires(raw.expires, now);
+        expiresAt = parseTunnelExpiry(raw.expires, now);
       } catch (e) {
         err('expires', (e as Error).message);
       }

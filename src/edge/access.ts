@@ -3,6 +3,7 @@ import net from 'node:net';
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
 import { remoteIp, writeProblem } from '../http/uws.js';
 import { parseCidr, type AccessRules, type AccessWire } from '../protocol/access.js';
+import { countAccessRefusal, countHttpAnswer } from './metrics.js';
 
 // Access rules at the edge: checked where the visitor arrives, before anything is sent toward
 // the tunnel (no Open stream, no mesh message), so a refused visitor never reaches the client.
@@ -99,15 +100,13 @@ const MAX_AUTHORIZATION_CHARS = 2048;
 /** Why a visitor was refused: the label refusals are counted by. */
 export type AccessRefusal = 'basic_auth' | 'allow_ip' | 'deny_ip' | 'guess_limit';
 
-/** Refusals on this shard so far, by tunnel type and rule. */
-export const refusalCounts: Record<'http' | 'tcp', Record<AccessRefusal, number>> = {
-  http: { basic_auth: 0, allow_ip: 0, deny_ip: 0, guess_limit: 0 },
-  tcp: { basic_auth: 0, allow_ip: 0, deny_ip: 0, guess_limit: 0 },
-};
+/** The answer an HTTP visitor gets for each refusal (counted with the other visitor answers). */
+const REFUSAL_STATUS: Record<AccessRefusal, number> = { basic_auth: 401, guess_limit: 429, allow_ip: 403, deny_ip: 403 };
 
-/** Every refused visitor, HTTP or TCP, passes here once: the place to count refusals. */
+/** Every refused visitor, HTTP or TCP, passes here once: the place to count refusals (GET /metrics). */
 function refuse(type: 'http' | 'tcp', rule: AccessRefusal): void {
-  refusalCounts[type][rule]++;
+  countAccessRefusal(rule === 'allow_ip' || rule === 'deny_ip' ? 'ip' : 'basic_auth');
+  if (type === 'http') countHttpAnswer(REFUSAL_STATUS[rule]);
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import type { ProblemCode } from '../errors.js';
+import { PROBLEMS, type ProblemCode } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
 import { remoteIp, statusLine, wantsClose, writeProblem } from '../http/uws.js';
 import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
@@ -7,6 +7,7 @@ import { type HttpHead, type ResetCode, type ResponseHead } from '../protocol/fr
 import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { VisitorLimit } from './visitor-limit.js';
+import { countHttpAnswer } from './metrics.js';
 
 // Public HTTP ingress: a visitor request for <id>.<domain> on this shard's uWS app.
 //
@@ -201,6 +202,7 @@ export class HttpVisitor implements Downstream {
     const head = this.head!;
     this.head = null;
     const h = head.headers;
+    countHttpAnswer(head.status);
     this.res.writeStatus(statusLine(head.status));
     for (let i = 0; i < h.length; i += 2) {
       const name = h[i]!;
@@ -350,6 +352,7 @@ export class HttpVisitor implements Downstream {
   problem(code: ProblemCode, detail: string, resetWith: ResetCode = 'visitor-gone'): void {
     if (this.gone || this.finished) return;
     this.responded = true;
+    countHttpAnswer(PROBLEMS[code].status);
     writeProblem(this.res, code, detail, this.close ? { extra: { headers: { Connection: 'close' } } } : {});
     this.complete();
     // The stream (if any) is over for us; tell the other side.

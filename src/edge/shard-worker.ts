@@ -9,6 +9,8 @@ import { createLogger } from '../log.js';
 import { Authenticator } from '../auth/authenticate.js';
 import { installApi } from '../api/router.js';
 import { installHealth } from '../api/health.js';
+import { installMetrics } from '../api/metrics.js';
+import { pushEdgeCounters } from './metrics.js';
 import { installTunnels } from './shard.js';
 import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from './shard-context.js';
@@ -49,6 +51,8 @@ const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authe
 const tunnels = installTunnels(ctx);
 http.dispatch = tunnels.dispatch;
 installHealth(ctx);
+installMetrics(ctx);
+const stopEdgeCounters = pushEdgeCounters(main);
 installApi(ctx);
 if (config.github || config.oidc) installOauth(ctx);
 route(http, 'any', '/*', 0, (req) => problemReply('not-found', `no such endpoint: ${req.method} ${req.path}`));
@@ -102,6 +106,7 @@ async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
   listenSocket = null;
   // API requests and tunnelled streams finish side by side, both within the one timeout.
   const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain(timeoutMs)]);
+  stopEdgeCounters();
   await sql.end({ timeout: 2 });
   // Closes every socket of this App. A worker whose uWS loop still has sockets must not
   // end: Node aborts the whole process on thread exit with open uv handles.

@@ -15,6 +15,7 @@ import type { Downstream, Upstream } from './stream.js';
 import { VisitorLimit } from './visitor-limit.js';
 import { AccessGate, admitHttpVisitor, hashAccess } from './access.js';
 import { accessRulesProblem } from '../protocol/access.js';
+import { countHttpAnswer } from './metrics.js';
 
 // The tunnel data plane of one shard worker:
 //
@@ -263,6 +264,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
 
   /** A visitor request while draining: 503, and the connection closes (no keep-alive). */
   const refuseDraining = (res: Parameters<HostDispatch>[0]): void => {
+    countHttpAnswer(503);
     writeProblem(res, 'unavailable', SHUTTING_DOWN, { extra: unavailableError(SHUTTING_DOWN), closeConnection: true });
   };
 

@@ -5,6 +5,7 @@ import type { ResetCode, ResponseHead } from '../protocol/frames.js';
 import type { TunnelActor } from './tunnel.js';
 import type { Downstream, Upstream } from './stream.js';
 import { admitTcpVisitor, type AccessGate } from './access.js';
+import { edgeCounters } from './metrics.js';
 
 // TCP tunnels: the owning shard listens on the tunnel's public port (a port of
 // --tcp-port-range) and relays each accepted connection as one stream.
@@ -125,6 +126,7 @@ export function serveTcp(server: net.Server, actor: TunnelActor, gate: AccessGat
       return;
     }
     visitor.up = up;
+    edgeCounters.tcpConnections++;
   });
   actor.onClose = () => {
     server.close();

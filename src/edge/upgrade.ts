@@ -6,6 +6,7 @@ import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js
 import { CreditMeter } from '../protocol/flow-control.js';
 import { HttpVisitor, type OpenUpstream } from './ingress.js';
 import type { Downstream, Upstream } from './stream.js';
+import { countHttpAnswer } from './metrics.js';
 
 // WebSocket upgrades of public tunnel traffic.
 //
@@ -82,6 +83,7 @@ class WsVisitor implements Downstream {
     let protocol = '';
     for (let i = 0; i < head.headers.length; i += 2) if (head.headers[i]!.toLowerCase() === 'sec-websocket-protocol') protocol = head.headers[i + 1]!;
     this.upgraded = true;
+    countHttpAnswer(101);
     this.res.cork(() => this.res.upgrade<WsData>({ visitor: this }, this.key, protocol, '', this.context));
   }
 

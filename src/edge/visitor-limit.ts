@@ -1,5 +1,6 @@
 import type { HttpResponse } from '@trufflesuite/uws-js-unofficial';
 import { writeProblem } from '../http/uws.js';
+import { countHttpAnswer } from './metrics.js';
 
 // Per-visitor-IP concurrency at the edge. A tunnel's streams share its client's connection
 // and the local service: without a bound, one address that opens hundreds of requests and
@@ -26,6 +27,7 @@ export class VisitorLimit {
   admit(ip: string, res: HttpResponse): boolean {
     const n = this.perIp.get(ip) ?? 0;
     if (n >= this.max) {
+      countHttpAnswer(429);
       writeProblem(res, 'too-many-requests', `more than ${this.max} concurrent requests from ${ip} through this server; retry when some finish`, {
         extra: { headers: { 'retry-after': '1' } },
       });

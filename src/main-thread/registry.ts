@@ -110,8 +110,15 @@ export class RegistryActor {
     }
   }
 
+  /** Live tunnels by type (GET /metrics). */
+  liveByType(): { http: number; tcp: number } {
+    const n = { http: 0, tcp: 0 };
+    for (const e of this.tunnels.values()) n[e.info.tunnel_type]++;
+    return n;
+  }
+
   /** Live objects here and on every running shard (a shard that does not answer is left out). */
-  private async counts(): Promise<DataPlaneCounts> {
+  async counts(): Promise<DataPlaneCounts> {
     const asks = Array.from({ length: this.config.workers }, (_, i) =>
       this.shards.ask<ShardCounts>(i, { type: 'tunnel-counts' }, COUNTS_TIMEOUT_MS).catch(() => null),
     );

@@ -38,7 +38,16 @@ interface Row extends SessionOpen {
   flushedVersion: number;
 }
 
+/** What /metrics learns from the counters passing through (main-thread/metrics.ts). */
+export interface StatsObserver {
+  /** Tunnel bytes relayed: visitor → client (`in`), client → visitor (`out`). */
+  bytes(bytesIn: number, bytesOut: number): void;
+  /** One flush's duration, successful or not. */
+  flushed(seconds: number): void;
+}
+
 export class StatsActor {
+  observer: StatsObserver | null = null;
   private readonly rows = new Map<string, Row>();
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> | null = null;
@@ -59,6 +68,7 @@ export class StatsActor {
   }
 
   add(d: StatsDelta): void {
+    this.observer?.bytes(d.bytesIn, d.bytesOut);
     const r = this.rows.get(d.sessionId);
     if (!r) return;
     r.bytesIn += d.bytesIn;
@@ -94,6 +104,15 @@ export class StatsActor {
     // would close them (sessions are "flushed at least every second while live").
     const changed = [...this.rows.values()].filter((r) => r.version !== r.flushedVersion || !r.disconnectedAt);
     if (changed.length === 0) return;
+    const started = performance.now();
+    try {
+      await this.writeRows(changed);
+    } finally {
+      this.observer?.flushed((performance.now() - started) / 1000);
+    }
+  }
+
+  private async writeRows(changed: Row[]): Promise<void> {
     const now = new Date();
     const snapshot = changed.map((r) => ({ row: r, version: r.version, values: valuesOf(r, now) }));
     try {

@@ -107,32 +107,6 @@ export function accessView(wire: AccessWire | null): AccessView {
   };
 }
 
-/** Duration units of --expires ("90m", "1h30m", "2d"). */
-const UNIT_MS: Record<string, number> = { s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 7 * 86_400_000 };
-
-/**
- * `--expires` / burrow.yml `expires`: a duration from `now` ("30m", "1h30m", "2d") or an ISO 8601
- * date-time with a zone ("2026-12-31T18:00:00Z", "…+02:00") → epoch ms. Throws an Error saying
- * what is wrong (in the past, over a year, not a duration or date-time).
- */
-export function parseExpires(text: string, now = Date.now()): number {
-  const s = text.trim();
-  let at: number;
-  if (/^(\d+[smhdw])+$/i.test(s)) {
-    let ms = 0;
-    for (const m of s.toLowerCase().matchAll(/(\d+)([smhdw])/g)) ms += Number(m[1]) * UNIT_MS[m[2]!]!;
-    at = now + ms;
-  } else if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2})$/i.test(s)) {
-    at = Date.parse(s);
-    if (!Number.isFinite(at)) throw new Error(`"${text}" is not a valid date-time`);
-  } else {
-    throw new Error(`"${text}" is neither a duration (30m, 1h30m, 2d) nor a date-time with a zone (2026-12-31T18:00:00Z)`);
-  }
-  const problem = expiryProblem(at, now);
-  if (problem) throw new Error(problem);
-  return at;
-}
-
 /** Why `expiresAt` cannot be a tunnel's expiry at `now` (past, over a year away), or null. */
 export function expiryProblem(expiresAt: number, now = Date.now()): string | null {
   if (expiresAt <= now) return `the expiry ${new Date(expiresAt).toISOString()} is in the past`;

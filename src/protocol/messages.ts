@@ -38,6 +38,16 @@ export type KeyVerdict =
   | { verdict: 'limited'; kind: 'ip' | 'prefix'; retryAfterS: number }
   | { verdict: 'busy' };
 
+/** One shard's edge counters since it started (edge/metrics.ts): totals, so a lost report costs nothing. */
+export interface EdgeTotals {
+  /** HTTP answers to visitors by status class: index = status / 100 */
+  http: number[];
+  /** visitor TCP connections accepted */
+  tcp: number;
+  refusedBasicAuth: number;
+  refusedIp: number;
+}
+
 /** An IP answered 429 until `untilMs` (epoch ms). */
 export interface IpBlock {
   ip: string;
@@ -76,4 +86,8 @@ export type ShardToMain =
    *  answers after every shard acknowledged. */
   | { type: 'auth-invalidate'; keyIds: string[]; userIds: string[]; endConnections: string | null }
   /** Readiness: answers {shardsUp, shardsTotal}. */
-  | { type: 'health' };
+  | { type: 'health' }
+  /** This shard's edge counters (tell, at most every 250 ms while they change). */
+  | { type: 'edge-counters'; totals: EdgeTotals }
+  /** GET /metrics on this shard: answers the Prometheus text of the whole server. */
+  | { type: 'metrics' };

@@ -52,7 +52,7 @@ test('config check: every error with its line and field, exit 2', async () => {
     /^error: .*broken\.yml:4: tunnels\.web\.allow_ip\[1\]: expected an address or CIDR block .*"300\.1\.1\.1"$/,
     /^error: .*broken\.yml:5: tunnels\.db\.colour: unknown key \(allowed: proto, addr, id, team, remote_port, /,
     /^error: .*broken\.yml:9: tunnels\.api\.host_header: expected "rewrite" or a host name/,
-    /^error: .*broken\.yml:10: tunnels\.api\.expires: "yesterday" is neither a duration/,
+    /^error: .*broken\.yml:10: tunnels\.api\.expires: expected a duration like 30d/,
     /^error: .*broken\.yml:14: tunnels\.ssh\.basic_auth: only http tunnels take basic auth/,
     /^error: .*broken\.yml:15: extra: unknown key \(allowed: version, server, tunnels\)$/,
   ];

@@ -77,7 +77,7 @@ test('burrowd exits 2 with usage on a bad flag and --help lists every flag', () 
   for (const flag of ['--host', '--port', '--domain', '--base-url', '--database-url', '--data-dir', '--workers', '--tcp-port-range', '--seed-api-key',
     '--initial-admin-email', '--github-client-id', '--github-client-secret', '--oauth-provider-name', '--oauth-client-id', '--oauth-client-secret',
     '--oauth-authorize-url', '--oauth-token-url', '--oauth-userinfo-url', '--oauth-scopes', '--oauth-id-field', '--oauth-email-field',
-    '--oauth-name-field', '--oauth-avatar-field', '--log-level', '--login-key-ttl', '--auth-failure-limit']) {
+    '--oauth-name-field', '--oauth-avatar-field', '--log-level', '--login-key-ttl', '--auth-failure-limit', '--metrics-addr']) {
     assert.ok(help.stdout.includes(flag), `--help lists ${flag}`);
   }
 });
