@@ -5,6 +5,13 @@ import type { Team, Tunnel } from './types.js';
 
 // burrow tunnels list|get|delete: the live tunnels you own, your teams' tunnels, or all (admins).
 
+/** A tunnel's access rules in one line ("-" without any). */
+function accessLine(a: Tunnel['access']): string {
+  if (!a) return '-';
+  const parts = [a.basic_auth ? 'basic auth' : '', a.allow_ip.length ? `allow ${a.allow_ip.join(' ')}` : '', a.deny_ip.length ? `deny ${a.deny_ip.join(' ')}` : '', a.expires_at ? `expires ${a.expires_at}` : ''];
+  return parts.filter(Boolean).join(' · ') || '-';
+}
+
 const NOT_FOUND = 'no such live tunnel visible to you; `burrow tunnels list` lists them';
 
 export function registerTunnels(program: Command): void {
@@ -64,6 +71,7 @@ export function registerTunnels(program: Command): void {
               ['owner', t.owner_id],
               ['team', t.team_id ?? '-'],
               ['uptime', formatDuration(t.uptime_secs)],
+              ['access', accessLine(t.access)],
               ['requests', String(t.stats.requests)],
               ['bytes in', formatBytes(t.stats.bytes_in)],
               ['bytes out', formatBytes(t.stats.bytes_out)],

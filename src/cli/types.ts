@@ -73,4 +73,6 @@ export interface Tunnel {
   tunnel_type: string;
   uptime_secs: number;
   stats: { bytes_in: number; bytes_out: number; requests: number };
+  /** access rules (whether there is basic auth, never a credential) */
+  access?: { basic_auth: boolean; allow_ip: string[]; deny_ip: string[]; expires_at: string | null };
 }

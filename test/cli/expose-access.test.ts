@@ -59,6 +59,9 @@ test('burrow http with --basic-auth and --allow-ip: enforced, shown without the 
   assert.match(child.output.stderr, /^access: basic auth \(alice\) · allow 127\.0\.0\.1 ::1$/m);
   const shown = await api(srv, 'GET', '/tunnels/cli-access', { key: srv.adminKey });
   assert.equal(shown.body.access, { basic_auth: true, allow_ip: ['127.0.0.1', '::1'], deny_ip: [], expires_at: null });
+  const got = await burrow(bob, ['tunnels', 'get', 'cli-access']);
+  assert.is(got.code, 0, got.stderr);
+  assert.match(got.stdout, /^access\s+basic auth · allow 127\.0\.0\.1 ::1$/m);
 
   assert.is(await visit('cli-access'), 401);
   assert.is(await visit('cli-access', { authorization: `Basic ${Buffer.from('alice:wrong').toString('base64')}` }), 401);

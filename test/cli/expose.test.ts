@@ -123,7 +123,7 @@ test('a tunnel bound to a team (by name): tunnels list names the team, tunnels g
   assert.match(l.stdout, /^cli-team\s+http\s+-\s+qa\s+\d+s\s+\d+\s+\S+ B\s+\S+ B$/m);
   const g = await burrow(alice, ['tunnels', 'get', 'cli-team']);
   assert.is(g.code, 0, g.stderr);
-  assert.match(g.stdout, /^id\s+cli-team\ntype\s+http\nremote port\s+-\nowner\s+[0-9a-f-]{36}\nteam\s+[0-9a-f-]{36}\nuptime\s+\d+s\nrequests\s+\d+\nbytes in\s+\S+ B\nbytes out\s+\S+ K?i?B\n$/);
+  assert.match(g.stdout, /^id\s+cli-team\ntype\s+http\nremote port\s+-\nowner\s+[0-9a-f-]{36}\nteam\s+[0-9a-f-]{36}\nuptime\s+\d+s\naccess\s+-\nrequests\s+\d+\nbytes in\s+\S+ B\nbytes out\s+\S+ K?i?B\n$/);
   const j = JSON.parse((await burrow(alice, ['tunnels', 'get', 'cli-team', '--json'])).stdout);
   assert.is(j.id, 'cli-team');
   assert.type(j.stats.requests, 'number');

@@ -7,6 +7,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient, TunnelRefused, type AccessRules } from '../../src/client/tunnel-client.js';
 import { F } from '../../src/protocol/frames.js';
+import { GUESS_LIMIT } from '../../src/edge/access.js';
 import { listen, once, sleep, type Local } from './helpers.js';
 import { rawPeer, refusalIn } from './raw-peer.js';
 
@@ -17,7 +18,7 @@ import { rawPeer, refusalIn } from './raw-peer.js';
 // (127.0.0.1, 127.0.0.2 and ::1) on a dual-stack listener; two shards, so visitors land on
 // the tunnel's shard and on the other one.
 
-type From = '127.0.0.1' | '127.0.0.2' | '::1';
+type From = '127.0.0.1' | '127.0.0.2' | '127.0.0.3' | '::1';
 
 let server: TestServer;
 let web: Local;
@@ -159,6 +160,26 @@ test('basic auth: the right credentials reach the local service (without the pas
   // The password was the tunnel's, not the local service's: it is not passed on.
   for (const s of seen.filter((x) => x.host.startsWith('acc-basic.'))) assert.is(s.authorization, undefined);
   await eventually(() => c.requests === 2, 10_000, 'the client counted the two admitted requests');
+});
+
+test('guessing passwords: past the limit an address gets 429 with Retry-After, and still reaches nothing', async () => {
+  const c = start('http', { basicAuth: ['alice:s3cret-pw'] }, 'acc-guess');
+  await withDeadline(c.start(), 15_000, 'start');
+  // The limit is per shard and the kernel spreads connections over both: at most 2 × GUESS_LIMIT
+  // wrong answers before every shard this address reaches refuses it.
+  let limited: Reply | null = null;
+  for (let i = 0; i <= 2 * GUESS_LIMIT && !limited; i++) {
+    const r = await visitFrom('127.0.0.3', 'acc-guess', basic(`alice:guess-${i}`));
+    if (r.status === 429) limited = r;
+    else assert.is(r.status, 401, `guess ${i}`);
+  }
+  assert.ok(limited, `no 429 after ${2 * GUESS_LIMIT + 1} wrong passwords`);
+  assert.match(String(limited!.headers['retry-after']), /^\d+$/);
+  assert.is(limited!.headers['content-type'], 'application/problem+json');
+  assert.is(reached('acc-guess'), 0);
+  assert.is(c.requests, 0);
+  // Another address is not affected.
+  assert.is((await visitFrom('127.0.0.1', 'acc-guess', basic('alice:s3cret-pw'))).status, 200);
 });
 
 test('IP rules on http: allow list, deny list, deny wins over allow; IPv4 and IPv6 visitors', async () => {
