@@ -45,6 +45,7 @@ interface Entry {
 
 const CLOSE_TIMEOUT_MS = 5_000;
 const COUNTS_TIMEOUT_MS = 2_000;
+const ROUTE_ACK_TIMEOUT_MS = 2_000;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export class RegistryActor {
@@ -137,6 +138,15 @@ export class RegistryActor {
     }
   }
 
+  /** broadcast, answered: a shard that does not answer in time (restarting) asks for every
+   *  route when it starts, so waiting longer would only delay the client. */
+  private async routeEverywhere(msg: TunnelMainToShard): Promise<void> {
+    const acks = Array.from({ length: this.config.workers }, (_, i) =>
+      this.shards.ask(i, msg, ROUTE_ACK_TIMEOUT_MS).catch((err) => this.log.debug({ err, shard: i }, 'shard did not confirm a route')),
+    );
+    await Promise.all(acks);
+  }
+
   private broadcast(msg: TunnelMainToShard): void {
     for (let i = 0; i < this.config.workers; i++) {
       try {
@@ -216,7 +226,9 @@ export class RegistryActor {
       registeredAtMs: Date.now(),
     });
     this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId: m.teamId, clientIp: m.clientIp });
-    this.broadcast({ type: 'tunnel-route', id, shard, access: m.access });
+    // Every shard knows the route before the client hears Opened and prints its URL: a visitor
+    // who uses it at once may land on any shard, and must not get 404 there.
+    await this.routeEverywhere({ type: 'tunnel-route', id, shard, access: m.access });
     return { id, sessionId, url: this.publicUrl(m.tunnelType, id, m.remotePort) };
   }
 
