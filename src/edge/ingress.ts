@@ -2,6 +2,7 @@ import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial'
 import { PROBLEMS, type ProblemCode } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
 import { remoteIp, statusLine, wantsClose, writeProblem } from '../http/uws.js';
+import { prefersHtml } from '../http/problem-page.js';
 import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
 import { type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
@@ -80,6 +81,8 @@ export class HttpVisitor implements Downstream {
     private readonly method: string,
     /** The visitor sent `Connection: close`: uWS closes after the response; we must say so. */
     private readonly close = false,
+    /** The visitor's Accept prefers text/html (a browser): errors are an HTML page. */
+    private readonly html = false,
   ) {}
 
   // ---- visitor side ----
@@ -353,7 +356,7 @@ export class HttpVisitor implements Downstream {
     if (this.gone || this.finished) return;
     this.responded = true;
     countHttpAnswer(PROBLEMS[code].status);
-    writeProblem(this.res, code, detail, this.close ? { extra: { headers: { Connection: 'close' } } } : {});
+    writeProblem(this.res, code, detail, { html: this.html, ...(this.close ? { extra: { headers: { Connection: 'close' } } } : {}) });
     this.complete();
     // The stream (if any) is over for us; tell the other side.
     this.up?.reset(resetWith);
@@ -380,13 +383,14 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
     if (!(dropAuthorization && k === 'authorization')) raw.push(k, v);
   });
   const ip = remoteIp(res);
-  if (limit && !limit.admit(ip, res)) return;
+  const html = prefersHtml(req.getHeader('accept'));
+  if (limit && !limit.admit(ip, res, html)) return;
   // WebSocket upgrades are caught by the ws route (upgrade.ts); any other Upgrade (h2c...)
   // is served as a plain request, its Upgrade/Connection headers dropped as hop-by-hop.
   const upgrade = false;
   const contentLength = req.getHeader('content-length');
   const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
-  const visitor = new HttpVisitor(res, method.toUpperCase(), wantsClose(req.getHeader('connection')));
+  const visitor = new HttpVisitor(res, method.toUpperCase(), wantsClose(req.getHeader('connection')), html);
   res.onAborted(() => visitor.aborted());
   const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade, end: !hasBody };
   const up = insideCallbackOf(res, () => open(tunnelId, head, visitor));

@@ -2,6 +2,7 @@ import type { MessagePort } from 'node:worker_threads';
 import type net from 'node:net';
 import type { ShardContext } from './shard-context.js';
 import { writeProblem, type HostDispatch } from '../http/uws.js';
+import { prefersHtml } from '../http/problem-page.js';
 import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
 import { F, HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever, unavailableError } from '../errors.js';
@@ -263,16 +264,16 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   installUpgradeRoute(ctx.app, tunnelOf, openAnywhere, (id, res, req) => admitHttpVisitor(gateFor(id), res, req));
 
   /** A visitor request while draining: 503, and the connection closes (no keep-alive). */
-  const refuseDraining = (res: Parameters<HostDispatch>[0]): void => {
+  const refuseDraining = (res: Parameters<HostDispatch>[0], html: boolean): void => {
     countHttpAnswer(503);
-    writeProblem(res, 'unavailable', SHUTTING_DOWN, { extra: unavailableError(SHUTTING_DOWN), closeConnection: true });
+    writeProblem(res, 'unavailable', SHUTTING_DOWN, { extra: unavailableError(SHUTTING_DOWN), closeConnection: true, html });
   };
 
   return {
     dispatch: (res, req) => {
       const id = tunnelOf(req.getHeader('host'));
       if (id === null) return false;
-      if (draining) refuseDraining(res);
+      if (draining) refuseDraining(res, prefersHtml(req.getHeader('accept')));
       else {
         const verdict = admitHttpVisitor(gateFor(id), res, req);
         if (verdict !== 'refused') serveVisitor(res, req, id, openAnywhere, visitors, verdict === 'drop-authorization');

@@ -24,12 +24,13 @@ export class VisitorLimit {
   constructor(readonly max: number) {}
 
   /** Counts a request of `ip`, or answers 429 and returns false when `ip` is at the bound. */
-  admit(ip: string, res: HttpResponse): boolean {
+  admit(ip: string, res: HttpResponse, html = false): boolean {
     const n = this.perIp.get(ip) ?? 0;
     if (n >= this.max) {
       countHttpAnswer(429);
       writeProblem(res, 'too-many-requests', `more than ${this.max} concurrent requests from ${ip} through this server; retry when some finish`, {
         extra: { headers: { 'retry-after': '1' } },
+        html,
       });
       return false;
     }

@@ -3,6 +3,7 @@ import { STATUS_CODES } from 'node:http';
 import { ApiError, problemOf, unavailableError, type ProblemCode } from '../errors.js';
 import { isDatabaseDown } from '../db/sql.js';
 import type { Logger } from '../log.js';
+import { problemPage } from './problem-page.js';
 
 // The only file that touches uWS HttpRequest/HttpResponse for buffered (non-streaming)
 // routes. uWS rules this file keeps so no handler has to:
@@ -52,15 +53,22 @@ export function problemReply(code: ProblemCode, detail: string, extra?: Pick<Api
 /**
  * Answers problem+json on a raw uWS response (tunnel traffic, refusals outside the router): the
  * one renderer besides the router's `send`. `status` overrides the code's own only where a
- * handshake maps codes itself; `closeConnection` ends the connection after the answer.
+ * handshake maps codes itself; `closeConnection` ends the connection after the answer. `html`
+ * (public tunnel traffic whose visitor prefers text/html, see problem-page.ts): the same problem
+ * as a small HTML page; the API always answers JSON.
  */
 export function writeProblem(
   res: HttpResponse,
   code: ProblemCode,
   detail: string,
-  opts: { extra?: Pick<ApiError, 'errors' | 'headers'>; status?: number; closeConnection?: boolean } = {},
+  opts: { extra?: Pick<ApiError, 'errors' | 'headers'>; status?: number; closeConnection?: boolean; html?: boolean } = {},
 ): void {
   const reply = problemReply(code, detail, opts.extra);
+  if (opts.html) {
+    const problem = problemOf(code, detail);
+    reply.headers = { ...reply.headers, 'content-type': 'text/html; charset=utf-8' };
+    reply.body = problemPage(opts.status ? { ...problem, status: opts.status } : problem);
+  }
   res.cork(() => {
     res.writeStatus(statusLine(opts.status ?? reply.status));
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
