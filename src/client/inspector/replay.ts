@@ -1,4 +1,5 @@
 import { Agent, request, type Dispatcher } from 'undici';
+import { responseHeaders } from '../../protocol/http-headers.js';
 import type { Capture, CaptureStore, Header } from './store.js';
 
 // Replay: the stored request (or an edited copy) sent again straight to the tunnel's LOCAL
@@ -96,7 +97,9 @@ function describe(err: unknown, origin: string): string {
 }
 
 /** Sends `original` (with `edits`) to `target` and records it; resolves with the new capture. */
-export async function replay(store: CaptureStore, original: Capture, target: ReplayTarget, edits: ReplayEdits, dispatcher?: Dispatcher): Promise<Capture> {
+export async function replay(store: CaptureStore, original: Capture, edits: ReplayEdits, dispatcher?: Dispatcher): Promise<Capture> {
+  const target = original.target;
+  if (!target) throw new ReplayError(409, `request ${original.id} has no local service to replay to`);
   if (!edits.body && original.request.truncated) {
     throw new ReplayError(409, `the request body was ${original.request.size} bytes and only its first ${original.request.kept} were kept: replay it with an edited body`);
   }
@@ -105,7 +108,7 @@ export async function replay(store: CaptureStore, original: Capture, target: Rep
   const headers = (edits.headers ?? original.request.headers).filter(([n]) => !NOT_REPLAYED.has(n.toLowerCase()));
   const body = edits.body ?? original.request.body();
   const flat = headers.flatMap(([n, v]) => [n, v]);
-  const obs = store.begin(original.tunnel, { method, target: path, headers: flat }, original.id);
+  const obs = store.begin(original.tunnel, { method, target: path, headers: flat }, { replayOf: original.id, target });
   if (body.length) obs.requestBody(body);
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), REPLAY_TIMEOUT_MS);
@@ -117,7 +120,8 @@ export async function replay(store: CaptureStore, original: Capture, target: Rep
       signal: ac.signal,
       dispatcher: dispatcher ?? (target.insecure ? insecureAgent() : undefined),
     });
-    obs.response(res.statusCode, flatHeaders(res.headers));
+    // The same hop-by-hop rule as a tunnelled response, so a replay reads like its original.
+    obs.response(res.statusCode, responseHeaders(flatHeaders(res.headers)));
     for await (const chunk of res.body) obs.responseBody(chunk as Buffer);
     obs.end();
   } catch (err) {

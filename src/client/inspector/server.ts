@@ -90,8 +90,11 @@ export interface Inspector {
   /** http://host:port of the page */
   url: string;
   store: CaptureStore;
-  /** The observer to give tunnel `tunnel`'s client; replays of its requests go to `target`. */
-  observer(tunnel: string, target: ReplayTarget): TunnelObserver;
+  /**
+   * The observer to give a tunnel's client; its captures are labelled `tunnel` (a function: the
+   * id, once the server assigned one) and replays of them go to `target`.
+   */
+  observer(tunnel: string | (() => string), target: ReplayTarget): TunnelObserver;
   close(): Promise<void>;
 }
 
@@ -159,7 +162,6 @@ function crossOrigin(req: IncomingMessage): string | null {
 
 class InspectorServer {
   private readonly sse = new Set<ServerResponse>();
-  private readonly targets = new Map<string, ReplayTarget>();
   private replays = 0;
   private readonly keepalive: NodeJS.Timeout;
 
@@ -169,10 +171,6 @@ class InspectorServer {
     store.on('updated', send('updated'));
     this.keepalive = setInterval(() => this.broadcast(': keepalive\n\n'), SSE_KEEPALIVE_MS);
     this.keepalive.unref();
-  }
-
-  setTarget(tunnel: string, target: ReplayTarget): void {
-    this.targets.set(tunnel, target);
   }
 
   closeStreams(): void {
@@ -268,12 +266,10 @@ class InspectorServer {
         if (err instanceof SyntaxError) throw new ReplayError(400, `the body is not JSON: ${err.message}`);
         throw err;
       }
-      const target = this.targets.get(capture.tunnel);
-      if (!target) return problem(res, 409, 'Conflict', `tunnel ${JSON.stringify(capture.tunnel)} is not served by this burrow any more`);
       if (this.replays >= MAX_CONCURRENT_REPLAYS) return problem(res, 429, 'Too Many Requests', `at most ${MAX_CONCURRENT_REPLAYS} replays at a time`, { 'retry-after': '1' });
       this.replays++;
       try {
-        const c = await replay(this.store, capture, target, edits);
+        const c = await replay(this.store, capture, edits);
         return json(res, 200, c);
       } finally {
         this.replays--;
@@ -343,8 +339,8 @@ export async function startInspector(opts: InspectorOptions = {}): Promise<Inspe
     url: `http://${host}:${port}`,
     store,
     observer(tunnel, target) {
-      inspector.setTarget(tunnel, target);
-      return { request: (head) => store.begin(tunnel, head) };
+      const label = typeof tunnel === 'function' ? tunnel : () => tunnel;
+      return { request: (head) => store.begin(label(), head, { target }) };
     },
     close: () =>
       new Promise<void>((resolve) => {

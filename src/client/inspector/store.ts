@@ -1,6 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type { ExchangeObserver } from '../observer.js';
+import type { ReplayTarget } from './replay.js';
 
 // The inspector's memory: the last requests of every tunnel of this `burrow` process, with the
 // first 64 KiB of each body. Bounded by count (a ring: the oldest capture goes first) and by
@@ -131,6 +132,8 @@ export class Capture {
     readonly method: string,
     readonly path: string,
     readonly replayOf: string | null,
+    /** Where a replay of it goes (its tunnel's local service); null: not replayable. */
+    readonly target: ReplayTarget | null,
   ) {}
 
   finishTiming(): void {
@@ -199,8 +202,12 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
   }
 
   /** Starts a capture for a request head; the returned observer fills it. */
-  begin(tunnel: string, head: { method: string; target: string; headers: readonly string[] }, replayOf: string | null = null): CaptureHandle {
-    const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), replayOf);
+  begin(
+    tunnel: string,
+    head: { method: string; target: string; headers: readonly string[] },
+    opts: { replayOf?: string; target?: ReplayTarget } = {},
+  ): CaptureHandle {
+    const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), opts.replayOf ?? null, opts.target ?? null);
     c.bytes += c.method.length + c.path.length + tunnel.length;
     c.bytes += c.request.setHeaders(head.headers, this.limits.maxHeadBytes);
     this.captures.set(c.id, c);
