@@ -146,6 +146,11 @@ test('edit and replay: method, path, headers and body as edited; bad edits are 4
     assert.is(b.status, 400, JSON.stringify(bad));
     assert.match(b.json<{ detail: string }>().detail, field);
   }
+  // A path that looks like a network-path reference stays on the local service.
+  const odd = await call(`${insp.url}/api/requests/${orig.id}/replay`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ path: '//evil.example/x' }) });
+  assert.is(odd.status, 200, odd.text);
+  assert.is(received.at(-1)!.url, '//evil.example/x');
+  received.length = 1;
   const notJson = await call(`${insp.url}/api/requests/${orig.id}/replay`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{' });
   assert.is(notJson.status, 400);
   assert.is(received.length, 1); // none of the refused ones reached the service

@@ -113,7 +113,8 @@ export async function replay(store: CaptureStore, original: Capture, edits: Repl
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), REPLAY_TIMEOUT_MS);
   try {
-    const res = await request(new URL(path, target.origin), {
+    // Concatenated, not resolved: a path like //elsewhere.example/ stays a path on the local service.
+    const res = await request(`${target.origin}${path}`, {
       method: method as Dispatcher.HttpMethod,
       headers: flat,
       body: body.length || !['GET', 'HEAD'].includes(method) ? body : undefined,

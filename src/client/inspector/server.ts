@@ -128,7 +128,17 @@ function json(res: ServerResponse, status: number, value: unknown): void {
 async function stream(res: ServerResponse, chunks: Iterable<string>): Promise<void> {
   for (const c of chunks) {
     if (res.destroyed) return;
-    if (!res.write(c)) await new Promise<void>((resolve) => { res.once('drain', resolve); res.once('close', resolve); });
+    if (!res.write(c)) {
+      await new Promise<void>((resolve) => {
+        const go = () => {
+          res.off('drain', go);
+          res.off('close', go);
+          resolve();
+        };
+        res.on('drain', go);
+        res.on('close', go);
+      });
+    }
   }
   res.end();
 }
