@@ -22,3 +22,54 @@ export interface ExchangeObserver {
 export interface TunnelObserver {
   request(head: { method: string; target: string; headers: readonly string[] }): ExchangeObserver | null;
 }
+
+/** A reset code (src/protocol/frames.ts ResetCode), or the client's own reasons, in words. */
+function reasonInWords(reason: string, local: string): string {
+  switch (reason) {
+    case 'local-unreachable':
+      return `no connection to ${local} (the visitor got 502)`;
+    case 'local-timeout':
+      return `${local} sent no response in time (the visitor got 504)`;
+    case 'visitor-gone':
+      return 'the visitor went away';
+    case 'closing':
+      return 'the connection closed before the exchange ended';
+    case 'connection-lost':
+      return 'the tunnel connection to the server was lost';
+    default:
+      return `reset (${reason})`;
+  }
+}
+
+/**
+ * What the tunnel client holds per exchange: the observer's calls, each guarded, so an observer
+ * that throws loses its capture and nothing else; null when the observer declines.
+ */
+export function guardedExchange(observer: TunnelObserver, head: { method: string; target: string; headers: readonly string[] }, local: string): ExchangeObserver | null {
+  let inner: ExchangeObserver | null;
+  try {
+    inner = observer.request(head);
+  } catch {
+    return null;
+  }
+  if (!inner) return null;
+  const o = inner;
+  let broken = false;
+  const guard =
+    <A extends unknown[]>(f: (...a: A) => void) =>
+    (...a: A): void => {
+      if (broken) return;
+      try {
+        f(...a);
+      } catch {
+        broken = true;
+      }
+    };
+  return {
+    requestBody: guard((c: Uint8Array) => o.requestBody(c)),
+    response: guard((s: number, h: readonly string[]) => o.response(s, h)),
+    responseBody: guard((c: Uint8Array) => o.responseBody(c)),
+    end: guard(() => o.end()),
+    fail: guard((reason: string) => o.fail(reasonInWords(reason, local))),
+  };
+}

@@ -11,6 +11,7 @@ import {
 import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/flow-control.js';
 import { responseHeaders } from '../protocol/http-headers.js';
 import type { AccessRules } from '../protocol/access.js';
+import { guardedExchange, type ExchangeObserver, type TunnelObserver } from './observer.js';
 import { WsClient, WsRefused } from './ws-client.js';
 
 export type { AccessRules } from '../protocol/access.js';
@@ -44,10 +45,12 @@ export interface TunnelClientOptions {
   access?: AccessRules;
   /** How long the local service may take to send a response head before the visitor gets 504. */
   responseTimeoutMs?: number;
+  /** Told about every HTTP exchange of this tunnel (the request inspector, src/client/inspector/). */
+  observer?: TunnelObserver;
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
-export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access'>;
+export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'observer'>;
 
 export class TunnelRefused extends Error {
   constructor(
@@ -111,6 +114,8 @@ abstract class ClientStream implements Source {
   bytesIn = 0;
   bytesOut = 0;
   readonly startedMs = Date.now();
+  /** The observer's view of this HTTP exchange (null: nobody observes; it copies ≤ 64 KiB a body). */
+  capture: ExchangeObserver | null = null;
 
   constructor(
     readonly sid: number,
@@ -142,13 +147,15 @@ abstract class ClientStream implements Source {
     this.ends.settle();
   }
 
-  onReset(_code: ResetCode): void {
+  onReset(code: ResetCode): void {
+    this.capture?.fail(code);
     if (!this.ends.finish()) return;
     this.destroy();
   }
 
   /** The connection is gone: drop everything without reporting (the owner clears its map). */
   abort(): void {
+    this.capture?.fail('connection-lost');
     this.ends.finish(false);
     this.destroy();
   }
@@ -157,6 +164,7 @@ abstract class ClientStream implements Source {
   protected forward(chunk: Buffer): void {
     if (this.ends.done) return;
     this.bytesOut += chunk.length;
+    this.capture?.responseBody(chunk);
     this.out.sendData(this.sid, chunk);
     this.window.spend(chunk.length);
   }
@@ -170,11 +178,13 @@ abstract class ClientStream implements Source {
 
   protected reset(code: ResetCode): void {
     if (this.ends.done) return;
+    this.capture?.fail(code);
     this.out.send([F.Reset, this.sid, code]);
     this.ends.finish();
   }
 
   protected finished(): void {
+    this.capture?.end(); // after a fail, a no-op
     this.onFinish(this);
   }
 }
@@ -214,7 +224,9 @@ class HttpStream extends ClientStream {
     if (this.done) return void res.destroy();
     this.res = res;
     this.status = res.statusCode ?? 502;
-    this.out.send([F.Response, this.sid, { status: this.status, headers: responseHeaders(res.rawHeaders) }]);
+    const headers = responseHeaders(res.rawHeaders);
+    this.capture?.response(this.status, headers);
+    this.out.send([F.Response, this.sid, { status: this.status, headers }]);
     res.on('data', (chunk: Buffer) => this.forward(chunk));
     res.on('end', () => this.localEnded());
     res.on('error', () => this.reset('closing'));
@@ -227,6 +239,10 @@ class HttpStream extends ClientStream {
     socket.setNoDelay(true);
     this.upgraded = socket;
     this.status = 101;
+    // The upgraded bytes (WebSocket frames) are no HTTP body: the capture ends with the 101.
+    this.capture?.response(101, res.rawHeaders);
+    this.capture?.end();
+    this.capture = null;
     this.out.send([F.Response, this.sid, { status: 101, headers: res.rawHeaders }]);
     if (rest.length) this.forward(rest);
     socket.on('data', (chunk: Buffer) => this.forward(chunk));
@@ -239,6 +255,7 @@ class HttpStream extends ClientStream {
   onData(bytes: Buffer): void {
     if (this.done) return;
     this.bytesIn += bytes.length;
+    if (!this.upgraded) this.capture?.requestBody(bytes);
     this.meter.wrote(bytes.length, (this.upgraded ?? this.req).write(bytes));
   }
   protected endDestination(): void {
@@ -300,7 +317,9 @@ class PoolHttpStream extends ClientStream {
           if (this.done) return false;
           this.status = status;
           this.resumeSocket = resume;
-          this.out.send([F.Response, this.sid, { status, headers: responseHeaders(raw.map((b) => b.toString('latin1'))) }]);
+          const headers = responseHeaders(raw.map((b) => b.toString('latin1')));
+          this.capture?.response(status, headers);
+          this.out.send([F.Response, this.sid, { status, headers }]);
           return true;
         },
         onData: (chunk: Buffer) => {
@@ -319,6 +338,7 @@ class PoolHttpStream extends ClientStream {
   onData(bytes: Buffer): void {
     if (this.done || !this.body) return;
     this.bytesIn += bytes.length;
+    this.capture?.requestBody(bytes);
     this.meter.wrote(bytes.length, this.body.push(bytes));
   }
   protected endDestination(): void {
@@ -484,7 +504,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   constructor(private readonly opts: TunnelClientOptions) {
     super();
-    const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access }] : []);
+    const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access, observer: opts.observer }] : []);
     if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
     this.tunnels = list.map((t) => new Tunnel(t));
     if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
@@ -774,6 +794,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
           ? new PoolHttpStream(sid, this.sender, onFinish, head, head.end ? t.pool : t.uploadPool, timeoutMs)
           : new HttpStream(sid, this.sender, onFinish, head, t.opts.local, t.agent, timeoutMs)
         : new TcpStream(sid, this.sender, onFinish, head, t.opts.local);
+    if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, `${t.opts.local.host}:${t.opts.local.port}`);
     this.streams.set(sid, s);
     this.owner.set(s, t);
     t.open++;
