@@ -1,5 +1,6 @@
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { availableParallelism } from 'node:os';
+import { parseCidr, type Cidr } from './http/client-address.js';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
 // BURROW_FOO_BAR unless the spec names its own variable (README "Server flags").
@@ -26,6 +27,13 @@ export interface GithubConfig {
   webUrl: string;
   /** https://api.github.com: user and email lookups. */
   apiUrl: string;
+}
+
+/** TLS on the main port: PEM files; `dir` holds more NAME.crt/NAME.key pairs chosen by SNI. */
+export interface TlsConfig {
+  certFile: string;
+  keyFile: string;
+  dir: string | null;
 }
 
 export interface Config {
@@ -57,6 +65,14 @@ export interface Config {
   metricsAddr: { host: string; port: number } | null;
   /** Tests only: enables the route that crashes a shard. */
   faultInjection: boolean;
+  /** null: the port speaks plain HTTP. */
+  tls: TlsConfig | null;
+  /** Plain-HTTP port that redirects to HTTPS (needs tls). */
+  httpPort: number | null;
+  /** Peers whose X-Forwarded-For/-Proto are kept (src/http/client-address.ts). */
+  trustProxy: Cidr[];
+  /** The main port expects PROXY protocol v2 headers. */
+  proxyProtocol: boolean;
 }
 
 function int(name: string, min: number, max: number) {
@@ -90,6 +106,14 @@ function hostPort(v: string): { host: string; port: number } | 'off' {
   return { host: m[1] ?? m[2]!, port };
 }
 
+function cidrList(v: string): Cidr[] {
+  try {
+    return v.split(',').filter((s) => s.trim() !== '').map(parseCidr);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+}
+
 function duration(v: string): number {
   const m = /^(\d+)(s|m|h|d)?$/.exec(v);
   if (!m) throw new InvalidArgumentError(`expected a duration like 90d, 12h or 3600 (seconds), got "${v}"`);
@@ -109,7 +133,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--host <addr>', 'bind address for the HTTP port and TCP tunnel ports').default('0.0.0.0'))
     .addOption(opt('--port <n>', 'the one HTTP port (0 picks a free one)').argParser(int('--port', 0, 65535)).default(8080))
     .addOption(opt('--domain <name>', 'tunnels are served at <id>.<domain>; any other Host gets the API').default('localhost'))
-    .addOption(opt('--base-url <url>', 'public address of the server (default http://<domain>:<port>)', 'BASE_URL'))
+    .addOption(opt('--base-url <url>', 'public address of the server (default http://<domain>:<port>, https:// with --tls-cert)', 'BASE_URL'))
     .addOption(opt('--database-url <url>', 'PostgreSQL URL; absent or empty: embedded database in --data-dir', 'DATABASE_URL'))
     .addOption(opt('--data-dir <dir>', 'embedded database files').default('./burrow-data'))
     .addOption(opt('--workers <n>', 'shard worker threads').argParser(int('--workers', 1, 256)).default(availableParallelism(), 'CPU count'))
@@ -139,6 +163,12 @@ export function buildServerCommand(): Command {
     .addOption(opt('--heartbeat-interval <ms>', 'tunnel control connections ping this often; one silent for 3 intervals is dropped').argParser(int('--heartbeat-interval', 100, 10_000)).default(5_000))
     .addOption(opt('--visitor-concurrency <n>', 'concurrent tunnelled HTTP requests per visitor IP and shard worker; more are answered 429').argParser(int('--visitor-concurrency', 1, 1_000_000)).default(128))
     .addOption(opt('--metrics-addr <host:port>', 'also serve GET /metrics without a key on this address (e.g. 127.0.0.1:9100); on the main port it needs an admin key with the management scope').argParser(hostPort))
+    .addOption(opt('--tls-cert <file>', 'PEM certificate (chain) for HTTPS on the port, typically for <domain> and *.<domain>; SIGHUP reloads it'))
+    .addOption(opt('--tls-key <file>', 'PEM private key of --tls-cert'))
+    .addOption(opt('--tls-dir <dir>', 'more certificates chosen by SNI: NAME.crt + NAME.key per server name NAME (e.g. *.example.org.crt)'))
+    .addOption(opt('--http-port <n>', 'also serve plain HTTP on this port, redirecting (308) to HTTPS (needs --tls-cert)').argParser(int('--http-port', 1, 65535)))
+    .addOption(opt('--trust-proxy <cidrs>', 'load balancers (CIDR[,CIDR...]) whose X-Forwarded-For/-Proto are kept; anyone else\'s are replaced').argParser(cidrList))
+    .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol v2 header on every connection (from a load balancer)').default(false))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .showHelpAfterError('(burrowd --help lists every flag)')
@@ -184,9 +214,18 @@ export function configFromOptions(o: Opts): Config {
   if ((github || oidc) && !baseUrlFlag) {
     throw new Error('--base-url (or BASE_URL) is required when an OAuth provider is configured: it forms the callback URL');
   }
+  const tls = tlsFromOptions(o);
+  const httpPort = typeof o.httpPort === 'number' ? o.httpPort : null;
+  if (httpPort !== null && !tls) throw new Error('--http-port redirects to HTTPS: it needs --tls-cert and --tls-key');
+  if (httpPort !== null && httpPort === o.port) throw new Error(`--http-port ${httpPort} is the main --port; choose another`);
+  const proxyProtocol = Boolean(o.proxyProtocol);
+  if (proxyProtocol && tls) {
+    // uWebSockets.js parses the PROXY header after TLS decryption, where no load balancer puts it.
+    throw new Error('--proxy-protocol cannot be combined with --tls-cert on this uWebSockets.js build: terminate TLS at the load balancer (then use --trust-proxy with X-Forwarded-For, or --proxy-protocol without TLS here)');
+  }
   const port = o.port as number;
   const domain = String(o.domain).toLowerCase();
-  const baseUrl = (baseUrlFlag ?? `http://${domain}:${port}`).replace(/\/$/, '');
+  const baseUrl = (baseUrlFlag ?? defaultBaseUrl(tls !== null, domain, port)).replace(/\/$/, '');
   try {
     new URL(baseUrl);
   } catch {
@@ -215,7 +254,24 @@ export function configFromOptions(o: Opts): Config {
     visitorConcurrency: o.visitorConcurrency as number,
     metricsAddr: o.metricsAddr === undefined || o.metricsAddr === 'off' ? null : (o.metricsAddr as Config['metricsAddr']),
     faultInjection: Boolean(o.faultInjection),
+    tls,
+    httpPort,
+    trustProxy: (o.trustProxy as Cidr[] | undefined) ?? [],
+    proxyProtocol,
   });
+}
+
+function tlsFromOptions(o: Opts): TlsConfig | null {
+  const certFile = str(o.tlsCert);
+  const keyFile = str(o.tlsKey);
+  const dir = str(o.tlsDir);
+  if (!certFile && !keyFile && !dir) return null;
+  if (!certFile || !keyFile) throw new Error('--tls-cert and --tls-key go together (and --tls-dir needs them: they are the default certificate)');
+  return { certFile, keyFile, dir };
+}
+
+function defaultBaseUrl(tls: boolean, domain: string, port: number): string {
+  return `${tls ? 'https' : 'http'}://${domain}:${port}`;
 }
 
 function required(v: unknown, flag: string): string {
@@ -241,5 +297,5 @@ export function parseConfig(argv: string[]): Config {
 
 /** The config once the listening port is known (--port 0 picks one at start-up). */
 export function withPort(config: Config, port: number): Config {
-  return Object.freeze({ ...config, port, baseUrl: config.baseUrlExplicit ? config.baseUrl : `http://${config.domain}:${port}` });
+  return Object.freeze({ ...config, port, baseUrl: config.baseUrlExplicit ? config.baseUrl : defaultBaseUrl(config.tls !== null, config.domain, port) });
 }

@@ -35,8 +35,8 @@ export async function assertPortFree(host: string, port: number, log: Logger, re
 }
 
 /** The bound address as a URL (IPv6 in brackets). */
-export function listenAddress(host: string, port: number): string {
-  return `http://${host.includes(':') ? `[${host}]` : host}:${port}`;
+export function listenAddress(host: string, port: number, tls = false): string {
+  return `${tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
 /** What a wildcard bind address means, for the start-up line; '' for a specific address. */

@@ -23,6 +23,7 @@ import { ensureSeedKey, seedKeyHint, type SeedKey } from './seed-key.js';
 import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js';
 import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
 import { ApiError } from './errors.js';
+import { loadCertificates } from './http/tls.js';
 
 const parsed = parseConfig(process.argv.slice(2));
 try {
@@ -34,6 +35,16 @@ try {
 }
 const log = createLogger(parsed.logLevel);
 const t0 = performance.now();
+if (parsed.tls) {
+  // A certificate or key that cannot be used stops the start, naming the file.
+  try {
+    loadCertificates(parsed.tls);
+  } catch (err) {
+    log.error({ err: (err as Error).message }, 'unusable TLS certificate');
+    process.stderr.write(`burrowd: ${(err as Error).message}\n`);
+    process.exit(1);
+  }
+}
 
 /**
  * Shards share the port through SO_REUSEPORT, which the kernel only grants to a fixed
@@ -53,6 +64,7 @@ function freePort(host: string): Promise<number> {
 // A fixed port already taken must stop the start before the data is touched: the shards'
 // SO_REUSEPORT would otherwise share it with another burrowd and split its traffic.
 if (parsed.port !== 0) await assertPortFree(parsed.host, parsed.port, log);
+if (parsed.httpPort !== null) await assertPortFree(parsed.host, parsed.httpPort, log);
 const config = withPort(parsed, parsed.port === 0 ? await freePort(parsed.host) : parsed.port);
 
 function metricsAddrUnusable(err: NodeJS.ErrnoException): void {
@@ -192,7 +204,7 @@ if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async
 const port = await supervisor.start(config.port);
 const metricsAt = metricsListener ? `metrics on ${listenAddress(metricsListener.host, metricsListener.port)}/metrics` : '';
 if (seeded) process.stdout.write(`${seeded.key}\n`);
-process.stdout.write(`burrowd listening on ${listenAddress(config.host, port)} (${[bindScope(config.host), `base URL ${config.baseUrl}`, metricsAt].filter(Boolean).join('; ')})\n`);
+process.stdout.write(`burrowd listening on ${listenAddress(config.host, port, config.tls !== null)} (${[bindScope(config.host), `base URL ${config.baseUrl}`, metricsAt].filter(Boolean).join('; ')})\n`);
 if (seeded && (process.stdout.isTTY || process.stderr.isTTY)) process.stderr.write(seedKeyHint(seeded, config.baseUrl));
 log.info(
   { host: config.host, port, baseUrl: config.baseUrl, workers: config.workers, uws: uwsFrom, database: embedded ? `embedded (${config.dataDir})` : 'postgresql', startMs: Math.round(performance.now() - t0) },
@@ -223,6 +235,24 @@ async function shutdown(reason: string, code = 0): Promise<void> {
   log.info('stopped');
   process.exit(code);
 }
+
+/** SIGHUP: every certificate is read again; a file that became unusable keeps the old ones. */
+async function reloadTls(): Promise<void> {
+  if (!config.tls || stopping) return;
+  try {
+    loadCertificates(config.tls);
+  } catch (err) {
+    log.error({ err: (err as Error).message }, 'TLS reload refused: keeping the current certificates');
+    return;
+  }
+  await supervisor.askAll({ type: 'tls-reload' }, 10_000).then(
+    () => log.info({ certificates: config.tls }, 'TLS certificates reloaded'),
+    (err: unknown) => log.error({ err }, 'TLS reload failed on a shard'),
+  );
+}
+process.on('SIGHUP', () => void reloadTls());
+// SNI certificates join once burrowd's own stdout lines are out (src/http/tls.ts buildApp).
+if (config.tls?.dir) await reloadTls();
 
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));

@@ -1,7 +1,7 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import net from 'node:net';
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import { remoteIp, writeProblem } from '../http/uws.js';
+import { requireClientAddress, writeProblem } from '../http/uws.js';
 import { parseCidr, type AccessRules, type AccessWire } from '../protocol/access.js';
 import { countAccessRefusal, countHttpAnswer } from './metrics.js';
 
@@ -153,7 +153,9 @@ export type HttpVerdict = 'refused' | 'drop-authorization' | 'admitted';
  */
 export function admitHttpVisitor(gate: AccessGate | null, res: HttpResponse, req: HttpRequest): HttpVerdict {
   if (!gate) return 'admitted';
-  const ip = remoteIp(res);
+  const client = requireClientAddress(res, req);
+  if (client === null) return 'refused'; // answered 400 (no PROXY header where one is expected)
+  const ip = client.ip;
   const rule = gate.refusesAddress(ip);
   if (rule) {
     refuse('http', rule);

@@ -2,7 +2,7 @@ import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
-import { remoteIp, writeProblem } from '../http/uws.js';
+import { requireClientAddress, writeProblem } from '../http/uws.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
@@ -423,7 +423,9 @@ function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context
   const key = req.getHeader('sec-websocket-key');
   const protocol = req.getHeader('sec-websocket-protocol');
   const extensions = req.getHeader('sec-websocket-extensions');
-  const ip = remoteIp(res);
+  const client = requireClientAddress(res, req);
+  if (client === null) return;
+  const ip = client.ip;
   let aborted = false;
   res.onAborted(() => {
     aborted = true;

@@ -1,7 +1,7 @@
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
 import { PROBLEMS, type ProblemCode } from '../errors.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
-import { remoteIp, statusLine, wantsClose, writeProblem } from '../http/uws.js';
+import { requireClientAddress, statusLine, wantsClose, writeProblem } from '../http/uws.js';
 import { prefersHtml } from '../http/problem-page.js';
 import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
 import { type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
@@ -382,7 +382,9 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   req.forEach((k, v) => {
     if (!(dropAuthorization && k === 'authorization')) raw.push(k, v);
   });
-  const ip = remoteIp(res);
+  const client = requireClientAddress(res, req);
+  if (client === null) return;
+  const ip = client.ip;
   const html = prefersHtml(req.getHeader('accept'));
   if (limit && !limit.admit(ip, res, html)) return;
   // WebSocket upgrades are caught by the ws route (upgrade.ts); any other Upgrade (h2c...)
@@ -392,7 +394,7 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
   const visitor = new HttpVisitor(res, method.toUpperCase(), wantsClose(req.getHeader('connection')), html);
   res.onAborted(() => visitor.aborted());
-  const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, ip, 'http', upgrade), upgrade, end: !hasBody };
+  const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, client, upgrade), upgrade, end: !hasBody };
   const up = insideCallbackOf(res, () => open(tunnelId, head, visitor));
   limit?.track(ip, visitor);
   if (!up) {

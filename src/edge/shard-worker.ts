@@ -1,5 +1,5 @@
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
-import type { us_listen_socket } from '@trufflesuite/uws-js-unofficial';
+import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
 import { loadUws } from '../http/uws-loader.js';
 import { closeApp, Inflight, problemReply, route, type HttpServer } from '../http/uws.js';
 import { Mailbox, type PortLike } from '../actors/actor.js';
@@ -14,6 +14,8 @@ import { pushEdgeCounters } from './metrics.js';
 import { installTunnels } from './shard.js';
 import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from './shard-context.js';
+import { setAddressPolicy } from '../http/client-address.js';
+import { buildApp, loadCertificates, RouteRecorder } from '../http/tls.js';
 import type { Config } from '../config.js';
 
 //   main thread ◀──Mailbox(parentPort)──▶ this shard: one uWS App on the shared port
@@ -28,25 +30,29 @@ export interface ShardWorkerData {
   databaseUrl: string;
   /** Port to listen on (0 for the first shard: the kernel picks; the others reuse it). */
   port: number;
+  /** First start of the server: SNI certificates wait for main's `tls-reload` (tls.ts buildApp). */
+  deferServerNames: boolean;
 }
 
-const { index, config, databaseUrl, port } = workerData as ShardWorkerData;
+const { index, config, databaseUrl, port, deferServerNames } = workerData as ShardWorkerData;
 const SQL_POOL_PER_SHARD = 4;
 const MAX_API_BODY_BYTES = 64 * 1024;
 const VERIFY_TIMEOUT_MS = 15_000;
 
 const log = createLogger(config.logLevel, { shard: index });
+setAddressPolicy({ tls: config.tls !== null, trustProxy: config.trustProxy, proxyProtocol: config.proxyProtocol });
 const { uws, from } = loadUws();
 const main = new Mailbox<ShardToMain, MainToShard>(parentPort as unknown as PortLike);
 const sql = connect(databaseUrl, { max: SQL_POOL_PER_SHARD, applicationName: `burrowd-shard-${index}`, bounded: true });
-const app = uws.App();
-const http: HttpServer = { app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
+// Routes are recorded, then replayed on each App: TLS reloads and SNI names need them again.
+const routes = new RouteRecorder();
+const http: HttpServer = { app: routes.app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
 const auth = new Authenticator({
   sql,
   verify: (req) => main.ask<KeyVerdict>({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
   reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
 });
-const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
+const ctx: ShardContext = { index, config, log, sql, uws, app: routes.app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
 
 const tunnels = installTunnels(ctx);
 http.dispatch = tunnels.dispatch;
@@ -58,12 +64,22 @@ if (config.github || config.oidc) installOauth(ctx);
 route(http, 'any', '/*', 0, (req) => problemReply('not-found', `no such endpoint: ${req.method} ${req.path}`));
 
 let listenSocket: us_listen_socket | null = null;
+let redirectSocket: us_listen_socket | null = null;
+/** The App serving new connections; `retired` ones (replaced by a TLS reload) keep theirs until they end. */
+let app: TemplatedApp | null = null;
+const retired: TemplatedApp[] = [];
+let redirectApp: TemplatedApp | null = null;
+
+function closeApps(): void {
+  for (const a of [app, redirectApp, ...retired.splice(0)]) if (a) closeApp(a);
+  app = redirectApp = null;
+}
 
 // A crash ends this thread only (the supervisor restarts it): close uWS first, because a
 // thread that exits with uWS sockets open aborts the whole process.
 function crash(err: unknown): never {
   log.fatal({ err }, 'shard crashed');
-  closeApp(app);
+  closeApps();
   process.exit(1);
 }
 process.on('uncaughtException', crash);
@@ -94,6 +110,8 @@ main.handle(async (msg) => {
       return {};
     case 'drain':
       return drain(msg.timeoutMs);
+    case 'tls-reload':
+      return reloadTls();
     default:
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return tunnels.onMain(msg);
@@ -103,28 +121,91 @@ main.handle(async (msg) => {
 async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
   http.inflight.draining = true;
   if (listenSocket) uws.us_listen_socket_close(listenSocket);
-  listenSocket = null;
+  if (redirectSocket) uws.us_listen_socket_close(redirectSocket);
+  listenSocket = redirectSocket = null;
   // API requests and tunnelled streams finish side by side, both within the one timeout.
   const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain(timeoutMs)]);
   stopEdgeCounters();
   await sql.end({ timeout: 2 });
   // Closes every socket of this App. A worker whose uWS loop still has sockets must not
   // end: Node aborts the whole process on thread exit with open uv handles.
-  closeApp(app);
+  closeApps();
   return { idle };
+}
+
+/**
+ * SIGHUP (via main): a new App with the certificates read again takes the port beside the old
+ * one (SO_REUSEPORT), then the old listen socket closes. Connections the old App accepted stay
+ * with it, so nothing in flight is cut; new handshakes get the new certificates.
+ */
+function reloadTls(): { error: string | null } {
+  if (!config.tls || !app || http.inflight.draining) return { error: null };
+  let next: TemplatedApp;
+  try {
+    next = buildApp(uws, routes, loadCertificates(config.tls));
+  } catch (err) {
+    log.error({ err: (err as Error).message }, 'TLS reload failed; keeping the current certificates');
+    return { error: (err as Error).message };
+  }
+  let socket: us_listen_socket | false = false;
+  next.listen(config.host, boundPort, (s) => {
+    socket = s;
+  });
+  if (!socket) {
+    closeApp(next);
+    log.error({ port: boundPort }, 'TLS reload could not listen beside the current App; keeping it');
+    return { error: 'cannot listen with the reloaded certificates' };
+  }
+  if (listenSocket) uws.us_listen_socket_close(listenSocket);
+  listenSocket = socket;
+  retired.push(app);
+  app = next;
+  log.info({ shard: index }, 'TLS certificates reloaded');
+  return { error: null };
+}
+
+/** --http-port: every plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
+function redirectToHttps(res: HttpResponse, req: HttpRequest): void {
+  const base = new URL(config.baseUrl);
+  const httpsPort = base.protocol === 'https:' ? base.port : String(boundPort);
+  const sent = req.getHeader('host').replace(/:\d+$/, '');
+  // The visitor's Host goes into Location: only a plain host name or address is echoed.
+  const host = /^([a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\])$/i.test(sent) ? sent : base.hostname;
+  const query = req.getQuery();
+  const location = `https://${host}${httpsPort && httpsPort !== '443' ? `:${httpsPort}` : ''}${req.getUrl()}${query ? `?${query}` : ''}`;
+  res.cork(() => {
+    res.writeStatus('308 Permanent Redirect');
+    res.writeHeader('location', location);
+    res.writeHeader('content-type', 'text/plain; charset=utf-8');
+    res.end(`Redirecting to ${location}\n`);
+  });
 }
 
 // Main holds the blocks: a restarted shard applies those in force before it serves anyone.
 for (const b of await main.ask<IpBlock[]>({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);
 
+let boundPort = port;
+app = buildApp(uws, routes, config.tls ? loadCertificates(config.tls) : null, !deferServerNames);
+if (config.httpPort !== null) {
+  redirectApp = uws.App().any('/*', redirectToHttps);
+  redirectApp.listen(config.host, config.httpPort, (s) => {
+    if (!s) {
+      log.fatal({ host: config.host, port: config.httpPort }, 'cannot listen on --http-port (port in use or not permitted)');
+      closeApps();
+      process.exit(1);
+    }
+    redirectSocket = s;
+  });
+}
 app.listen(config.host, port, (s) => {
   if (!s) {
     log.fatal({ host: config.host, port }, 'cannot listen (port in use or not permitted)');
-    closeApp(app);
+    closeApps();
     process.exit(1);
   }
   listenSocket = s;
   const actual = uws.us_socket_local_port(s as never);
+  boundPort = actual;
   log.debug({ port: actual, uws: from }, 'shard listening');
   main.tell({ type: 'ready', port: actual });
 });

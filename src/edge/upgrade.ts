@@ -1,5 +1,5 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
-import { remoteIp } from '../http/uws.js';
+import { requireClientAddress } from '../http/uws.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, parseClosePayload } from '../protocol/ws-frames.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
@@ -216,6 +216,8 @@ export function installUpgradeRoute(
     maxBackpressure: 64 * 1024 * 1024,
     compression: 0,
     upgrade: (res: HttpResponse, req: HttpRequest, context: us_socket_context_t) => {
+      const client = requireClientAddress(res, req);
+      if (client === null) return;
       const tunnelId = tunnelOf(req.getHeader('host'));
       // Before the WsVisitor and any Open: a refused upgrade never reaches the tunnel.
       const verdict = tunnelId === null ? 'admitted' : admit(tunnelId, res, req);
@@ -236,7 +238,7 @@ export function installUpgradeRoute(
         kind: 'http',
         method,
         target: query ? `${req.getUrl()}?${query}` : req.getUrl(),
-        headers: requestHeaders(raw, remoteIp(res), 'http', true),
+        headers: requestHeaders(raw, client, true),
         upgrade: true,
       };
       const up = open(tunnelId, head, visitor as unknown as HttpVisitor);

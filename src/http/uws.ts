@@ -4,6 +4,7 @@ import { ApiError, problemOf, unavailableError, type ProblemCode } from '../erro
 import { isDatabaseDown } from '../db/sql.js';
 import type { Logger } from '../log.js';
 import { problemPage } from './problem-page.js';
+import { clientAddress, type ClientAddress } from './client-address.js';
 
 // The only file that touches uWS HttpRequest/HttpResponse for buffered (non-streaming)
 // routes. uWS rules this file keeps so no handler has to:
@@ -115,13 +116,17 @@ export interface HttpServer {
 
 type Method = 'get' | 'post' | 'put' | 'del' | 'patch' | 'head' | 'options' | 'any';
 
-export function remoteIp(res: HttpResponse): string {
-  const text = Buffer.from(res.getRemoteAddressAsText()).toString();
-  // IPv4 clients on a dual-stack socket show up as ::ffff:a.b.c.d, or (uWS 20.30) in hex as
-  // 0000:0000:0000:0000:0000:ffff:7f00:0001
-  const hex = /^(?:0000:){5}ffff:([0-9a-f]{4}):([0-9a-f]{4})$/i.exec(text);
-  if (hex) return [...Buffer.from(hex[1]! + hex[2]!, 'hex')].join('.');
-  return text.startsWith('::ffff:') ? text.slice(text.lastIndexOf(':') + 1) : text;
+/**
+ * The request's client address (src/http/client-address.ts), or null after answering 400 and
+ * closing: the connection broke the listener's rules (--proxy-protocol without a PROXY header).
+ */
+export function requireClientAddress(res: HttpResponse, req: HttpRequest): ClientAddress | null {
+  const address = clientAddress(res, req);
+  if (address === null) {
+    res.onAborted(() => undefined);
+    writeProblem(res, 'bad-request', 'this listener expects a PROXY protocol header (--proxy-protocol) before the request', { closeConnection: true });
+  }
+  return address;
 }
 
 /** Registers a buffered route: headers copied, body collected up to the limit, handler awaited. */
@@ -129,14 +134,16 @@ export function route(server: HttpServer, method: Method, pattern: string, param
   const callback = (res: HttpResponse, req: HttpRequest): void => {
     if (refuseBadFraming(res, req)) return;
     if (server.dispatch?.(res, req)) return;
-    serve(server, res, req, paramCount, handler);
+    const address = requireClientAddress(res, req);
+    if (address === null) return;
+    serve(server, res, req, paramCount, handler, address);
   };
   server.app[method](pattern, callback);
   // HEAD is GET without the body (RFC 9110 §9.3.2); `send` leaves the body out.
   if (method === 'get') server.app.head(pattern, callback);
 }
 
-function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCount: number, handler: RouteHandler): void {
+function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCount: number, handler: RouteHandler, address: ClientAddress): void {
   const { inflight, maxBodyBytes, log } = server;
   const url = req.getUrl();
   const headers = new Map<string, string>();
@@ -158,7 +165,7 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
     query: new URLSearchParams(req.getQuery() ?? ''),
     headers,
     params,
-    ip: remoteIp(res),
+    ip: address.ip,
     body: Buffer.alloc(0),
   };
   let aborted = false;

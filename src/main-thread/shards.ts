@@ -50,7 +50,7 @@ export class ShardSupervisor {
   /** Starts every shard on the one (fixed) port; they share it through SO_REUSEPORT. */
   async start(port: number): Promise<number> {
     this.port = port;
-    await Promise.all(Array.from({ length: this.config.workers }, (_, i) => this.spawn(i, port)));
+    await Promise.all(Array.from({ length: this.config.workers }, (_, i) => this.spawn(i, port, true)));
     return this.port;
   }
 
@@ -105,8 +105,8 @@ export class ShardSupervisor {
     );
   }
 
-  private spawn(index: number, port: number): Promise<number> {
-    const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port };
+  private spawn(index: number, port: number, first = false): Promise<number> {
+    const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port, deferServerNames: first };
     const worker = new Worker(new URL('../edge/shard-worker.js', import.meta.url), { workerData: data, name: `shard-${index}` });
     const mailbox = mailboxOfWorker<MainToShard, ShardToMain>(worker);
     const shard: Shard = { index, worker, mailbox, ready: false, stopping: false };

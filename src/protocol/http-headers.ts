@@ -6,7 +6,7 @@ const HOP_BY_HOP = new Set([
   'te', 'trailer', 'transfer-encoding', 'upgrade',
 ]);
 
-/** Forwarding headers the edge sets itself: a visitor's own values are dropped, never trusted. */
+/** Forwarding headers the edge sets itself: a visitor's own values are dropped (a trusted proxy's are folded into `ForwardedFrom`). */
 const FORWARDED = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-real-ip', 'forwarded']);
 
 /**
@@ -21,12 +21,19 @@ function connectionTokens(value: string | undefined): Set<string> | null {
   return new Set(value.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean));
 }
 
+/** What the edge says about the client (src/http/client-address.ts `ClientAddress`). */
+export interface ForwardedFrom {
+  ip: string;
+  forwardedFor: string;
+  proto: string;
+}
+
 /**
  * Request headers toward the local service, in arrival order. uWS hands names in lower case
  * (HTTP/1.1 names are case-insensitive); order is kept. `upgrade` keeps Connection/Upgrade so
  * the local service sees the handshake.
  */
-export function requestHeaders(raw: string[], ip: string, proto: string, upgrade: boolean): string[] {
+export function requestHeaders(raw: string[], client: ForwardedFrom, upgrade: boolean): string[] {
   let connection: string | undefined;
   let host = '';
   for (let i = 0; i < raw.length; i += 2) {
@@ -45,7 +52,7 @@ export function requestHeaders(raw: string[], ip: string, proto: string, upgrade
     if (HOP_BY_HOP.has(name) || (listed?.has(name) && !NOT_DROPPABLE.has(name))) continue;
     out.push(name, raw[i + 1]!);
   }
-  out.push('x-forwarded-for', ip, 'x-forwarded-proto', proto, 'x-forwarded-host', host, 'x-real-ip', ip);
+  out.push('x-forwarded-for', client.forwardedFor, 'x-forwarded-proto', client.proto, 'x-forwarded-host', host, 'x-real-ip', client.ip);
   return out;
 }
 

@@ -63,7 +63,9 @@ export type MainToShard =
   /** An IP crossed the failed-auth limit: answer 429 until `untilMs` (epoch ms). */
   | { type: 'ip-blocked'; ip: string; untilMs: number }
   /** Stop accepting, let in-flight requests finish within `timeoutMs`; answers when idle. */
-  | { type: 'drain'; timeoutMs: number };
+  | { type: 'drain'; timeoutMs: number }
+  /** Read every TLS certificate again and serve new connections with them (SIGHUP); answers `{error}`. */
+  | { type: 'tls-reload' };
 
 
 export type ShardToMain =

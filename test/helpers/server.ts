@@ -43,7 +43,7 @@ export interface StartOptions {
 }
 
 /** Matches the start-up line; the address may be an IPv6 one in brackets. */
-export const LISTENING_RE = /listening on http:\/\/(?:\[[^\]]+\]|[^:/\s]+):(\d+)/;
+export const LISTENING_RE = /listening on https?:\/\/(?:\[[^\]]+\]|[^:/\s]+):(\d+)/;
 
 export async function startServer(opts: StartOptions = {}): Promise<TestServer> {
   const db = opts.db ?? (await startDatabase());
@@ -84,7 +84,7 @@ export async function startServer(opts: StartOptions = {}): Promise<TestServer> 
     throw e;
   }
   return {
-    url: `http://127.0.0.1:${port}`,
+    url: `${/listening on https:/.test(out) ? 'https' : 'http'}://127.0.0.1:${port}`,
     port,
     domain: 'localhost',
     adminKey: key,

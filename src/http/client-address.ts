@@ -1,0 +1,131 @@
+import { BlockList, isIP } from 'node:net';
+import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
+
+// THE client address of a request: every place that needs the visitor's or API caller's address
+// (X-Forwarded-For/X-Real-IP toward a tunnel, the failed-auth limiter, the visitor concurrency
+// limit, a session's client_ip, access rules) takes it from `clientAddress`, so a load balancer in
+// front (--trust-proxy, --proxy-protocol) changes it in one place. ARCHITECTURE.md "Client address".
+
+/** How this edge learns addresses: set once per shard from the config (`setAddressPolicy`). */
+export interface AddressPolicy {
+  /** The listener speaks TLS: the proto of a request that no trusted proxy described. */
+  tls: boolean;
+  /** Peers whose X-Forwarded-For / X-Forwarded-Proto are believed (--trust-proxy). */
+  trustProxy: Cidr[];
+  /** The peer address comes from the PROXY protocol header uWS parsed (--proxy-protocol). */
+  proxyProtocol: boolean;
+}
+
+export interface ClientAddress {
+  /** The client's address (IPv4 dotted, IPv6 canonical). */
+  ip: string;
+  /** The address of the socket's peer (the load balancer when there is one). */
+  peer: string;
+  /** X-Forwarded-For to send on: a trusted proxy's list with the peer appended, else the peer. */
+  forwardedFor: string;
+  proto: 'http' | 'https';
+}
+
+export interface Cidr {
+  address: string;
+  prefix: number;
+  family: 'ipv4' | 'ipv6';
+}
+
+/** Parses `10.0.0.0/8`, `2001:db8::/32` or a bare address (a /32 or /128); throws with the value. */
+export function parseCidr(text: string): Cidr {
+  const [addr = '', len, extra] = text.trim().split('/');
+  const v = isIP(addr);
+  if (v === 0 || extra !== undefined) throw new Error(`"${text}" is not an IP address or CIDR block (e.g. 10.0.0.0/8, 2001:db8::/32)`);
+  const max = v === 4 ? 32 : 128;
+  const prefix = len === undefined ? max : Number(len);
+  if (len !== undefined && (!/^\d{1,3}$/.test(len) || prefix > max)) throw new Error(`"${text}": the prefix length must be 0..${max}`);
+  return { address: addr, prefix, family: v === 4 ? 'ipv4' : 'ipv6' };
+}
+
+/** A set of CIDR blocks; IPv4-mapped IPv6 addresses match their IPv4 blocks. */
+export class CidrSet {
+  private readonly list = new BlockList();
+  readonly empty: boolean;
+  constructor(cidrs: Cidr[]) {
+    for (const c of cidrs) this.list.addSubnet(c.address, c.prefix, c.family);
+    this.empty = cidrs.length === 0;
+  }
+  has(ip: string): boolean {
+    if (this.empty) return false;
+    const v = isIP(ip);
+    return v !== 0 && this.list.check(ip, v === 4 ? 'ipv4' : 'ipv6');
+  }
+}
+
+let policy: AddressPolicy = { tls: false, trustProxy: [], proxyProtocol: false };
+let trusted = new CidrSet([]);
+
+export function setAddressPolicy(p: AddressPolicy): void {
+  policy = p;
+  trusted = new CidrSet(p.trustProxy);
+}
+
+/**
+ * Canonical text of an address as uWS renders it (IPv6 uncompressed, IPv4 clients of a
+ * dual-stack socket as ::ffff:a.b.c.d); '' when there is none.
+ */
+export function canonicalIp(text: string): string {
+  if (text === '') return '';
+  if (isIP(text) === 4) return text;
+  let host: string;
+  try {
+    host = new URL(`http://[${text}]/`).hostname.slice(1, -1);
+  } catch {
+    return '';
+  }
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(host);
+  if (mapped) return mapped[1]!;
+  // The WHATWG parser writes a mapped address as hex (::ffff:7f00:1): back to dotted.
+  const hex = /^::ffff:([0-9a-f]{1,4}):([0-9a-f]{1,4})$/.exec(host);
+  if (hex) {
+    const hi = parseInt(hex[1]!, 16);
+    const lo = parseInt(hex[2]!, 16);
+    return `${hi >> 8}.${hi & 255}.${lo >> 8}.${lo & 255}`;
+  }
+  return host;
+}
+
+/**
+ * The address of the socket's peer: the PROXY header's source under --proxy-protocol (null when
+ * the connection sent none: such a listener expects one), else the TCP peer.
+ */
+export function peerAddress(res: HttpResponse): string | null {
+  if (policy.proxyProtocol) {
+    const proxied = canonicalIp(Buffer.from(res.getProxiedRemoteAddressAsText()).toString());
+    return proxied === '' ? null : proxied;
+  }
+  return canonicalIp(Buffer.from(res.getRemoteAddressAsText()).toString());
+}
+
+/**
+ * The client of this request, or null when the connection broke the listener's rules (no PROXY
+ * header where one is expected). `req` is read synchronously (uWS: valid only in the callback).
+ * From a trusted proxy, the client is the right-most X-Forwarded-For entry that is not itself a
+ * trusted proxy (entries further left were written by whoever the client is, so they prove nothing).
+ */
+export function clientAddress(res: HttpResponse, req: HttpRequest): ClientAddress | null {
+  const peer = peerAddress(res);
+  if (peer === null) return null;
+  const own = policy.tls ? 'https' : 'http';
+  if (!trusted.has(peer)) return { ip: peer, peer, forwardedFor: peer, proto: own };
+  const xff = req.getHeader('x-forwarded-for');
+  const hops = xff === '' ? [] : xff.split(',').map((s) => s.trim());
+  let ip = peer;
+  for (let i = hops.length - 1; i >= 0; i--) {
+    const hop = canonicalIp(hops[i]!);
+    if (hop === '') break; // not an address (a name, "unknown", garbage): stop believing the list
+    ip = hop;
+    if (!trusted.has(hop)) break;
+  }
+  const claimed = req.getHeader('x-forwarded-proto').trim().toLowerCase();
+  const proto = claimed === 'https' || claimed === 'http' ? claimed : own;
+  // Kept as sent (bounded: uWS limits header size), with the peer appended, as proxies do.
+  const forwardedFor = hops.length > 0 ? `${hops.join(', ')}, ${peer}` : peer;
+  return { ip, peer, forwardedFor, proto };
+}
