@@ -1,5 +1,6 @@
 import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import type { Target } from './config.js';
+import { dispatcherFor, tlsError } from './tls-trust.js';
 
 // The management API client: JSON in, JSON out, problem+json turned into a CliError whose exit
 // code follows the status (README "The CLI in four commands"), and a hint naming the next command to try.
@@ -65,7 +66,8 @@ export class ApiClient {
     try {
       // undici loads on the first request: `burrow context ...`, `--help` and completion never pay for it.
       const { fetch } = await import('undici');
-      res = await fetch(url, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+      const dispatcher = await dispatcherFor(this.target.ca);
+      res = await fetch(url, { method, headers, body, dispatcher, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
     } catch (err) {
       throw unreachable(this.server, err);
     }
@@ -91,7 +93,8 @@ export class ApiClient {
   private async probe(): Promise<void> {
     try {
       const { fetch } = await import('undici');
-      const res = await fetch(`${this.server}/`, { method: 'GET', signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+      const dispatcher = await dispatcherFor(this.target.ca);
+      const res = await fetch(`${this.server}/`, { method: 'GET', dispatcher, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
       await res.body?.cancel();
     } catch (err) {
       throw unreachable(this.server, err);
@@ -132,6 +135,9 @@ function innermostMessage(err: unknown): string {
 }
 
 export function unreachable(server: string, err: unknown): CliError {
+  // A certificate the CLI refused is not "unreachable": the server answered, and --ca may help.
+  const tls = tlsError(server, err);
+  if (tls) return tls;
   const code = errorCode(err);
   if (code && !UNREACHABLE_CODES.has(code) && !code.startsWith('UND_ERR')) {
     return new CliError(EXIT.error, 'request failed', `${server}: ${code}`, serverHint(server));

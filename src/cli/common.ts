@@ -10,6 +10,7 @@ export interface GlobalOptions {
   server?: string;
   token?: string;
   context?: string;
+  ca?: string;
   json?: boolean;
 }
 
@@ -18,6 +19,7 @@ export function addGlobalOptions(program: Command): void {
     .option('--server <url>', 'burrowd address (env BURROW_SERVER; default: the current context)')
     .option('--token <key>', 'API key to use (env BURROW_TOKEN; default: the current context)')
     .option('--context <name>', 'use this context instead of the current one')
+    .option('--ca <file>', 'PEM certificate of a CA to trust besides the system\'s, for an https:// server (env BURROW_CA; default: the context\'s)')
     .option('--json', 'print the API JSON on stdout, nothing else');
 }
 
@@ -46,7 +48,7 @@ export function act<O = Record<string, unknown>, A extends unknown[] = string[]>
     const args = raw.slice(0, raw.length - 2) as A;
     const opts = cmd.optsWithGlobals() as O & GlobalOptions;
     let target: Target | null = null;
-    const getTarget = () => (target ??= resolveTarget({ server: opts.server, token: opts.token, context: opts.context }));
+    const getTarget = () => (target ??= resolveTarget({ server: opts.server, token: opts.token, context: opts.context, ca: opts.ca }));
     let client: ApiClient | null = null;
     const ctx: ActionContext<O> = {
       opts,

@@ -11,6 +11,8 @@ import { CliError, EXIT } from './errors.js';
 export interface CliContext {
   server: string;
   token: string | null;
+  /** PEM file of a CA to trust besides the system's (absolute path). */
+  ca?: string | null;
 }
 
 export interface CliConfig {
@@ -59,7 +61,7 @@ function normalize(raw: unknown): CliConfig {
     if (!v || typeof v !== 'object') continue;
     const c = v as Record<string, unknown>;
     if (typeof c.server !== 'string') continue;
-    cfg.contexts[name] = { server: c.server, token: typeof c.token === 'string' ? c.token : null };
+    cfg.contexts[name] = { server: c.server, token: typeof c.token === 'string' ? c.token : null, ...(typeof c.ca === 'string' ? { ca: c.ca } : {}) };
   }
   const current = typeof r.currentContext === 'string' ? r.currentContext : null;
   cfg.currentContext = current && cfg.contexts[current] ? current : null;
@@ -113,6 +115,8 @@ export interface Target {
   server: string;
   token: string | null;
   contextName: string | null;
+  /** PEM file of an extra CA to trust (--ca, BURROW_CA, the context's), or null. */
+  ca: string | null;
 }
 
 /**
@@ -120,7 +124,7 @@ export interface Target {
  * context file (--context NAME, else the current context). A context's key is only sent to that
  * context's own server: pointing --server elsewhere never leaks it to another host.
  */
-export function resolveTarget(opts: { server?: string; token?: string; context?: string }): Target {
+export function resolveTarget(opts: { server?: string; token?: string; context?: string; ca?: string }): Target {
   const cfg = loadConfig();
   let contextName: string | null = null;
   if (opts.context !== undefined) {
@@ -136,7 +140,8 @@ export function resolveTarget(opts: { server?: string; token?: string; context?:
   checkServerUrl(server, opts.server ? '--server' : process.env.BURROW_SERVER ? 'BURROW_SERVER' : `context "${contextName}"`);
   let token: string | null = opts.token || process.env.BURROW_TOKEN || null;
   if (token === null && ctx && sameServer(ctx.server, server)) token = ctx.token;
-  return { server: normalizeServer(server), token, contextName };
+  const ca = opts.ca || process.env.BURROW_CA || (ctx && sameServer(ctx.server, server) ? ctx.ca ?? null : null) || null;
+  return { server: normalizeServer(server), token, contextName, ca };
 }
 
 /**
@@ -145,7 +150,7 @@ export function resolveTarget(opts: { server?: string; token?: string; context?:
  * ("default", or the server's host if "default" is taken) is created and made current, since the
  * user just chose that server and later commands should go there.
  */
-export function setContextToken(contextName: string | null, server: string, token: string | null): void {
+export function setContextToken(contextName: string | null, server: string, token: string | null, ca?: string): void {
   const cfg = loadConfig();
   const url = normalizeServer(server);
   let name = contextName;
@@ -158,10 +163,11 @@ export function setContextToken(contextName: string | null, server: string, toke
     const ctx = cfg.contexts[name];
     ctx.server = url;
     ctx.token = token;
+    if (ca !== undefined) ctx.ca = ca;
     if (!cfg.currentContext) cfg.currentContext = name;
   } else {
     name ??= freeContextName(cfg, url);
-    cfg.contexts[name] = { server: url, token };
+    cfg.contexts[name] = { server: url, token, ...(ca !== undefined ? { ca } : {}) };
     cfg.currentContext = name;
   }
   saveConfig(cfg);

@@ -1,3 +1,5 @@
+import { resolve as resolvePath } from 'node:path';
+import { trustedCas } from './tls-trust.js';
 import { Command } from 'commander';
 import { act, examples } from './common.js';
 import { configPath, loadConfig, normalizeServer, saveConfig } from './config.js';
@@ -60,7 +62,10 @@ export function registerContext(program: Command): void {
             throw new CliError(EXIT.conflict, 'context exists', `a context named "${name}" exists`, `use --force to replace it, or \`burrow context delete ${name}\``);
           }
           const token = ctx.opts.token ?? null;
-          cfg.contexts[name] = { server, token };
+          // Checked now (readable PEM) and kept as an absolute path: later commands run anywhere.
+          const ca = ctx.opts.ca ? resolvePath(ctx.opts.ca) : null;
+          if (ca) trustedCas(ca);
+          cfg.contexts[name] = { server, token, ...(ca ? { ca } : {}) };
           if (!cfg.currentContext || ctx.opts.use) cfg.currentContext = name;
           saveConfig(cfg);
           if (ctx.json) return printJson(view(name, server, token, cfg.currentContext === name));
@@ -71,6 +76,7 @@ export function registerContext(program: Command): void {
     [
       'burrow context create local --server http://localhost:8080 --token "$KEY"',
       'burrow context create prod --server https://burrow.example.com --use',
+      'burrow context create lab --server https://burrow.lab.internal --ca ./lab-ca.pem --token "$KEY"',
     ],
   );
 

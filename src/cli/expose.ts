@@ -1,5 +1,6 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { ApiClient, unreachable } from './client.js';
+import { trustedCas } from './tls-trust.js';
 import { act, examples, positiveInt, UUID_RE, type ActionContext } from './common.js';
 import type { Target } from './config.js';
 import { detachIfAsked, detachOptions, tellParent } from './detach.js';
@@ -146,6 +147,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   const client = new TunnelClient({
     server: target.server,
     token: target.token,
+    ca: trustedCas(target.ca),
     tunnels: specs.map((s) => ({
       name: s.name,
       type: s.type,
@@ -227,6 +229,9 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   } catch (e) {
     screen.stop();
     if (e instanceof TunnelRefused) {
+      if (e.code === 'tls') {
+        throw new CliError(EXIT.error, 'TLS verification failed', e.message, 'if the server uses a private CA, pass its certificate with --ca FILE (or BURROW_CA, or store it in the context: `burrow context create NAME --server URL --ca FILE`)');
+      }
       if (e.code === 'unreachable') {
         throw new CliError(EXIT.unreachable, 'server unreachable', e.message, 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`');
       }

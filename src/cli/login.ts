@@ -5,6 +5,8 @@ import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import type { Command } from 'commander';
 import { fetch } from 'undici';
+import { resolve as resolvePath } from 'node:path';
+import { dispatcherFor } from './tls-trust.js';
 import { htmlPage } from '../auth/oauth/pages.js';
 import { ApiClient, unreachable } from './client.js';
 import { act, examples, type ActionContext } from './common.js';
@@ -154,10 +156,11 @@ function timeout(ms: number): { promise: Promise<'timeout'>; cancel(): void } {
  * Fails fast when the server has no such provider (or no browser login at all), rather than
  * leaving the user at an error page while this process waits for 5 minutes.
  */
-async function checkProvider(server: string, provider: string): Promise<void> {
+async function checkProvider(server: string, provider: string, ca: string | null): Promise<void> {
   let res;
   try {
-    res = await fetch(`${server}/auth/v1/providers`, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(TOKEN_TIMEOUT_MS) });
+    const dispatcher = await dispatcherFor(ca);
+    res = await fetch(`${server}/auth/v1/providers`, { headers: { accept: 'application/json' }, dispatcher, signal: AbortSignal.timeout(TOKEN_TIMEOUT_MS) });
   } catch (e) {
     throw unreachable(server, e);
   }
@@ -175,10 +178,11 @@ async function checkProvider(server: string, provider: string): Promise<void> {
   // Anything else (an older server, a proxy page): let the browser show what happens.
 }
 
-async function redeem(server: string, code: string, verifier: string): Promise<CreatedKey> {
+async function redeem(server: string, code: string, verifier: string, ca: string | null): Promise<CreatedKey> {
   let res;
   try {
     res = await fetch(`${server}/auth/v1/token`, {
+      dispatcher: await dispatcherFor(ca),
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json' },
       body: JSON.stringify({ code, code_verifier: verifier, hostname: hostname() }),
@@ -231,13 +235,22 @@ function loginServer(ctx: ActionContext<LoginOptions>): string {
   return normalizeServer(ctx.target().server);
 }
 
+/** The extra CA for this login: --ca, BURROW_CA, else the one stored with the server's context. */
+function loginCa(ctx: ActionContext<LoginOptions>, server: string): string | null {
+  if (ctx.opts.ca || process.env.BURROW_CA) return ctx.opts.ca || process.env.BURROW_CA || null;
+  const cfg = loadConfig();
+  const name = contextFor(ctx.opts.context, server);
+  return (name ? cfg.contexts[name]?.ca : null) ?? null;
+}
+
 async function login(ctx: ActionContext<LoginOptions>): Promise<void> {
   const provider = ctx.opts.provider;
   if (!PROVIDER_RE.test(provider)) {
     throw new CliError(EXIT.usage, 'invalid provider', `"${provider}" is not a provider name`, 'e.g. `burrow login --provider okta`; the default is github');
   }
   const server = loginServer(ctx);
-  await checkProvider(server, provider);
+  const ca = loginCa(ctx, server);
+  await checkProvider(server, provider, ca);
   const verifier = randomBytes(32).toString('base64url');
   const challenge = createHash('sha256').update(verifier).digest('base64url');
   const loop = new Loopback();
@@ -272,14 +285,14 @@ async function login(ctx: ActionContext<LoginOptions>): Promise<void> {
 
     let created: CreatedKey;
     try {
-      created = await redeem(server, result.code, verifier);
+      created = await redeem(server, result.code, verifier, ca);
     } catch (e) {
       loop.finish(false, 'Login failed', e instanceof CliError ? e.detail : 'The key could not be fetched.', 'Check your terminal.');
       throw e;
     }
-    setContextToken(ctx.opts.context ?? null, server, created.key);
+    setContextToken(ctx.opts.context ?? null, server, created.key, ctx.opts.ca ? resolvePath(ctx.opts.ca) : undefined);
     const contextName = contextFor(ctx.opts.context, server);
-    const me = await new ApiClient({ server, token: created.key, contextName }).get<User>('/me');
+    const me = await new ApiClient({ server, token: created.key, contextName, ca }).get<User>('/me');
     loop.finish(true, 'Logged in', `You are logged in to burrow as ${me.email}. You can close this tab and return to your terminal.`);
 
     if (ctx.json) return printJson({ user: me, key: created.info, context: contextName, server });
@@ -310,7 +323,7 @@ async function logout(ctx: ActionContext<Record<string, never>>): Promise<void> 
   let revoked: string | null = null;
   let warning: string | null = null;
   try {
-    const client = new ApiClient({ server: context.server, token: context.token, contextName: name });
+    const client = new ApiClient({ server: context.server, token: context.token, contextName: name, ca: ctx.opts.ca || process.env.BURROW_CA || context.ca || null });
     const prefix = /^(bk_[0-9A-Za-z]{12})_/.exec(context.token)?.[1];
     const mine = (await client.get<ApiKey[]>('/keys')).find((k) => k.key_prefix === prefix);
     if (mine && mine.name.startsWith('cli@')) {

@@ -12,6 +12,7 @@ import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/fl
 import { responseHeaders } from '../protocol/http-headers.js';
 import type { AccessRules } from '../protocol/access.js';
 import { guardedExchange, type ExchangeObserver, type TunnelObserver } from './observer.js';
+import { verificationProblem } from './tls-verify.js';
 import { WsClient, WsRefused } from './ws-client.js';
 
 export type { AccessRules } from '../protocol/access.js';
@@ -47,6 +48,8 @@ export interface TunnelClientOptions {
   responseTimeoutMs?: number;
   /** Told about every HTTP exchange of this tunnel (the request inspector, src/client/inspector/). */
   observer?: TunnelObserver;
+  /** PEM certificates to verify an https:// server with (default: the system's CAs). */
+  ca?: string[];
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
@@ -556,10 +559,15 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private async connect(): Promise<void> {
     let ws: WsClient;
     try {
-      ws = await WsClient.connect(this.wsUrl(), { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT }, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS);
+      ws = await WsClient.connect(this.wsUrl(), { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT }, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
     } catch (err) {
       if (this.stopped) return;
-      const refusal = err instanceof WsRefused ? refusalOfStatus(err.status, err.body) : new TunnelRefused('unreachable', `cannot reach ${this.opts.server}: ${(err as Error).message}`, false);
+      // A certificate we do not trust will not become trusted by retrying: permanent.
+      const untrusted = verificationProblem(err);
+      const refusal =
+        err instanceof WsRefused ? refusalOfStatus(err.status, err.body)
+        : untrusted ? new TunnelRefused('tls', `${new URL(this.opts.server).host}: ${untrusted}`, true)
+        : new TunnelRefused('unreachable', `cannot reach ${this.opts.server}: ${(err as Error).message}`, false);
       return this.lost(refusal);
     }
     if (this.stopped) return ws.destroy();

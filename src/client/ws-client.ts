@@ -45,7 +45,8 @@ export class WsClient extends EventEmitter<WsClientEvents> {
     if (head.length) setImmediate(() => this.onData(head));
   }
 
-  static connect(url: string, headers: Record<string, string>, maxMessageBytes: number, timeoutMs: number): Promise<WsClient> {
+  /** `ca`: the certificates to verify a wss:// server with (default: Node's roots). */
+  static connect(url: string, headers: Record<string, string>, maxMessageBytes: number, timeoutMs: number, ca?: string[]): Promise<WsClient> {
     const u = new URL(url);
     const secure = u.protocol === 'https:' || u.protocol === 'wss:';
     const lib = secure ? https : http;
@@ -63,6 +64,7 @@ export class WsClient extends EventEmitter<WsClientEvents> {
           'sec-websocket-key': randomBytes(16).toString('base64'),
         },
         timeout: timeoutMs,
+        ...(secure && ca ? { ca } : {}),
       });
       req.on('socket', (s: Socket) => s.setNoDelay(true));
       req.on('timeout', () => req.destroy(new Error(`no answer from ${u.host} within ${timeoutMs} ms`)));
