@@ -1,6 +1,6 @@
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { availableParallelism } from 'node:os';
-import { parseCidr, type Cidr } from './http/client-address.js';
+import { parseCidr, type Cidr } from './protocol/cidr.js';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
 // BURROW_FOO_BAR unless the spec names its own variable (README "Server flags").
@@ -107,11 +107,15 @@ function hostPort(v: string): { host: string; port: number } | 'off' {
 }
 
 function cidrList(v: string): Cidr[] {
-  try {
-    return v.split(',').filter((s) => s.trim() !== '').map(parseCidr);
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
-  }
+  return v
+    .split(',')
+    .map((s) => s.trim())
+    .filter((s) => s !== '')
+    .map((s) => {
+      const c = parseCidr(s);
+      if (!c) throw new InvalidArgumentError(`"${s}" is not an IP address or CIDR block (e.g. 10.0.0.0/8, 2001:db8::/32)`);
+      return c;
+    });
 }
 
 function duration(v: string): number {

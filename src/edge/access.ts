@@ -1,8 +1,9 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
-import net from 'node:net';
+import type net from 'node:net';
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
 import { requireClientAddress, writeProblem } from '../http/uws.js';
-import { parseCidr, type AccessRules, type AccessWire } from '../protocol/access.js';
+import { type AccessRules, type AccessWire } from '../protocol/access.js';
+import { CidrSet } from '../protocol/cidr.js';
 import { countAccessRefusal, countHttpAnswer } from './metrics.js';
 
 // Access rules at the edge: checked where the visitor arrives, before anything is sent toward
@@ -38,30 +39,18 @@ export function hashAccess(rules: AccessRules | null | undefined): AccessWire | 
   return wire.key || wire.allowIp.length || wire.denyIp.length || wire.expiresAt !== null ? wire : null;
 }
 
-function blockList(cidrs: string[]): net.BlockList | null {
-  if (cidrs.length === 0) return null;
-  const list = new net.BlockList();
-  for (const text of cidrs) {
-    const c = parseCidr(text);
-    // Checked at decode; a rule that still does not parse must not vanish silently (fail closed).
-    if (!c) throw new Error(`invalid CIDR in access rules: ${text}`);
-    list.addSubnet(c.address, c.prefix, c.family);
-  }
-  return list;
-}
-
 /** The rules that concern visitors, ready to check (BlockList: v4, v6 and v4-mapped v6). */
 export class AccessGate {
   private readonly key: Buffer | null;
   private readonly digests: Buffer[];
-  private readonly allow: net.BlockList | null;
-  private readonly deny: net.BlockList | null;
+  private readonly allow: CidrSet | null;
+  private readonly deny: CidrSet | null;
 
   constructor(wire: AccessWire) {
     this.key = wire.key ? Buffer.from(wire.key) : null;
     this.digests = wire.digests.map((d) => Buffer.from(d));
-    this.allow = blockList(wire.allowIp);
-    this.deny = blockList(wire.denyIp);
+    this.allow = wire.allowIp.length > 0 ? CidrSet.parse(wire.allowIp) : null;
+    this.deny = wire.denyIp.length > 0 ? CidrSet.parse(wire.denyIp) : null;
   }
 
   /** A gate when `wire` has a visitor rule, else null (no check at all on the hot path). */
@@ -76,9 +65,8 @@ export class AccessGate {
 
   /** The rule refusing address `ip`, or null. Deny wins over allow. */
   refusesAddress(ip: string): 'deny_ip' | 'allow_ip' | null {
-    const family = net.isIPv6(ip) ? 'ipv6' : 'ipv4';
-    if (this.deny?.check(ip, family)) return 'deny_ip';
-    if (this.allow && !this.allow.check(ip, family)) return 'allow_ip';
+    if (this.deny?.has(ip)) return 'deny_ip';
+    if (this.allow && !this.allow.has(ip)) return 'allow_ip';
     return null;
   }
 

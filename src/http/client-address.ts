@@ -1,4 +1,5 @@
-import { BlockList, isIP } from 'node:net';
+import { isIP } from 'node:net';
+import { CidrSet, type Cidr } from '../protocol/cidr.js';
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
 
 // THE client address of a request: every place that needs the visitor's or API caller's address
@@ -24,38 +25,6 @@ export interface ClientAddress {
   /** X-Forwarded-For to send on: a trusted proxy's list with the peer appended, else the peer. */
   forwardedFor: string;
   proto: 'http' | 'https';
-}
-
-export interface Cidr {
-  address: string;
-  prefix: number;
-  family: 'ipv4' | 'ipv6';
-}
-
-/** Parses `10.0.0.0/8`, `2001:db8::/32` or a bare address (a /32 or /128); throws with the value. */
-export function parseCidr(text: string): Cidr {
-  const [addr = '', len, extra] = text.trim().split('/');
-  const v = isIP(addr);
-  if (v === 0 || extra !== undefined) throw new Error(`"${text}" is not an IP address or CIDR block (e.g. 10.0.0.0/8, 2001:db8::/32)`);
-  const max = v === 4 ? 32 : 128;
-  const prefix = len === undefined ? max : Number(len);
-  if (len !== undefined && (!/^\d{1,3}$/.test(len) || prefix > max)) throw new Error(`"${text}": the prefix length must be 0..${max}`);
-  return { address: addr, prefix, family: v === 4 ? 'ipv4' : 'ipv6' };
-}
-
-/** A set of CIDR blocks; IPv4-mapped IPv6 addresses match their IPv4 blocks. */
-export class CidrSet {
-  private readonly list = new BlockList();
-  readonly empty: boolean;
-  constructor(cidrs: Cidr[]) {
-    for (const c of cidrs) this.list.addSubnet(c.address, c.prefix, c.family);
-    this.empty = cidrs.length === 0;
-  }
-  has(ip: string): boolean {
-    if (this.empty) return false;
-    const v = isIP(ip);
-    return v !== 0 && this.list.check(ip, v === 4 ? 'ipv4' : 'ipv6');
-  }
 }
 
 let policy: AddressPolicy = { tls: false, trustProxy: [], proxyProtocol: false };

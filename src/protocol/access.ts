@@ -1,4 +1,6 @@
-import net from 'node:net';
+import { parseCidr } from './cidr.js';
+
+export { parseCidr };
 
 // Access rules of one tunnel, as the client asks for them (`burrow http|tcp --basic-auth
 // --allow-ip --deny-ip --expires`, or a tunnel entry of burrow.yml) and as the Open frame
@@ -26,7 +28,6 @@ export const MAX_PASSWORD_CHARS = 256;
 /** CIDRs per list. */
 export const MAX_CIDRS = 64;
 /** The longest a CIDR can be written (a full IPv6 address with an IPv4 tail and /128). */
-const MAX_CIDR_CHARS = 64;
 /** An expiry later than this from now is refused (a typo, not a plan). */
 export const MAX_EXPIRY_MS = 366 * 24 * 3600 * 1000;
 
@@ -48,31 +49,6 @@ export function basicAuthProblem(cred: string): string | null {
     return `the password for user "${user}" must be 1-${MAX_PASSWORD_CHARS} characters without control characters`;
   }
   return null;
-}
-
-/** A parsed CIDR: address, prefix length and family (a bare address is a /32 or /128). */
-export interface Cidr {
-  address: string;
-  prefix: number;
-  family: 'ipv4' | 'ipv6';
-}
-
-/** "10.0.0.0/8", "::1", "2001:db8::/32" → Cidr; null when it is not one. */
-export function parseCidr(text: string): Cidr | null {
-  if (text.length === 0 || text.length > MAX_CIDR_CHARS) return null;
-  const slash = text.indexOf('/');
-  const address = slash < 0 ? text : text.slice(0, slash);
-  const version = net.isIP(address);
-  // A zone ("fe80::1%eth0") names an interface of the peer's host: meaningless here.
-  if (version === 0 || address.includes('%')) return null;
-  const max = version === 4 ? 32 : 128;
-  let prefix = max;
-  if (slash >= 0) {
-    const p = text.slice(slash + 1);
-    if (!/^\d{1,3}$/.test(p) || Number(p) > max) return null;
-    prefix = Number(p);
-  }
-  return { address, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
 }
 
 /** The public view of a tunnel's rules (`access` in GET /api/v1/tunnels): never a credential. */

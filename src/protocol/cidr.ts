@@ -1,0 +1,60 @@
+import { BlockList, isIP } from 'node:net';
+
+// Address blocks, as operators write them (--trust-proxy) and as tunnel clients send them
+// (--allow-ip/--deny-ip): one parser and one matcher for both.
+
+export interface Cidr {
+  address: string;
+  prefix: number;
+  family: 'ipv4' | 'ipv6';
+}
+
+/** Longer text cannot be an address block (the longest IPv6 form plus "/128"). */
+export const MAX_CIDR_CHARS = 64;
+
+/** "10.0.0.0/8", "::1", "2001:db8::/32" → Cidr (a bare address is a /32 or /128); null when it is not one. */
+export function parseCidr(text: string): Cidr | null {
+  if (text.length === 0 || text.length > MAX_CIDR_CHARS) return null;
+  const slash = text.indexOf('/');
+  const address = slash < 0 ? text : text.slice(0, slash);
+  const version = isIP(address);
+  // A zone ("fe80::1%eth0") names an interface of the peer's host: meaningless here.
+  if (version === 0 || address.includes('%')) return null;
+  const max = version === 4 ? 32 : 128;
+  let prefix = max;
+  if (slash >= 0) {
+    const p = text.slice(slash + 1);
+    if (!/^\d{1,3}$/.test(p) || Number(p) > max) return null;
+    prefix = Number(p);
+  }
+  return { address, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
+}
+
+/** A set of blocks; IPv4-mapped IPv6 addresses match their IPv4 blocks (BlockList does that). */
+export class CidrSet {
+  private readonly list = new BlockList();
+  readonly empty: boolean;
+
+  constructor(cidrs: readonly Cidr[]) {
+    for (const c of cidrs) this.list.addSubnet(c.address, c.prefix, c.family);
+    this.empty = cidrs.length === 0;
+  }
+
+  /** From text already validated; one that still does not parse throws (a rule must never vanish). */
+  static parse(texts: readonly string[]): CidrSet {
+    return new CidrSet(
+      texts.map((t) => {
+        const c = parseCidr(t);
+        if (!c) throw new Error(`"${t}" is not an IP address or CIDR block`);
+        return c;
+      }),
+    );
+  }
+
+  /** Whether `ip` is in a block; false for anything that is not an address. */
+  has(ip: string): boolean {
+    if (this.empty) return false;
+    const v = isIP(ip);
+    return v !== 0 && this.list.check(ip, v === 4 ? 'ipv4' : 'ipv6');
+  }
+}
