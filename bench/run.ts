@@ -13,14 +13,15 @@ import { ensureTools, type Tool } from './lib/tools.js';
 import { environment } from './lib/env.js';
 import { markdown, writeResult, type ScenarioResult } from './lib/report.js';
 import { openTargets, type Scenario, type Settings } from './lib/context.js';
+import { benchCertificate } from './lib/tls.js';
 import { TARGET_NAMES, type TargetName } from './targets/target.js';
-import { httpScenario } from './scenarios/http.js';
+import { httpScenario, httpsScenario } from './scenarios/http.js';
 import { tcpScenario } from './scenarios/tcp.js';
 import { idleScenario } from './scenarios/idle.js';
 import { holScenario } from './scenarios/hol.js';
 import { churnScenario } from './scenarios/churn.js';
 
-const SCENARIOS: Scenario[] = [httpScenario, tcpScenario, idleScenario, holScenario, churnScenario];
+const SCENARIOS: Scenario[] = [httpScenario, httpsScenario, tcpScenario, idleScenario, holScenario, churnScenario];
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 
 const USAGE = `usage: npm run bench -- <scenario> [flags]
@@ -32,7 +33,7 @@ ${SCENARIOS.map((s) => `  ${s.name.padEnd(6)} ${s.summary}`).join('\n')}
 flags:
   --duration SECS      seconds per measurement (default 10)
   --warmup SECS        unrecorded warm-up before each measurement (default 2)
-  --connections LIST   keep-alive connection counts for http (default 1,64,256)
+  --connections LIST   keep-alive connection counts for http and https (default 1,64,256)
   --counts LIST        idle tunnels / connections for idle (default 1000,10000)
   --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
   --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
@@ -52,6 +53,7 @@ flags:
 
 examples:
   npm run bench -- http
+  npm run bench -- https --connections 1,64
   npm run bench -- tcp --duration 5
   npm run bench -- all --targets direct,ssh`;
 
@@ -135,7 +137,7 @@ async function runScenario(scenario: Scenario, settings: Settings, install: bool
   if (missingOptional.length) console.error(`bench: without ${missingOptional.join(', ')} (optional) — using fallbacks`);
   const env = environment(repoRoot);
   console.error(`bench: ${scenario.name} — ${env.cores} cores, ${env.cpuModel}, Node ${env.node}, burrow ${env.burrowCommit}`);
-  const opened = scenario.opensOwnTargets ? { targets: [], info: {} } : await openTargets(settings, repoRoot);
+  const opened = scenario.opensOwnTargets ? { targets: [], info: {} } : await openTargets(settings, repoRoot, scenario.tls ? await benchCertificate() : undefined);
   const ctx = { settings, repoRoot, ...opened };
   try {
     const out = await scenario.run(ctx);
@@ -144,7 +146,7 @@ async function runScenario(scenario: Scenario, settings: Settings, install: bool
       environment: env,
       settings: {
         ...(scenario.name === 'idle' || scenario.name === 'churn' ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
-        ...(scenario.name === 'http' || scenario.name === 'hol' ? { 'wrk threads': settings.threads } : {}),
+        ...(['http', 'https', 'hol'].includes(scenario.name) ? { 'wrk threads': settings.threads } : {}),
         ...(scenario.name === 'idle' ? {} : { rounds: settings.repeat > 1 ? `${settings.repeat}, median reported` : 1 }),
         ...(out.settings ?? {}),
         'burrowd --workers': settings.burrowWorkers ?? 'default (CPU count)',

@@ -8,6 +8,7 @@ import { TARGET_NAMES, Unavailable, type Target, type TargetName } from '../targ
 import { directTarget } from '../targets/direct.js';
 import { sshTarget } from '../targets/ssh.js';
 import { burrowTarget } from '../targets/burrow.js';
+import type { Certificate } from './tls.js';
 
 export interface Settings {
   durationSecs: number;
@@ -47,10 +48,13 @@ export interface Scenario {
   optional: Tool[];
   /** Starts (and restarts) its own targets instead of getting them opened by run.ts. */
   opensOwnTargets?: boolean;
+  /** Visitors use HTTPS: burrowd is opened with the run's certificate (lib/tls.ts). */
+  tls?: boolean;
   run(ctx: Context): Promise<ScenarioOutput>;
 }
 
-export async function openTargets(settings: Settings, repoRoot: string): Promise<Pick<Context, 'targets' | 'info'>> {
+/** Starts the chosen targets; with `tls`, burrowd serves HTTPS with that certificate. */
+export async function openTargets(settings: Settings, repoRoot: string, tls?: Certificate): Promise<Pick<Context, 'targets' | 'info'>> {
   const targets: Target[] = [];
   const info: Partial<Record<TargetName, TargetInfo>> = {};
   for (const name of TARGET_NAMES.filter((t) => settings.targets.includes(t))) {
@@ -60,7 +64,7 @@ export async function openTargets(settings: Settings, repoRoot: string): Promise
           ? directTarget()
           : name === 'ssh'
             ? await sshTarget()
-            : await burrowTarget({ repoRoot, workers: settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir });
+            : await burrowTarget({ repoRoot, workers: settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
       targets.push(t);
       info[name] = { describe: t.describe };
     } catch (err) {

@@ -1,7 +1,10 @@
 // Loopback helpers: free ports, readiness waits with deadlines, a one-shot HTTP probe.
 import { createServer, connect, type Server, type AddressInfo } from 'node:net';
-import { request } from 'node:http';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import type { TLSSocket } from 'node:tls';
 import { sleep } from './procs.js';
+import type { Endpoint } from '../targets/target.js';
 
 export const LOOPBACK = '127.0.0.1';
 
@@ -60,44 +63,40 @@ export async function waitForPort(port: number, timeoutMs: number, what: string)
   }
 }
 
-/** GET http://127.0.0.1:port/path with an optional Host header; resolves status and body length. */
-export function probe(
-  port: number,
-  path: string,
-  hostHeader: string | undefined,
-  timeoutMs: number,
-): Promise<{ status: number; bytes: number }> {
+/**
+ * GET http(s)://127.0.0.1:port/path with the endpoint's Host header; resolves status, body
+ * length and, over TLS, the negotiated protocol and cipher. The bench's certificate is
+ * self-signed and only the bytes matter here, so it is not verified.
+ */
+export function probe(ep: Endpoint, path: string, timeoutMs: number): Promise<{ status: number; bytes: number; tls?: string }> {
   return new Promise((resolve, reject) => {
-    const req = request(
-      { host: LOOPBACK, port, path, headers: hostHeader ? { host: hostHeader } : {}, agent: false },
-      (res) => {
-        let bytes = 0;
-        res.on('data', (c: Buffer) => (bytes += c.length));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, bytes }));
-        res.on('error', reject);
-      },
-    );
-    req.setTimeout(timeoutMs, () => req.destroy(new Error(`probe of :${port}${path} timed out after ${timeoutMs} ms`)));
+    const options = { host: LOOPBACK, port: ep.port, path, headers: ep.hostHeader ? { host: ep.hostHeader } : {}, agent: false };
+    const onResponse = (res: IncomingMessage): void => {
+      const socket = res.socket as TLSSocket;
+      const cipher = ep.tls ? `${socket.getProtocol?.() ?? '?'} ${socket.getCipher?.()?.standardName ?? '?'}` : undefined;
+      let bytes = 0;
+      res.on('data', (c: Buffer) => (bytes += c.length));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, bytes, ...(cipher ? { tls: cipher } : {}) }));
+      res.on('error', reject);
+    };
+    const req = ep.tls ? httpsRequest({ ...options, rejectUnauthorized: false }, onResponse) : httpRequest(options, onResponse);
+    req.setTimeout(timeoutMs, () => req.destroy(new Error(`probe of :${ep.port}${path} timed out after ${timeoutMs} ms`)));
     req.on('error', reject);
     req.end();
   });
 }
 
-/** Retries probe until it answers 200 with the expected length, within the deadline. */
-export async function waitForHttp(
-  port: number,
-  path: string,
-  hostHeader: string | undefined,
-  expectBytes: number,
-  timeoutMs: number,
-  what: string,
-): Promise<void> {
+/**
+ * Retries probe until it answers 200 with the expected length, within the deadline; resolves
+ * the negotiated TLS protocol and cipher (over TLS) for the results.
+ */
+export async function waitForHttp(ep: Endpoint, path: string, expectBytes: number, timeoutMs: number, what: string): Promise<string | undefined> {
   const deadline = Date.now() + timeoutMs;
   let last = 'no answer';
   for (;;) {
     try {
-      const r = await probe(port, path, hostHeader, 5_000);
-      if (r.status === 200 && r.bytes === expectBytes) return;
+      const r = await probe(ep, path, 5_000);
+      if (r.status === 200 && r.bytes === expectBytes) return r.tls;
       last = `status ${r.status}, ${r.bytes} bytes (want 200, ${expectBytes})`;
     } catch (err) {
       last = (err as Error).message;

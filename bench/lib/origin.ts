@@ -1,6 +1,7 @@
 // The local HTTP service every target forwards to. nginx (Debian's nginx-light, one worker,
 // keep-alive without a request cap, static files with sendfile) when present, because it costs
-// the shared cores least; otherwise a small Node origin (bench/origin/node-origin.ts).
+// the shared cores least; otherwise a small Node origin (bench/origin/node-origin.ts). For the
+// https scenario nginx also listens with TLS on a second port (same files, same settings).
 //
 //   GET /small  14-byte body          GET /1m  1 MiB body          GET /big  64 MiB body (HOL bulk)
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
@@ -10,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { start, tempDir, type Proc } from './procs.js';
 import { freePort, waitForHttp } from './net.js';
 import { toolPath } from './tools.js';
+import type { Certificate } from './tls.js';
 
 export const SMALL_BODY = 'hello, burrow\n';
 export const PATHS = {
@@ -20,19 +22,26 @@ export const PATHS = {
 
 export interface Origin {
   kind: 'nginx' | 'node';
+  /** Plain HTTP. */
   port: number;
+  /** HTTPS with the given certificate (nginx only), when asked for. */
+  tlsPort?: number;
   proc: Proc;
 }
 
-export async function startOrigin(prefer: 'nginx' | 'node'): Promise<Origin> {
+/** Starts the origin; with `tls`, nginx also serves the same files over HTTPS on `tlsPort`. */
+export async function startOrigin(prefer: 'nginx' | 'node', tls?: Certificate): Promise<Origin> {
   const kind = prefer === 'nginx' && toolPath('nginx') ? 'nginx' : 'node';
+  if (tls && kind !== 'nginx') throw new Error('the HTTPS origin is nginx: install nginx-light (and do not pass --origin node)');
   const port = await freePort();
-  const proc = kind === 'nginx' ? startNginx(port) : startNode(port);
-  await waitForHttp(port, PATHS.small.path, undefined, PATHS.small.bytes, 10_000, `${kind} origin`);
-  return { kind, port, proc };
+  const tlsPort = tls ? await freePort() : undefined;
+  const proc = kind === 'nginx' ? startNginx(port, tls && tlsPort ? { ...tls, port: tlsPort } : undefined) : startNode(port);
+  await waitForHttp({ port }, PATHS.small.path, PATHS.small.bytes, 10_000, `${kind} origin`);
+  if (tlsPort) await waitForHttp({ port: tlsPort, tls: true }, PATHS.small.path, PATHS.small.bytes, 10_000, `${kind} origin (TLS)`);
+  return { kind, port, tlsPort, proc };
 }
 
-function startNginx(port: number): Proc {
+function startNginx(port: number, tls?: Certificate & { port: number }): Proc {
   const dir = tempDir('nginx');
   // Run as root, nginx's workers drop to nobody: they must be able to read the files.
   chmodSync(dir, 0o755);
@@ -72,10 +81,27 @@ http {
     root ${www};
     location / { }
   }
-}
+${tls ? tlsServer(tls, www) : ''}}
 `,
   );
   return start('nginx', '/usr/sbin/nginx', ['-e', join(dir, 'error.log'), '-p', dir, '-c', conf]);
+}
+
+/**
+ * The same files over HTTPS: the visitor's TLS for direct, and for ssh -R, which only carries
+ * the bytes. TLS 1.3 is named because nginx before 1.23.4 leaves it out of its default; the
+ * cipher is left to nginx's default (the client's order in TLS 1.3), as burrowd leaves its own.
+ */
+function tlsServer(tls: Certificate & { port: number }, www: string): string {
+  return `  server {
+    listen 127.0.0.1:${tls.port} ssl reuseport backlog=4096;
+    ssl_certificate ${tls.certFile};
+    ssl_certificate_key ${tls.keyFile};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    root ${www};
+    location / { }
+  }
+`;
 }
 
 function startNode(port: number): Proc {

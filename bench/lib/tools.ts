@@ -4,7 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 
-export type Tool = 'wrk' | 'iperf3' | 'ssh' | 'ssh-keygen' | 'sshd' | 'nginx';
+export type Tool = 'wrk' | 'iperf3' | 'ssh' | 'ssh-keygen' | 'sshd' | 'nginx' | 'openssl';
 
 const PACKAGE: Record<Tool, string> = {
   wrk: 'wrk',
@@ -13,10 +13,11 @@ const PACKAGE: Record<Tool, string> = {
   'ssh-keygen': 'openssh-client',
   sshd: 'openssh-server',
   nginx: 'nginx-light',
+  openssl: 'openssl',
 };
 
 /** sshd must be started by absolute path (it re-executes itself). */
-const FIXED_PATH: Partial<Record<Tool, string>> = { sshd: '/usr/sbin/sshd', nginx: '/usr/sbin/nginx' };
+const FIXED_PATH: Partial<Record<Tool, string>> = { sshd: '/usr/sbin/sshd', nginx: '/usr/sbin/nginx', openssl: '/usr/bin/openssl' };
 
 export function toolPath(tool: Tool): string | null {
   const fixed = FIXED_PATH[tool];
@@ -74,5 +75,6 @@ export function toolVersions(): Record<string, string> {
   if (toolPath('wrk')) v.wrk = firstLine('wrk', ['-v']).replace(/\s*Copyright.*$/, '');
   if (toolPath('iperf3')) v.iperf3 = firstLine('iperf3', ['--version']);
   if (toolPath('nginx')) v.nginx = firstLine('/usr/sbin/nginx', ['-v']);
+  if (toolPath('openssl')) v.openssl = firstLine('/usr/bin/openssl', ['version']);
   return v;
 }

@@ -39,7 +39,7 @@ export async function wrk(opts: WrkOptions): Promise<WrkResult> {
     '--latency',
   ];
   if (opts.endpoint.hostHeader) args.push('-H', `Host: ${opts.endpoint.hostHeader}`);
-  args.push(`http://${LOOPBACK}:${opts.endpoint.port}${opts.path}`);
+  args.push(`${opts.endpoint.tls ? 'https' : 'http'}://${LOOPBACK}:${opts.endpoint.port}${opts.path}`);
   const res = await run('wrk', 'wrk', args, (opts.durationSecs + 30) * 1000);
   if (res.code !== 0) throw new Error(`wrk exited with ${res.code}: ${res.stderr || res.stdout}`);
   return parseWrk(res.stdout);

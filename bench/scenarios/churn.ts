@@ -38,7 +38,7 @@ async function cycle(t: Target, originPort: number): Promise<{ requests: number;
   let unknown = 0;
   let errors = 0;
   try {
-    await Promise.all(eps.map((ep) => waitForHttp(ep.port, PATHS.small.path, ep.hostHeader, PATHS.small.bytes, 15_000, `${t.name} tunnel`)));
+    await Promise.all(eps.map((ep) => waitForHttp(ep, PATHS.small.path, PATHS.small.bytes, 15_000, `${t.name} tunnel`)));
     const loads = eps.flatMap((ep) => [
       wrk({ endpoint: ep, path: PATHS['1m'].path, connections: 4, threads: 1, durationSecs: LOAD_SECS }),
       wrk({ endpoint: ep, path: PATHS.small.path, connections: 16, threads: 1, durationSecs: LOAD_SECS }),

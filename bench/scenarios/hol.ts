@@ -27,7 +27,7 @@ export const holScenario: Scenario = {
     const s = ctx.settings;
     const origin = await startOrigin(s.origin);
     try {
-      const endpoints = await exposeAll(ctx, origin.port);
+      const endpoints = await exposeAll(ctx, origin);
       const measurements: Measurement[] = [];
       const small = (ep: ReturnType<typeof endpoints.get>, secs: number) =>
         wrk({ endpoint: ep!, path: PATHS.small.path, connections: 1, threads: 1, durationSecs: secs });

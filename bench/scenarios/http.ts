@@ -1,9 +1,15 @@
 // HTTP through each target: requests per second and p50/p99 latency with wrk at each keep-alive
-// connection count, for a small response (14 B) and a 1 MiB response.
-import { startOrigin, PATHS } from '../lib/origin.js';
+// connection count, for a small response (14 B) and a 1 MiB response. The https scenario is the
+// same with every visitor on HTTPS (the certificate is lib/tls.ts's):
+//
+//   direct  wrk ──TLS──▶ nginx's TLS listener
+//   burrow  wrk ──TLS──▶ burrowd --tls-cert ══ wss ══▶ burrow CLI ──HTTP──▶ nginx (plain)
+//   ssh -R  wrk ──TLS (carried as bytes by ssh)──▶ nginx's TLS listener
+import { startOrigin, PATHS, type Origin } from '../lib/origin.js';
 import { waitForHttp } from '../lib/net.js';
 import { wrk, type WrkResult } from '../lib/wrk.js';
 import { stop } from '../lib/procs.js';
+import { benchCertificate } from '../lib/tls.js';
 import { dropTarget, measureEach, type Context, type Scenario, type ScenarioOutput } from '../lib/context.js';
 import type { Endpoint, Target } from '../targets/target.js';
 import type { Measurement } from '../lib/report.js';
@@ -15,60 +21,91 @@ export const httpScenario: Scenario = {
   summary: 'req/s and p50/p99 latency (wrk) at each connection count, 14 B and 1 MiB responses',
   required: ['wrk', 'ssh', 'sshd', 'ssh-keygen'],
   optional: ['nginx'],
-  async run(ctx: Context): Promise<ScenarioOutput> {
-    const { settings: s } = ctx;
-    const origin = await startOrigin(s.origin);
-    try {
-      const endpoints = await exposeAll(ctx, origin.port);
-      const measurements: Measurement[] = [];
-      const bodies = [
-        { label: 'GET 14 B', ...PATHS.small },
-        { label: 'GET 1 MiB', ...PATHS['1m'] },
-      ];
-      for (const body of bodies) {
-        for (const connections of s.connections) {
-          const run = async (t: Target): Promise<WrkResult> => {
-            const base = { endpoint: endpoints.get(t)!, path: body.path, connections, threads: s.threads };
-            if (s.warmupSecs > 0) await wrk({ ...base, durationSecs: s.warmupSecs });
-            return wrk({ ...base, durationSecs: s.durationSecs });
-          };
-          const metrics = [
-            { metric: 'req/s', higherIsBetter: true, value: (r: WrkResult) => r.reqPerSec },
-            { metric: 'p50 ms', higherIsBetter: false, value: (r: WrkResult) => r.p50Ms },
-            { metric: 'p99 ms', higherIsBetter: false, value: (r: WrkResult) => r.p99Ms },
-          ];
-          if (body.bytes >= 1 << 20) {
-            metrics.push({ metric: 'Gbit/s', higherIsBetter: true, value: (r: WrkResult) => r.readBytesPerSec / GBIT });
-          }
-          measurements.push(
-            ...(await measureEach(ctx, `${body.label}, ${connections} conn`, run, metrics, (r) =>
-              r.errors > 0 ? `${r.errors} errors (${r.errorDetail})` : undefined,
-            )),
-          );
-        }
-      }
-      return {
-        measurements,
-        notMeasured: [
-          'request bodies (uploads) over HTTP: wrk sends GETs; upload throughput is covered by the tcp scenario (iperf3 toward the origin)',
-        ],
-        settings: { origin: `${origin.kind} on 127.0.0.1 (${origin.kind === 'nginx' ? 'nginx-light, 1 worker, sendfile, keepalive_requests unlimited' : 'bench/origin/node-origin.ts'})` },
-      };
-    } finally {
-      await Promise.all(ctx.targets.map((t) => t.closeTunnels()));
-      await stop(origin.proc);
-    }
-  },
+  run: (ctx) => runHttp(ctx, false),
 };
 
-/** Exposes the origin through every target and checks both bodies arrive whole. */
-export async function exposeAll(ctx: Context, originPort: number): Promise<Map<Target, Endpoint>> {
+export const httpsScenario: Scenario = {
+  name: 'https',
+  summary: 'the http scenario with visitors on HTTPS (nginx with TLS; burrowd --tls-cert; ssh -R to nginx with TLS)',
+  required: ['wrk', 'ssh', 'sshd', 'ssh-keygen', 'nginx', 'openssl'],
+  optional: [],
+  tls: true,
+  run: (ctx) => runHttp(ctx, true),
+};
+
+async function runHttp(ctx: Context, tls: boolean): Promise<ScenarioOutput> {
+  const { settings: s } = ctx;
+  const origin = await startOrigin(s.origin, tls ? await benchCertificate() : undefined);
+  try {
+    const negotiated: Record<string, string> = {};
+    const endpoints = await exposeAll(ctx, origin, tls, negotiated);
+    const measurements: Measurement[] = [];
+    const scheme = tls ? 'HTTPS ' : '';
+    const bodies = [
+      { label: `${scheme}GET 14 B`, ...PATHS.small },
+      { label: `${scheme}GET 1 MiB`, ...PATHS['1m'] },
+    ];
+    for (const body of bodies) {
+      for (const connections of s.connections) {
+        const run = async (t: Target): Promise<WrkResult> => {
+          const base = { endpoint: endpoints.get(t)!, path: body.path, connections, threads: s.threads };
+          if (s.warmupSecs > 0) await wrk({ ...base, durationSecs: s.warmupSecs });
+          return wrk({ ...base, durationSecs: s.durationSecs });
+        };
+        const metrics = [
+          { metric: 'req/s', higherIsBetter: true, value: (r: WrkResult) => r.reqPerSec },
+          { metric: 'p50 ms', higherIsBetter: false, value: (r: WrkResult) => r.p50Ms },
+          { metric: 'p99 ms', higherIsBetter: false, value: (r: WrkResult) => r.p99Ms },
+        ];
+        if (body.bytes >= 1 << 20) {
+          metrics.push({ metric: 'Gbit/s', higherIsBetter: true, value: (r: WrkResult) => r.readBytesPerSec / GBIT });
+        }
+        measurements.push(
+          ...(await measureEach(ctx, `${body.label}, ${connections} conn`, run, metrics, (r) =>
+            r.errors > 0 ? `${r.errors} errors (${r.errorDetail})` : undefined,
+          )),
+        );
+      }
+    }
+    return {
+      measurements,
+      notMeasured: [
+        'request bodies (uploads) over HTTP: wrk sends GETs; upload throughput is covered by the tcp scenario (iperf3 toward the origin)',
+      ],
+      settings: {
+        origin: `${origin.kind} on 127.0.0.1 (${origin.kind === 'nginx' ? 'nginx-light, 1 worker, sendfile, keepalive_requests unlimited' : 'bench/origin/node-origin.ts'})`,
+        ...(tls
+          ? {
+              certificate: 'one self-signed ECDSA P-256 certificate (openssl req -x509, localhost, *.localhost, 127.0.0.1) for nginx\'s TLS listener and burrowd --tls-cert; wrk does not verify it',
+              'TLS negotiated (probe with Node\'s OpenSSL client before the runs)': negotiated,
+            }
+          : {}),
+      },
+    };
+  } finally {
+    await Promise.all(ctx.targets.map((t) => t.closeTunnels()));
+    await stop(origin.proc);
+  }
+}
+
+/**
+ * Exposes the origin through every target and checks both bodies arrive whole. With `tls`,
+ * every endpoint is HTTPS: a target that terminates TLS (burrowd) forwards to the plain origin,
+ * the others to nginx's TLS listener; each target's negotiated protocol and cipher go into
+ * `negotiated`.
+ */
+export async function exposeAll(ctx: Context, origin: Origin, tls = false, negotiated: Record<string, string> = {}): Promise<Map<Target, Endpoint>> {
   const endpoints = new Map<Target, Endpoint>();
   for (const t of [...ctx.targets]) {
     try {
-      const ep = await t.expose('http', originPort);
-      await waitForHttp(ep.port, PATHS.small.path, ep.hostHeader, PATHS.small.bytes, 15_000, `${t.name} tunnel`);
-      await waitForHttp(ep.port, PATHS['1m'].path, ep.hostHeader, PATHS['1m'].bytes, 15_000, `${t.name} tunnel`);
+      const endToEnd = tls && !t.terminatesTls;
+      if (endToEnd && origin.tlsPort === undefined) throw new Error('the origin has no TLS listener');
+      const exposed = await t.expose('http', endToEnd ? origin.tlsPort! : origin.port);
+      const ep = endToEnd ? { ...exposed, tls: true } : exposed;
+      if (tls && !ep.tls) throw new Error('the tunnel is not HTTPS');
+      const cipher = await waitForHttp(ep, PATHS.small.path, PATHS.small.bytes, 15_000, `${t.name} tunnel`);
+      await waitForHttp(ep, PATHS['1m'].path, PATHS['1m'].bytes, 15_000, `${t.name} tunnel`);
+      if (cipher) negotiated[t.name] = cipher;
       endpoints.set(t, ep);
     } catch (err) {
       dropTarget(ctx, t, `HTTP tunnel did not work: ${(err as Error).message.split('\n')[0]}`);

@@ -2,6 +2,7 @@
 // database, and one `burrow http|tcp` CLI process (dist/src/cli/main.js) per exposed service.
 //
 //   load tool ──HTTP, Host: <id>.localhost──▶ burrowd :port ══ control WebSocket ══▶ burrow CLI ──▶ origin
+//   load tool ──HTTPS──▶ burrowd :port (--tls-cert: TLS ends here) ══ wss ══▶ burrow CLI ──HTTP──▶ origin
 //   load tool ──TCP──▶ burrowd tcp tunnel port ══ control WebSocket ══▶ burrow CLI ──▶ origin
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -9,6 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { start, stop, tempDir, waitForOutput, descendants, type Proc } from '../lib/procs.js';
 import { LOOPBACK } from '../lib/net.js';
 import { Unavailable, type Endpoint, type Target } from './target.js';
+import type { Certificate } from '../lib/tls.js';
 
 const START_TIMEOUT_MS = 30_000;
 /** SIGTERM → exit: burrowd drains, and --cpu-prof writes its profiles on the way out. */
@@ -23,6 +25,8 @@ export interface BurrowOptions {
   databaseUrl?: string;
   /** Directory for V8 CPU profiles of burrowd (every thread) and the clients, or none. */
   cpuProfDir?: string;
+  /** burrowd serves HTTPS with this certificate (--tls-cert/--tls-key); the CLI trusts it (--ca). */
+  tls?: Certificate;
 }
 
 export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
@@ -42,6 +46,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn'];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
+  if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
   // The glibc setting burrowd's shebang and `npm start` give it (README "Memory"): the harness
   // starts node itself, so it passes it the same way.
   const server = start('burrowd', process.execPath, args, { env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '65536' } });
@@ -68,7 +73,8 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     await stop(server);
     throw new Unavailable('burrow', `burrowd did not start: ${(err as Error).message}`);
   }
-  const serverUrl = `http://${LOOPBACK}:${port}`;
+  const serverUrl = `${opts.tls ? 'https' : 'http'}://${LOOPBACK}:${port}`;
+  const ca = opts.tls ? ['--ca', opts.tls.certFile] : [];
   // The CLI keeps contexts in a config file; keep it away from the user's own.
   const home = tempDir('burrow-home');
   const cliEnv = { ...process.env, HOME: home, XDG_CONFIG_HOME: join(home, '.config'), BURROW_SERVER: '', BURROW_TOKEN: '' };
@@ -81,7 +87,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     const proc = start(
       `burrow-${kind}`,
       process.execPath,
-      [...prof, cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key],
+      [...prof, cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key, ...ca],
       { env: cliEnv },
     );
     tunnels.push(proc);
@@ -93,10 +99,10 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
       'the public URL (first stdout line)',
     );
     if (kind === 'http') {
-      // http://<id>.localhost:<port>: drive load at 127.0.0.1:<port> with Host <id>.localhost.
-      const m = /^https?:\/\/([^/:]+)(?::(\d+))?/.exec(first);
+      // http(s)://<id>.localhost:<port>: drive load at 127.0.0.1:<port> with Host <id>.localhost.
+      const m = /^(https?):\/\/([^/:]+)(?::(\d+))?/.exec(first);
       if (!m) throw new Error(`burrow http printed "${first}", not a URL`);
-      return { port: m[2] ? Number(m[2]) : port, hostHeader: m[1]! };
+      return { port: m[3] ? Number(m[3]) : port, hostHeader: m[2]!, tls: m[1] === 'https' };
     }
     const m = /^tcp:\/\/[^:]+:(\d+)/.exec(first);
     if (!m) throw new Error(`burrow tcp printed "${first}", not tcp://host:port`);
@@ -136,8 +142,9 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
 
   return {
     name: 'burrow',
+    terminatesTls: opts.tls !== undefined,
     checkIdleTunnels,
-    describe: `MALLOC_MMAP_THRESHOLD_=65536 burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>\` per exposed service`,
+    describe: `MALLOC_MMAP_THRESHOLD_=65536 burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>').replace(opts.tls?.certFile ?? '\0', '<tmp>/cert.pem').replace(opts.tls?.keyFile ?? '\0', '<tmp>/key.pem')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>${opts.tls ? ' --ca <tmp>/cert.pem' : ''}\` per exposed service`,
     expose,
     openIdleTunnels,
     serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),

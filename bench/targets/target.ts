@@ -5,16 +5,26 @@
 export type TargetName = 'direct' | 'burrow' | 'ssh';
 export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'ssh'];
 
-/** Where the load tool connects: 127.0.0.1:port, with a Host header for burrow's HTTP routing. */
+/**
+ * Where the load tool connects: 127.0.0.1:port, with a Host header for burrow's HTTP routing,
+ * over TLS (https://) when `tls`.
+ */
 export interface Endpoint {
   port: number;
   hostHeader?: string;
+  tls?: boolean;
 }
 
 export interface Target {
   name: TargetName;
   /** One line for the results: what exactly ran (flags, ciphers, worker count). */
   describe: string;
+  /**
+   * The target itself serves visitors HTTPS (burrowd with --tls-cert): for HTTPS it forwards
+   * to the plain origin. Targets without it carry the bytes, so TLS goes end to end to the
+   * origin's TLS listener.
+   */
+  terminatesTls?: boolean;
   /** Opens a tunnel (or not, for direct) to a local HTTP or TCP service. */
   expose(kind: 'http' | 'tcp', originPort: number): Promise<Endpoint>;
   /**
