@@ -169,6 +169,8 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   client.on('registered', (r) => {
     const again = registered.has(r.tunnel);
     screen.registered(r.id, r.url, !again, r.tunnel);
+    // On a reconnect the tunnel taken over is normally our own stale registration: not news.
+    if (r.tookOver && !again) screen.note(`took over the live tunnel "${r.id}": another connection of this user was serving it and has been told to stop`);
     // One "reconnected" per connection, not per tunnel: the first tunnel stands for the rest.
     if (again && r.tunnel === specs.find((s) => registered.has(s.name))?.name) screen.note('reconnected');
     registered.add(r.tunnel);
@@ -201,7 +203,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       c.code === 'deleted'
         ? 'it was closed on the server (`burrow tunnels delete`, team deleted or user deactivated) and does not reconnect'
         : c.code === 'taken-over'
-          ? 'another `burrow` with your key now serves this id; this one stopped so the two do not take turns'
+          ? 'another connection now serves this id; this one stopped so the two do not take turns (stop the other one, then start this again to serve the id from here)'
           : refusalHint(code, hintOpts(spec), c.reason);
     const title = named && specs.length > 1 ? `tunnel ${spec.name} closed, the last one running` : 'tunnel closed';
     failure = new CliError(code === EXIT.ok ? EXIT.error : code, title, c.reason || c.code, hint);

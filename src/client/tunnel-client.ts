@@ -409,7 +409,7 @@ class TcpStream extends ClientStream {
 }
 
 export interface TunnelClientEvents {
-  registered: [{ tunnel: string; id: string; url: string }];
+  registered: [{ tunnel: string; id: string; url: string; tookOver: boolean }];
   request: [{ tunnel: string; method: string; path: string; status: number; durationMs: number; bytesIn: number; bytesOut: number }];
   connection: [{ tunnel: string; remote: string; durationMs: number; bytesIn: number; bytesOut: number }];
   /** streams open on one tunnel (the count, the tunnel's name) */
@@ -735,7 +735,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         t.answered = true;
         t.attempt = 0;
         this.attempt = 0;
-        this.emit('registered', { tunnel: t.name, id: o.id, url: o.url });
+        this.emit('registered', { tunnel: t.name, id: o.id, url: o.url, tookOver: o.tookOver === true });
         this.checkStarted();
         return;
       }

@@ -64,6 +64,12 @@ export async function revokeByName(sql: Sql, userId: string, name: string): Prom
   return rows.map((r) => r.id);
 }
 
+/** A key's name and public prefix, to name it in messages (a takeover names the key that took over). */
+export async function keyLabel(sql: Sql, id: string): Promise<{ name: string; key_prefix: string } | null> {
+  const [r] = await sql<{ name: string; key_prefix: string }[]>`select name, key_prefix from api_keys where id = ${id}`;
+  return r ?? null;
+}
+
 export interface StoredKey {
   id: string;
   userId: string;

@@ -140,6 +140,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
           {
             type: 'tunnel-admit',
             userId: conn.principal.userId,
+            keyId: conn.principal.keyId,
             tunnelType: req.type,
             id: req.id ?? null,
             teamId: req.teamId ?? null,
@@ -179,7 +180,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         tcpListeners.set(actor, tcp);
       }
       log.info({ id: actor.id, type: req.type, user: conn.principal.userId }, 'tunnel registered');
-      return { id: admitted.id, url: admitted.url, remotePort: port };
+      return { id: admitted.id, url: admitted.url, remotePort: port, ...(admitted.tookOver ? { tookOver: true } : {}) };
     },
     ended(actor: TunnelActor, last: StatsDelta | null) {
       if (tunnels.get(actor.id) === actor) tunnels.delete(actor.id);

@@ -2,6 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
 import { closeOrphanedSessions } from '../db/sessions.js';
+import { keyLabel } from '../db/api-keys.js';
 import { getMembership } from '../db/teams.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
@@ -38,6 +39,8 @@ interface Entry {
   info: Omit<TunnelInfo, 'uptime_secs' | 'stats' | 'access'>;
   /** access rules, credentials hashed: sent with the route so every shard checks visitors */
   access: AccessWire | null;
+  /** the control connection's key: a takeover by another key of the user says which one */
+  keyId: string;
   shard: number;
   sessionId: string;
   registeredAtMs: number;
@@ -197,6 +200,10 @@ export class RegistryActor {
       // A removal or team deletion that closed tunnels while we read may have missed this one.
       if (this.revocations !== before) throw new ApiError('unavailable', `team ${m.teamId} changed while this tunnel was admitted; try again`);
     }
+    // Another key of this user about to take a live id over: its name goes into the old client's
+    // message, read now (before the fresh conflict check below; a race just leaves it unnamed).
+    const holder = m.id === null ? undefined : this.tunnels.get(m.id);
+    const newKey = holder && holder.info.owner_id === m.userId && holder.keyId !== m.keyId ? await keyLabel(this.sql, m.keyId).catch(() => null) : null;
     let id = m.id;
     if (id === null) {
       do id = randomTunnelId(randomBytes);
@@ -209,9 +216,10 @@ export class RegistryActor {
       // registration wins; the old one is told so and must not come back.
       // Its session closes when that shard reports tunnel-down with the final counters.
       this.tunnels.delete(id);
+      const reason = takeoverReason(old.keyId === m.keyId, newKey);
       // A shard that no longer holds it (or is gone) sends no tunnel-down: close the session here.
       this.shards
-        .ask<{ closed: boolean }>(old.shard, { type: 'tunnel-close', tunnelId: id, reason: 'taken over by a newer connection with the same tunnel id', permanent: true, sessionId: old.sessionId }, CLOSE_TIMEOUT_MS)
+        .ask<{ closed: boolean }>(old.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: old.sessionId, code: 'taken-over' }, CLOSE_TIMEOUT_MS)
         .then(
           (r) => !r.closed && this.stats.close(old.sessionId),
           () => this.stats.close(old.sessionId),
@@ -221,6 +229,7 @@ export class RegistryActor {
     this.tunnels.set(id, {
       info: { id, owner_id: m.userId, team_id: m.teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType },
       access: m.access,
+      keyId: m.keyId,
       shard,
       sessionId,
       registeredAtMs: Date.now(),
@@ -229,7 +238,7 @@ export class RegistryActor {
     // Every shard knows the route before the client hears Opened and prints its URL: a visitor
     // who uses it at once may land on any shard, and must not get 404 there.
     await this.routeEverywhere({ type: 'tunnel-route', id, shard, access: m.access });
-    return { id, sessionId, url: this.publicUrl(m.tunnelType, id, m.remotePort) };
+    return { id, sessionId, url: this.publicUrl(m.tunnelType, id, m.remotePort), tookOver: old !== undefined };
   }
 
   private down(id: string, sessionId: string, last: StatsDelta | null): void {
@@ -291,4 +300,15 @@ export class RegistryActor {
     await Promise.all(victims.map(([id]) => this.close(id, reason, 'forbidden').catch((err) => this.log.warn({ err, id }, 'closing tunnel failed'))));
     return victims.length;
   }
+}
+
+/**
+ * What the client that lost its tunnel to a takeover is told. Another key of the same user is
+ * named (name and public prefix) and never called "your key": the person reading may not be the
+ * one who started the other client.
+ */
+export function takeoverReason(sameKey: boolean, newKey: { name: string; key_prefix: string } | null): string {
+  if (sameKey) return 'taken over by another connection using this same key';
+  if (newKey) return `taken over by another connection of the same user, with the key "${newKey.name}" (${newKey.key_prefix})`;
+  return 'taken over by another connection of the same user, with another key';
 }

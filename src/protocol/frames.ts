@@ -111,6 +111,8 @@ export interface Opened {
   id: string;
   url: string;
   remotePort: number | null;
+  /** this registration closed a live tunnel of the same user that held the id (absent: false) */
+  tookOver?: boolean;
 }
 export interface Refusal {
   code: RefusalCode;
@@ -411,6 +413,7 @@ function checkFrame(a: unknown[]): void {
       c.str(o.id, 'opened.id', MAX_NAME_CHARS);
       c.str(o.url, 'opened.url', MAX_TEXT_CHARS);
       if (o.remotePort !== undefined && o.remotePort !== null) c.int(o.remotePort, 'opened.remotePort', 1, 65535);
+      if (o.tookOver !== undefined) c.bool(o.tookOver, 'opened.tookOver');
       return;
     }
     case F.Refused:

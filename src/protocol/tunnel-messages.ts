@@ -42,6 +42,8 @@ export type TunnelShardToMain =
   | {
       type: 'tunnel-admit';
       userId: string;
+      /** the key of the control connection: a takeover by another key of the user names it */
+      keyId: string;
       tunnelType: 'http' | 'tcp';
       id: string | null;
       teamId: string | null;
@@ -67,6 +69,8 @@ export interface TunnelAdmitted {
   sessionId: string;
   /** public URL: http://<id>.<domain>:<port> or tcp://<host>:<port> */
   url: string;
+  /** a live tunnel of the same user held this id and was closed for this one */
+  tookOver: boolean;
 }
 
 /** Live objects of one shard's data plane: all 0 once every peer has left (named as gauges). */
