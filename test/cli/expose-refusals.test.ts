@@ -1,6 +1,6 @@
 // burrow http / burrow tcp refusals against a real burrowd: exit codes for an id taken by another
 // user, a reserved id, a bad key, a key without the tunnels scope, an unreachable server, and the
-// client told to stop when its tunnel is deleted through the API.
+// client told to stop when its tunnel is deleted through the API. Takeovers: expose-takeover.test.ts.
 import { createServer as createHttpServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -86,35 +86,6 @@ test('deleting the tunnel through the API ends the client with a non-zero exit a
   assert.match(del.stdout, /closed tunnel doomed/);
   assert.is(await exitOf(child, 10_000, 'deleted tunnel exit'), 1);
   assert.match(child.output.stderr, /^error: tunnel closed: .+\nhint: it was closed on the server/m);
-});
-
-test('the same id started again with the same key takes over: the older client exits 5, the newer serves', async () => {
-  const older = start(bob, ['http', String(webPort), '--id', 'twice']);
-  await firstLine(older);
-  const newer = start(bob, ['http', String(webPort), '--id', 'twice']);
-  assert.is(await firstLine(newer), `http://twice.localhost:${srv.port}`);
-  assert.is(await exitOf(older, 10_000, 'older exit'), 5);
-  assert.match(older.output.stderr, /^error: tunnel closed: taken over by another connection using this same key\nhint: another connection now serves this id/m);
-  assert.match(newer.output.stderr, /took over the live tunnel "twice"/);
-  newer.kill('SIGINT');
-  assert.is(await exitOf(newer, 10_000, 'newer exit'), 0);
-});
-
-test('taken over by another key of the same user: the older client names that key, never "your key"', async () => {
-  const created = await burrow(alice, ['keys', 'create', 'ci-runner', '--scopes', 'tunnels', '--json']);
-  assert.is(created.code, 0, created.stderr);
-  const { key, info } = JSON.parse(created.stdout) as { key: string; info: { key_prefix: string } };
-  const older = start(alice, ['http', String(webPort), '--id', 'handover']);
-  await firstLine(older);
-  const newer = start({ ...alice, env: { ...alice.env, BURROW_TOKEN: key } }, ['http', String(webPort), '--id', 'handover']);
-  assert.is(await firstLine(newer), `http://handover.localhost:${srv.port}`);
-  assert.is(await exitOf(older, 10_000, 'older exit'), 5);
-  const said = older.output.stderr;
-  assert.ok(said.includes(`error: tunnel closed: taken over by another connection of the same user, with the key "ci-runner" (${info.key_prefix})`), said);
-  assert.not.match(said, /your key/i);
-  assert.match(newer.output.stderr, /took over the live tunnel "handover"/);
-  newer.kill('SIGINT');
-  assert.is(await exitOf(newer, 10_000, 'newer exit'), 0);
 });
 
 test.run();
