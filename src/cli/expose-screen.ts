@@ -1,4 +1,5 @@
 import { ExposeStats, type ConnectionEvent, type RequestEvent } from './expose-stats.js';
+import { STATUS_CODES } from 'node:http';
 import { formatBytes, formatDuration, formatMs, painter, type Painter } from './output.js';
 import type { AccessRules } from '../protocol/access.js';
 
@@ -31,6 +32,8 @@ export interface ScreenInfo {
   account: string | null;
   state: TunnelState;
   stateDetail: string | null;
+  /** the request inspector's address, when one runs (shown as "Web Interface") */
+  webInterface?: string | null;
 }
 
 /** Access rules in one line for people: who may log in (user names, never passwords), address lists, expiry. */
@@ -45,41 +48,126 @@ export function accessSummary(rules: AccessRules | undefined): string | null {
 }
 
 const REDRAW_INTERVAL_MS = 250;
+const LABEL_WIDTH = 18;
 
-/** The status block's lines (no trailing newline, no terminal control codes except colour). */
-export function renderBlock(info: ScreenInfo, stats: ExposeStats, paint: Painter, now = Date.now()): string[] {
-  const stateStyle = info.state === 'online' ? 'green' : info.state === 'closed' ? 'red' : 'yellow';
-  const row = (k: string, v: string) => `${paint('dim', k.padEnd(18))}${v}`;
-  const p50 = formatMs(stats.percentile(50));
-  const p90 = formatMs(stats.percentile(90));
-  const lines = [
-    `${paint('bold', 'burrow')}${' '.repeat(40)}${paint('dim', '(Ctrl+C to quit)')}`,
-    '',
-    row('Session Status', paint(stateStyle, info.state) + (info.stateDetail ? paint('dim', ` ${info.stateDetail}`) : '')),
+type Style = Parameters<Painter>[0];
+/** A run of text in one style; `null`: unstyled. Rows are laid out from these so that wrapping
+ *  happens between words and never splits a colour code. */
+type Span = [Style | null, string];
+
+/**
+ * Lays out `label  value` within `width` columns: the value wraps at spaces onto lines indented
+ * under the first (a word longer than a whole line, such as a long URL, is split rather than
+ * cut: every character stays on screen).
+ */
+export function layoutRow(label: string, spans: Span[], width: number, paint: Painter): string[] {
+  const indent = Math.min(LABEL_WIDTH, Math.max(2, Math.floor(width / 3)));
+  const room = Math.max(1, width - indent);
+  // Words with the spaces before them (runs kept: "in 1 KB   out 2 KB" keeps its gaps).
+  const words: { style: Style | null; text: string; space: number }[] = [];
+  let space = 0;
+  for (const [style, text] of spans) {
+    for (const part of text.split(/( +)/)) {
+      if (part === '') continue;
+      if (part.startsWith(' ')) space += part.length;
+      else {
+        words.push({ style, text: part, space });
+        space = 0;
+      }
+    }
+  }
+  // Each line: its indent and content. A word too long for the value column but not for the
+  // line (a long URL) gets a line of its own at a small indent, whole, so it can be selected.
+  const lines: { indent: number; text: string }[] = [];
+  let line = '';
+  let used = 0;
+  const flush = (): void => {
+    lines.push({ indent, text: line });
+    line = '';
+    used = 0;
+  };
+  const WIDE_INDENT = 2;
+  for (const w of words) {
+    let text = w.text;
+    if (text.length > room && text.length <= width - WIDE_INDENT) {
+      if (used > 0 || lines.length === 0) flush();
+      lines.push({ indent: WIDE_INDENT, text: w.style ? paint(w.style, text) : text });
+      continue;
+    }
+    const gap = used > 0 ? w.space : 0;
+    if (used > 0 && used + gap + text.length > room) flush();
+    else if (gap) {
+      line += ' '.repeat(gap);
+      used += gap;
+    }
+    while (text.length > room - used) {
+      const head = text.slice(0, room - used);
+      line += w.style ? paint(w.style, head) : head;
+      text = text.slice(head.length);
+      flush();
+    }
+    line += w.style ? paint(w.style, text) : text;
+    used += text.length;
+  }
+  if (used > 0 || lines.length === 0) flush();
+  const shown = label.length < indent ? label.padEnd(indent) : `${label.slice(0, indent - 1)} `;
+  return lines.map((l, i) => (i === 0 ? paint('dim', l.text ? shown : shown.trimEnd()) : ' '.repeat(l.indent)) + l.text);
+}
+
+/** ngrok's connection figures: total, open, arrivals per second over 1 and 5 minutes, p50 and p90 duration. */
+function figures(stats: ExposeStats, type: 'http' | 'tcp', width: number, paint: Painter, now: number): string[] {
+  const values = [
+    String(type === 'http' ? stats.requests : stats.connections),
+    String(stats.openStreams),
+    stats.rate(60, now).toFixed(2),
+    stats.rate(300, now).toFixed(2),
+    formatMs(stats.percentile(50)),
+    formatMs(stats.percentile(90)),
   ];
-  if (info.account) lines.push(row('Account', info.account));
+  const heads = ['ttl', 'opn', 'rt1', 'rt5', 'p50', 'p90'];
+  const indent = Math.min(LABEL_WIDTH, Math.max(2, Math.floor(width / 3)));
+  const col = Math.max(...values.map((v) => v.length + 1), Math.min(8, Math.floor((width - indent) / heads.length)));
+  const cells = (xs: string[]) => xs.map((x, i) => (i === xs.length - 1 ? x : x.padEnd(col))).join('');
+  // Too narrow even for that: one figure per line.
+  if (indent + col * heads.length > width) {
+    return heads.flatMap((h, i) => layoutRow(i === 0 ? (type === 'http' ? 'Requests' : 'Connections') : '', [[null, `${h} ${values[i]}`]], width, paint));
+  }
+  const label = type === 'http' ? 'Requests' : 'Connections';
+  return [paint('dim', label.padEnd(indent).slice(0, indent)) + paint('dim', cells(heads)), ' '.repeat(indent) + cells(values)];
+}
+
+/** The status block's lines, each at most `width` columns (no control codes except colour). */
+export function renderBlock(info: ScreenInfo, stats: ExposeStats, paint: Painter, now = Date.now(), width = 80): string[] {
+  const stateStyle = info.state === 'online' ? 'green' : info.state === 'closed' ? 'red' : 'yellow';
+  const row = (k: string, ...spans: Span[]) => layoutRow(k, spans, width, paint);
+  const quit = '(Ctrl+C to quit)';
+  const lines = [
+    width >= 'burrow'.length + quit.length + 2 ? `${paint('bold', 'burrow')}${' '.repeat(width - 'burrow'.length - quit.length)}${paint('dim', quit)}` : paint('bold', 'burrow'),
+    '',
+    ...row('Session Status', [stateStyle, info.state], ...(info.stateDetail ? [['dim', ` ${info.stateDetail}`] as Span] : [])),
+  ];
+  if (info.account) lines.push(...row('Account', [null, info.account]));
+  if (info.webInterface) lines.push(...row('Web Interface', [null, info.webInterface]));
   const named = info.tunnels.length > 1;
   const nameWidth = Math.max(...info.tunnels.map((t) => t.name.length));
+  const nameSpan = (t: TunnelRow): Span[] => (named ? [[null, `${t.name.padEnd(nameWidth)}  `]] : []);
   for (const [i, t] of info.tunnels.entries()) {
-    const target = t.failed ? paint('red', `failed: ${t.failed}`) : t.url ? `${paint('bold', t.url)} → ${t.local}` : paint('dim', `(waiting) → ${t.local}`);
-    lines.push(row(i === 0 ? 'Forwarding' : '', named ? `${t.name.padEnd(nameWidth)}  ${target}` : target));
+    const target: Span[] = t.failed ? [['red', `failed: ${t.failed}`]] : t.url ? [['bold', t.url], [null, ` → ${t.local}`]] : [['dim', `(waiting) → ${t.local}`]];
+    lines.push(...row(i === 0 ? 'Forwarding' : '', ...nameSpan(t), ...target));
   }
   const withAccess = info.tunnels.filter((t) => t.access);
-  for (const [i, t] of withAccess.entries()) lines.push(row(i === 0 ? 'Access' : '', named ? `${t.name.padEnd(nameWidth)}  ${t.access}` : t.access!));
+  for (const [i, t] of withAccess.entries()) lines.push(...row(i === 0 ? 'Access' : '', ...nameSpan(t), [null, t.access!]));
   const hasHttp = info.tunnels.some((t) => t.type === 'http');
   const hasTcp = info.tunnels.some((t) => t.type === 'tcp');
-  if (hasHttp && !hasTcp) {
-    lines.push(row('Connections', `open ${stats.openStreams}`));
-    lines.push(row('Requests', `total ${stats.requests}   p50 ${p50}   p90 ${p90}`));
-  } else if (!hasHttp) {
-    lines.push(row('Connections', `total ${stats.connections}   open ${stats.openStreams}   p50 ${p50}   p90 ${p90}`));
+  if (hasHttp && hasTcp) {
+    // Both kinds: rates and percentiles would mix requests and connections, so only the counts.
+    lines.push(...row('Connections', [null, `total ${stats.connections}   open ${stats.openStreams}`]));
+    lines.push(...row('Requests', [null, `total ${stats.requests}`]));
   } else {
-    // Both kinds: the percentiles mix requests and connections, so they are left out.
-    lines.push(row('Connections', `total ${stats.connections}   open ${stats.openStreams}`));
-    lines.push(row('Requests', `total ${stats.requests}`));
+    lines.push(...figures(stats, hasHttp ? 'http' : 'tcp', width, paint, now));
   }
-  lines.push(row('Traffic', `in ${formatBytes(stats.bytesIn)}   out ${formatBytes(stats.bytesOut)}`));
-  lines.push(row('Uptime', formatDuration((now - stats.startedAtMs) / 1000)));
+  lines.push(...row('Traffic', [null, `in ${formatBytes(stats.bytesIn)}   out ${formatBytes(stats.bytesOut)}`]));
+  lines.push(...row('Uptime', [null, formatDuration((now - stats.startedAtMs) / 1000)]));
   lines.push('');
   return lines;
 }
@@ -90,10 +178,13 @@ export function statusStyle(status: number): 'green' | 'cyan' | 'yellow' | 'red'
 
 export function requestLine(e: RequestEvent, paint: Painter): string {
   // Paths pad to a column so statuses line up for the usual short paths; long ones just push on.
-  return `${paint('bold', e.method.padEnd(7))}${e.path.padEnd(24)}  ${paint(statusStyle(e.status), String(e.status))}  ${paint('dim', formatMs(e.durationMs))}`;
+  const line = `${paint('bold', e.method.padEnd(7))}${e.path.padEnd(24)}  ${paint(statusStyle(e.status), String(e.status))}  ${paint('dim', formatMs(e.durationMs))}`;
+  // No answer from the local service: what the visitor got, in words, and why.
+  return e.error ? `${line}  ${paint('red', `${STATUS_CODES[e.status] ?? 'failed'}: ${e.error}`)}` : line;
 }
 
 export function connectionLine(e: ConnectionEvent, paint: Painter): string {
+  if (e.error) return `${paint('bold', 'TCP'.padEnd(7))}${e.remote}  ${paint('red', `failed: ${e.error}`)}`;
   return `${paint('bold', 'TCP'.padEnd(7))}${e.remote}  ${paint('dim', formatMs(e.durationMs))}  in ${formatBytes(e.bytesIn)}  out ${formatBytes(e.bytesOut)}`;
 }
 
@@ -251,8 +342,10 @@ export class ExposeScreen {
   }
 
   private lines(): string[] {
+    // One column spare: a line that fills the last column makes some terminals wrap, and a
+    // wrapped line breaks the redraw (it counts lines).
     const width = Math.max(20, (process.stderr.columns || 80) - 1);
-    return renderBlock(this.info, this.stats, this.errPaint).map((l) => truncate(l, width));
+    return renderBlock(this.info, this.stats, this.errPaint, Date.now(), width);
   }
 
   private draw(lines = this.lines()): void {
@@ -260,22 +353,4 @@ export class ExposeScreen {
     this.blockLines = lines.length;
     this.drawn = lines.join('\n');
   }
-}
-
-/** Cut a line to `width` visible characters so the block never wraps (wrapping breaks redraws). */
-function truncate(line: string, width: number): string {
-  let visible = 0;
-  let outStr = '';
-  for (let i = 0; i < line.length; ) {
-    const m = /^\x1b\[[0-9;?]*[A-Za-z]/.exec(line.slice(i));
-    if (m) {
-      outStr += m[0];
-      i += m[0].length;
-      continue;
-    }
-    if (visible < width) outStr += line[i];
-    visible++;
-    i++;
-  }
-  return outStr + (visible > width ? '\x1b[0m' : '');
 }

@@ -14,6 +14,7 @@ import type { AccessRules } from '../protocol/access.js';
 import { guardedExchange, type ExchangeObserver, type TunnelObserver } from './observer.js';
 import { verificationProblem } from './tls-verify.js';
 import { WsClient, WsRefused } from './ws-client.js';
+import { describeLocalError } from './local-error.js';
 
 export type { AccessRules } from '../protocol/access.js';
 
@@ -119,6 +120,8 @@ abstract class ClientStream implements Source {
   readonly startedMs = Date.now();
   /** The observer's view of this HTTP exchange (null: nobody observes; it copies ≤ 64 KiB a body). */
   capture: ExchangeObserver | null = null;
+  /** The local service gave no answer: its error, or null for a timeout (see local-error.ts). */
+  localFailure: { err: Error | null } | null = null;
 
   constructor(
     readonly sid: number,
@@ -204,11 +207,13 @@ class HttpStream extends ClientStream {
     this.req = http.request({ host: local.host, port: local.port, method: head.method, path: head.target, headers: head.headers, agent: head.upgrade ? false : agent, setHost: false });
     this.req.on('socket', (s: net.Socket) => s.setNoDelay(true));
     this.headTimer = setTimeout(() => {
+      this.localFailure ??= { err: null };
       this.reset('local-timeout');
       this.req.destroy();
     }, timeoutMs);
-    this.req.on('error', () => {
+    this.req.on('error', (err) => {
       clearTimeout(this.headTimer);
+      if (!this.res && !this.upgraded) this.localFailure ??= { err };
       this.reset(this.res || this.upgraded ? 'closing' : 'local-unreachable');
     });
     this.req.on('drain', () => this.meter.drained());
@@ -304,6 +309,7 @@ class PoolHttpStream extends ClientStream {
     // Request bodies stream through a Readable: what it buffered is accepted when undici pulls (read()).
     this.body = head.end ? null : new Readable({ read: () => this.meter.drained() });
     this.headTimer = setTimeout(() => {
+      this.localFailure ??= { err: null };
       this.reset('local-timeout');
       this.abortRequest?.();
     }, timeoutMs);
@@ -330,8 +336,9 @@ class PoolHttpStream extends ClientStream {
           return !this.window.paused && !this.done;
         },
         onComplete: () => this.localEnded(),
-        onError: () => {
+        onError: (err: Error) => {
           clearTimeout(this.headTimer);
+          if (!this.status && !this.done) this.localFailure ??= { err };
           this.reset(this.status ? 'closing' : 'local-unreachable');
         },
       } as unknown as Dispatcher.DispatchHandler,
@@ -385,7 +392,10 @@ class TcpStream extends ClientStream {
     this.sock.on('data', (chunk: Buffer) => this.forward(chunk));
     this.sock.on('drain', () => this.meter.drained());
     this.sock.on('end', () => this.localEnded());
-    this.sock.on('error', () => this.reset(this.connected ? 'closing' : 'local-unreachable'));
+    this.sock.on('error', (err) => {
+      if (!this.connected && !this.done) this.localFailure ??= { err };
+      this.reset(this.connected ? 'closing' : 'local-unreachable');
+    });
     // Both directions ended normally: the stream is already done and this is a no-op.
     this.sock.on('close', () => this.reset('closing'));
   }
@@ -409,9 +419,11 @@ class TcpStream extends ClientStream {
 }
 
 export interface TunnelClientEvents {
+  /** `tookOver`: this registration closed a live tunnel of the same user that held the id. */
   registered: [{ tunnel: string; id: string; url: string; tookOver: boolean }];
-  request: [{ tunnel: string; method: string; path: string; status: number; durationMs: number; bytesIn: number; bytesOut: number }];
-  connection: [{ tunnel: string; remote: string; durationMs: number; bytesIn: number; bytesOut: number }];
+  /** `error`: why the local service gave no answer (the visitor got `status` 502 / 504 from the edge). */
+  request: [{ tunnel: string; method: string; path: string; status: number; durationMs: number; bytesIn: number; bytesOut: number; error?: string }];
+  connection: [{ tunnel: string; remote: string; durationMs: number; bytesIn: number; bytesOut: number; error?: string }];
   /** streams open on one tunnel (the count, the tunnel's name) */
   'open-streams': [number, string];
   reconnecting: [{ attempt: number; delayMs: number; reason: string }];
@@ -447,6 +459,12 @@ class Tunnel {
   readonly agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
   readonly pool: Pool;
   readonly uploadPool: Pool;
+
+  /** host:port of the local service, as messages name it */
+  get localLabel(): string {
+    const h = this.opts.local.host;
+    return `${h.includes(':') ? `[${h}]` : h}:${this.opts.local.port}`;
+  }
 
   constructor(readonly opts: TunnelOptions) {
     this.name = opts.name ?? opts.type;
@@ -789,10 +807,14 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       t.open = Math.max(0, t.open - 1);
       this.emit('open-streams', t.open, t.name);
       const durationMs = Date.now() - s.startedMs;
+      const f = s.localFailure;
+      const error = f ? { error: describeLocalError(f.err, t.localLabel, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
       if (s instanceof HttpStream || s instanceof PoolHttpStream) {
-        this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status: s.statusCode, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
+        // No answer: the status the visitor got from the edge for it.
+        const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
+        this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
       } else if (s instanceof TcpStream) {
-        this.emit('connection', { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut });
+        this.emit('connection', { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
       }
     };
     const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;

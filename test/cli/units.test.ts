@@ -7,7 +7,7 @@ import * as assert from 'uvu/assert';
 import { configPath, loadConfig, resolveTarget, saveConfig, setContextToken, DEFAULT_SERVER } from '../../src/cli/config.js';
 import { CliError, EXIT } from '../../src/cli/errors.js';
 import { ExposeStats } from '../../src/cli/expose-stats.js';
-import { renderBlock, summaryLine } from '../../src/cli/expose-screen.js';
+import { connectionLine, renderBlock, requestLine, summaryLine } from '../../src/cli/expose-screen.js';
 import { exitCodeForRefusal, parseLocal } from '../../src/cli/expose.js';
 import { keyStatus, parseExpires, parseScopes } from '../../src/cli/keys.js';
 import { formatAge, formatBytes, formatDuration, formatMs, painter, table, tokenPrefix, visibleLength } from '../../src/cli/output.js';
@@ -202,9 +202,84 @@ test('ExposeStats: nearest-rank p50/p90 and counters', () => {
   const block = renderBlock({ tunnels: [{ name: 'http', type: 'http', url: 'http://abc.localhost:8080', local: 'http://localhost:3000', failed: null }], account: 'a@b.c (admin)', state: 'online', stateDetail: null }, s, plain, 65_000).join('\n');
   assert.match(block, /Session Status\s+online/);
   assert.match(block, /Forwarding\s+http:\/\/abc\.localhost:8080 → http:\/\/localhost:3000/);
-  assert.match(block, /Requests\s+total 10\s+p50 5ms\s+p90 9ms/);
+  assert.match(block, /Requests\s+ttl\s+opn\s+rt1\s+rt5\s+p50\s+p90\n\s+10\s+0\s+0\.00\s+0\.00\s+5ms\s+9ms/);
   assert.match(block, /Uptime\s+1m 5s/);
   assert.match(summaryLine({ tunnels: [{ name: 'http', type: 'http', url: 'http://abc.localhost:8080', local: '', failed: null }], account: null, state: 'closed', stateDetail: null }, s, 65_000), /10 requests \(p50 5ms, p90 9ms\)/);
+});
+
+test('ExposeStats: rt1 / rt5 are arrivals per second over the last 1 and 5 minutes', () => {
+  const t0 = 1_000_000_000;
+  const s = new ExposeStats(t0);
+  // 120 requests one every 2 s over 4 minutes.
+  for (let i = 0; i < 120; i++) s.addRequest({ method: 'GET', path: '/', status: 200, durationMs: 0, bytesIn: 0, bytesOut: 0 }, t0 + i * 2000);
+  const now = t0 + 239_000;
+  assert.is(s.rate(60, now), 30 / 60);
+  assert.is(s.rate(300, now), 120 / 300);
+  // Ten minutes later nothing is left in either window.
+  assert.is(s.rate(60, now + 600_000), 0);
+  assert.is(s.rate(300, now + 600_000), 0);
+});
+
+const screenInfo = (over: { url?: string; webInterface?: string | null } = {}): Parameters<typeof renderBlock>[0] => ({
+  tunnels: [{ name: 'http', type: 'http', url: over.url ?? 'http://myapp.tunnels.example.com:8080', local: 'http://localhost:3000', failed: null }],
+  account: 'someone.with.a.long.name@example.com (member)',
+  state: 'reconnecting',
+  stateDetail: '(attempt 3, in 2.1s: cannot reach https://tunnels.example.com:8080: connect ECONNREFUSED)',
+  webInterface: 'webInterface' in over ? over.webInterface : 'http://127.0.0.1:4040',
+});
+
+test('status block fits 60 and 120 columns, wrapping between words (never cut mid-word)', () => {
+  const plain = painter({ isTTY: false } as NodeJS.WriteStream);
+  const s = new ExposeStats(0);
+  for (const width of [59, 119]) {
+    const lines = renderBlock(screenInfo(), s, plain, 5_000, width);
+    for (const l of lines) assert.ok(visibleLength(l) <= width, `over ${width}: "${l}"`);
+    const text = lines.join('\n');
+    // Every word of the Forwarding and Session Status values is on screen whole.
+    const words = (t: string) => t.split(/\s+/).filter(Boolean);
+    const flat = words(text);
+    for (const w of ['http://myapp.tunnels.example.com:8080', '→', 'http://localhost:3000', 'ECONNREFUSED)', 'https://tunnels.example.com:8080:', '(Ctrl+C', 'quit)']) {
+      assert.ok(flat.includes(w), `"${w}" whole at width ${width}:\n${text}`);
+    }
+    assert.match(text, /Web Interface\s+http:\/\/127\.0\.0\.1:4040/);
+    assert.match(text, /Traffic\s+in 0 B   out 0 B/);
+    assert.ok(flat.includes('someone.with.a.long.name@example.com'));
+  }
+  const narrow = renderBlock(screenInfo(), s, plain, 5_000, 59);
+  // At 60 columns the Forwarding value takes two lines, the second indented under the first.
+  const i = narrow.findIndex((l) => l.startsWith('Forwarding'));
+  assert.match(narrow[i]!, /^Forwarding\s+http:\/\/myapp\.tunnels\.example\.com:8080 →$/);
+  assert.is(narrow[i + 1], `${' '.repeat(18)}http://localhost:3000`);
+  // At 120 it is one line.
+  const wide = renderBlock(screenInfo(), s, plain, 5_000, 119);
+  assert.ok(wide.some((l) => /^Forwarding\s+http:\/\/myapp\.tunnels\.example\.com:8080 → http:\/\/localhost:3000$/.test(l)));
+  // Without an inspector there is no Web Interface line.
+  assert.not.match(renderBlock(screenInfo({ webInterface: null }), s, plain, 5_000, 119).join('\n'), /Web Interface/);
+  // A URL too long for the value column but not for the line gets a line of its own, whole.
+  const longer = 'http://myapp-staging-environment.tunnels.example.com:8080';
+  const own = renderBlock(screenInfo({ url: longer }), s, plain, 5_000, 59);
+  for (const l of own) assert.ok(visibleLength(l) <= 59);
+  assert.ok(own.some((l) => l.trim() === longer), own.join('\n'));
+  // Longer than a whole line: split, every character kept.
+  const long = 'http://' + 'x'.repeat(80) + '.example.com';
+  const tiny = renderBlock(screenInfo({ url: long }), s, plain, 5_000, 59);
+  for (const l of tiny) assert.ok(visibleLength(l) <= 59);
+  assert.ok(tiny.map((l) => l.trim()).join('').includes(long));
+});
+
+test('failed requests and TCP connections say what the visitor got and why, in red', () => {
+  const red = painter({ isTTY: true } as NodeJS.WriteStream);
+  const plain = painter({ isTTY: false } as NodeJS.WriteStream);
+  const line = requestLine({ method: 'GET', path: '/', status: 502, durationMs: 3, bytesIn: 0, bytesOut: 0, error: 'connection refused by localhost:3000' }, plain);
+  assert.match(line, /^GET\s+\/\s+502\s+3ms\s+Bad Gateway: connection refused by localhost:3000$/);
+  assert.match(requestLine({ method: 'GET', path: '/slow', status: 504, durationMs: 30_000, bytesIn: 0, bytesOut: 0, error: 'no response from localhost:3000 within 30 s' }, plain), /504 .*Gateway Timeout: no response from localhost:3000 within 30 s$/);
+  assert.not.match(requestLine({ method: 'GET', path: '/', status: 200, durationMs: 3, bytesIn: 0, bytesOut: 0 }, plain), /:/);
+  assert.match(connectionLine({ remote: '127.0.0.1:5555', durationMs: 1, bytesIn: 0, bytesOut: 0, error: 'connection refused by localhost:5432' }, plain), /^TCP\s+127\.0\.0\.1:5555\s+failed: connection refused by localhost:5432$/);
+  if (red.enabled) {
+    const coloured = requestLine({ method: 'GET', path: '/', status: 502, durationMs: 3, bytesIn: 0, bytesOut: 0, error: 'connection refused by localhost:3000' }, red);
+    assert.ok(coloured.includes('\x1b[31m502\x1b[39m'));
+    assert.ok(coloured.includes('\x1b[31mBad Gateway: connection refused by localhost:3000\x1b[39m'));
+  }
 });
 
 test.run();
