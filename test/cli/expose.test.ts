@@ -165,7 +165,8 @@ test('on a TTY: the live status block on stderr, redrawn in place, request lines
   child.stdout.on('data', (d) => (screen += d));
   await waitFor(() => (/Session Status\s+online/.test(screen) ? true : undefined), 15_000, 'status online');
   await visit(`cli-tty.localhost:${srv.port}`, '/tty');
-  await waitFor(() => (/Requests\s+total 1\s+p50 \d+ms\s+p90 \d+ms/.test(screen) ? true : undefined), 10_000, 'request counted');
+  // ngrok's figures: ttl opn rt1 rt5 p50 p90, the values on the line under their names.
+  await waitFor(() => (/Requests\s+ttl\s+opn\s+rt1\s+rt5\s+p50\s+p90\s*\r?\n\s+1\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+ms\s+\d+ms/.test(screen) ? true : undefined), 10_000, 'request counted');
   // Ctrl-C goes to node, the child of script.
   const { execFileSync } = await import('node:child_process');
   const pid = Number(execFileSync('ps', ['-o', 'pid=', '--ppid', String(child.pid)]).toString().trim().split('\n')[0]);
