@@ -88,6 +88,12 @@ export const Tunnel = Type.Object(
       deny_ip: Type.Array(Type.String()),
       expires_at: Nullable(DateTime),
     }),
+    // Additive: what a listing needs to be read without looking ids up.
+    url: Type.String({ description: 'public URL' }),
+    local_target: Nullable(Type.String({ description: "the local service as the tunnel's client named it (informational)" })),
+    owner_name: Nullable(Type.String()),
+    owner_email: Nullable(Type.String()),
+    team_name: Nullable(Type.String()),
   },
   { $id: 'Tunnel' },
 );

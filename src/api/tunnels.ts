@@ -1,7 +1,9 @@
 import { Type } from '@sinclair/typebox';
 import type { ApiCall, ApiRoute } from './route.js';
 import { Empty, Tunnel } from './schemas.js';
-import { getMembership, teamIdsOf } from '../db/teams.js';
+import { getMembership, teamIdsOf, teamNames } from '../db/teams.js';
+import { userNames } from '../db/users.js';
+import type { Sql } from '../db/sql.js';
 import { ApiError } from '../errors.js';
 import type { TunnelInfo } from '../protocol/messages.js';
 
@@ -9,9 +11,23 @@ import type { TunnelInfo } from '../protocol/messages.js';
 const REGISTRY_TIMEOUT_MS = 5_000;
 const CLOSE_TIMEOUT_MS = 10_000;
 
+/** The owner's and team's names next to their ids (the caller already may see the tunnel). */
+async function named(sql: Sql, tunnels: TunnelInfo[]) {
+  const [users, teams] = await Promise.all([
+    userNames(sql, [...new Set(tunnels.map((t) => t.owner_id))]),
+    teamNames(sql, [...new Set(tunnels.flatMap((t) => (t.team_id ? [t.team_id] : [])))]),
+  ]);
+  return tunnels.map((t) => ({
+    ...t,
+    owner_name: users.get(t.owner_id)?.name ?? null,
+    owner_email: users.get(t.owner_id)?.email ?? null,
+    team_name: t.team_id ? (teams.get(t.team_id) ?? null) : null,
+  }));
+}
+
 async function list({ shard, principal }: ApiCall) {
   const teamIds = principal.role === 'admin' ? [] : await teamIdsOf(shard.sql, principal.userId);
-  return shard.main.ask<TunnelInfo[]>({ type: 'tunnels-list', principal, teamIds }, REGISTRY_TIMEOUT_MS);
+  return named(shard.sql, await shard.main.ask<TunnelInfo[]>({ type: 'tunnels-list', principal, teamIds }, REGISTRY_TIMEOUT_MS));
 }
 
 /** The tunnel if the caller may see it (admin, owner, or member of its team), else 404. */
@@ -25,7 +41,7 @@ async function visible({ shard, principal, params }: ApiCall): Promise<{ t: Tunn
 }
 
 async function get(call: ApiCall) {
-  return (await visible(call)).t;
+  return (await named(call.shard.sql, [(await visible(call)).t]))[0];
 }
 
 async function remove(call: ApiCall) {

@@ -48,6 +48,21 @@ function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number; t
   }
 }
 
+/**
+ * The team to bind to: an id as given; a name (or id prefix) resolved through GET /teams when the
+ * key may list teams; with a tunnels-only key the name itself, which burrowd resolves among the
+ * user's own teams when it admits the tunnel.
+ */
+async function teamForTunnel(api: ApiClient, ref: string): Promise<string> {
+  if (UUID_RE.test(ref)) return ref;
+  try {
+    return (await resolveTeam(api, ref)).id;
+  } catch (e) {
+    if (e instanceof CliError && e.status === 403) return ref;
+    throw e;
+  }
+}
+
 interface ExposeOptions {
   id?: string;
   team?: string;
@@ -129,7 +144,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   const teamIds = new Map<string, string>();
   for (const s of specs) {
     if (s.team === undefined || teamIds.has(s.team)) continue;
-    teamIds.set(s.team, UUID_RE.test(s.team) ? s.team : (await resolveTeam(api, s.team)).id);
+    teamIds.set(s.team, await teamForTunnel(api, s.team));
   }
   const hintOpts = (s: TunnelSpec) => ({ id: s.id, remotePort: s.remotePort, team: s.team });
 
@@ -156,6 +171,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       teamId: s.team === undefined ? undefined : teamIds.get(s.team),
       remotePort: s.remotePort,
       access: Object.keys(s.access).length ? s.access : undefined,
+      localLabel: localLabel(s),
     })),
   });
 
@@ -273,7 +289,7 @@ export function registerExpose(program: Command): void {
   const common = (cmd: Command) =>
     detachOptions(cmd)
       .option('--id <name>', 'ask for this tunnel id (the first label of the public host name)')
-      .option('--team <team>', 'bind the tunnel to a team (id or name) so its members see it')
+      .option('--team <team>', 'bind the tunnel to a team (name or id) so its members see it')
       .option('--allow-ip <cidr>', 'only visitors from this address or CIDR (repeatable; v4 or v6)', cidrArg)
       .option('--deny-ip <cidr>', 'refuse visitors from this address or CIDR (repeatable; wins over --allow-ip)', cidrArg)
       .option('--expires <when>', 'end the tunnel after a duration (30m, 2h, 7d) or at a date-time (2026-12-31T18:00:00Z); at most a year', expiresArg)

@@ -1,7 +1,7 @@
 import { Command } from 'commander';
 import { act, examples } from './common.js';
 import { details, formatBytes, formatDuration, out, printJson, printTable } from './output.js';
-import type { Team, Tunnel } from './types.js';
+import type { Tunnel } from './types.js';
 
 // burrow tunnels list|get|delete: the live tunnels you own, your teams' tunnels, or all (admins).
 
@@ -13,6 +13,16 @@ function accessLine(a: Tunnel['access']): string {
 }
 
 const NOT_FOUND = 'no such live tunnel visible to you; `burrow tunnels list` lists them';
+
+/** "Ann Lee <ann@example.com>", or the email alone, or the short id (an older server). */
+function ownerOf(t: Tunnel): string {
+  if (!t.owner_email) return t.owner_id.slice(0, 8);
+  return t.owner_name && t.owner_name !== t.owner_email ? `${t.owner_name} <${t.owner_email}>` : t.owner_email;
+}
+
+function teamOf(t: Tunnel): string {
+  return t.team_id ? (t.team_name ?? t.team_id.slice(0, 8)) : '-';
+}
 
 export function registerTunnels(program: Command): void {
   const tunnels = program.command('tunnels').description('list, inspect and close live tunnels');
@@ -28,20 +38,14 @@ export function registerTunnels(program: Command): void {
           const client = ctx.client();
           const rows = await client.get<Tunnel[]>('/tunnels');
           if (ctx.json) return printJson(rows);
-          // Team names when this key may list teams (management scope); else the short id.
-          const teamNames = rows.some((t) => t.team_id)
-            ? await client
-                .get<Team[]>('/teams')
-                .then((teams) => new Map(teams.map((t) => [t.id, t.name])))
-                .catch(() => new Map<string, string>())
-            : new Map<string, string>();
           printTable(
             rows,
             [
               { header: 'ID', value: (t) => t.id },
-              { header: 'TYPE', value: (t) => t.tunnel_type },
-              { header: 'PORT', value: (t) => (t.remote_port === null ? '-' : String(t.remote_port)), align: 'right' },
-              { header: 'TEAM', value: (t) => (t.team_id ? (teamNames.get(t.team_id) ?? t.team_id.slice(0, 8)) : '-') },
+              { header: 'URL', value: (t) => t.url ?? (t.remote_port === null ? '-' : `:${t.remote_port}`) },
+              { header: 'LOCAL', value: (t) => t.local_target ?? '-' },
+              { header: 'OWNER', value: (t) => ownerOf(t) },
+              { header: 'TEAM', value: (t) => teamOf(t) },
               { header: 'UPTIME', value: (t) => formatDuration(t.uptime_secs) },
               { header: 'REQUESTS', value: (t) => String(t.stats.requests), align: 'right' },
               { header: 'IN', value: (t) => formatBytes(t.stats.bytes_in), align: 'right' },
@@ -66,10 +70,12 @@ export function registerTunnels(program: Command): void {
           out.line(
             details([
               ['id', t.id],
+              ['url', t.url ?? '-'],
+              ['local', t.local_target ?? '-'],
               ['type', t.tunnel_type],
               ['remote port', t.remote_port === null ? '-' : String(t.remote_port)],
-              ['owner', t.owner_id],
-              ['team', t.team_id ?? '-'],
+              ['owner', t.owner_email ? `${ownerOf(t)} (${t.owner_id})` : t.owner_id],
+              ['team', t.team_id ? (t.team_name ? `${t.team_name} (${t.team_id})` : t.team_id) : '-'],
               ['uptime', formatDuration(t.uptime_secs)],
               ['access', accessLine(t.access)],
               ['requests', String(t.stats.requests)],

@@ -75,4 +75,10 @@ export interface Tunnel {
   stats: { bytes_in: number; bytes_out: number; requests: number };
   /** access rules (whether there is basic auth, never a credential) */
   access?: { basic_auth: boolean; allow_ip: string[]; deny_ip: string[]; expires_at: string | null };
+  // Added later to the API: absent from an older server.
+  url?: string;
+  local_target?: string | null;
+  owner_name?: string | null;
+  owner_email?: string | null;
+  team_name?: string | null;
 }

@@ -45,6 +45,8 @@ export interface TunnelClientOptions {
   remotePort?: number;
   /** Access rules the server enforces (basic auth, IP lists, expiry): protocol/access.ts. */
   access?: AccessRules;
+  /** The local service as listings show it ("http://localhost:3000"); informational. */
+  localLabel?: string;
   /** How long the local service may take to send a response head before the visitor gets 504. */
   responseTimeoutMs?: number;
   /** Told about every HTTP exchange of this tunnel (the request inspector, src/client/inspector/). */
@@ -54,7 +56,7 @@ export interface TunnelClientOptions {
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
-export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'observer'>;
+export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'localLabel' | 'observer'>;
 
 export class TunnelRefused extends Error {
   constructor(
@@ -461,7 +463,7 @@ class Tunnel {
   readonly uploadPool: Pool;
 
   /** host:port of the local service, as messages name it */
-  get localLabel(): string {
+  get localAddr(): string {
     const h = this.opts.local.host;
     return `${h.includes(':') ? `[${h}]` : h}:${this.opts.local.port}`;
   }
@@ -480,6 +482,7 @@ class Tunnel {
       teamId: this.opts.teamId ?? null,
       remotePort: this.registered?.remotePort ?? this.opts.remotePort ?? null,
       access: this.opts.access ?? null,
+      ...(this.opts.localLabel ? { local: this.opts.localLabel } : {}),
     };
   }
 
@@ -525,7 +528,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   constructor(private readonly opts: TunnelClientOptions) {
     super();
-    const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access, observer: opts.observer }] : []);
+    const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access, localLabel: opts.localLabel, observer: opts.observer }] : []);
     if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
     this.tunnels = list.map((t) => new Tunnel(t));
     if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
@@ -808,7 +811,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       this.emit('open-streams', t.open, t.name);
       const durationMs = Date.now() - s.startedMs;
       const f = s.localFailure;
-      const error = f ? { error: describeLocalError(f.err, t.localLabel, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
+      const error = f ? { error: describeLocalError(f.err, t.localAddr, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
       if (s instanceof HttpStream || s instanceof PoolHttpStream) {
         // No answer: the status the visitor got from the edge for it.
         const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);

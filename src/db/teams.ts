@@ -45,6 +45,19 @@ export async function listTeams(sql: Sql, userId: string | null): Promise<Team[]
   return rows.map(toTeam);
 }
 
+/** The id of the team called `name` if the user belongs to it (a tunnel bound by team name). */
+export async function memberTeamIdByName(sql: Sql, userId: string, name: string): Promise<string | null> {
+  const [r] = await sql<{ id: string }[]>`select t.id from teams t join team_members m on m.team_id = t.id and m.user_id = ${userId} where t.name = ${name}`;
+  return r?.id ?? null;
+}
+
+/** Names of these teams (tunnel listings show them), by id. */
+export async function teamNames(sql: Sql, ids: readonly string[]): Promise<Map<string, string>> {
+  if (ids.length === 0) return new Map();
+  const rows = await sql<{ id: string; name: string }[]>`select id, name from teams where id = any(${sql.array([...ids])}::uuid[])`;
+  return new Map(rows.map((r) => [r.id, r.name]));
+}
+
 /** Team ids the user belongs to (tunnel visibility). */
 export async function teamIdsOf(sql: Sql, userId: string): Promise<string[]> {
   const rows = await sql<{ team_id: string }[]>`select team_id from team_members where user_id = ${userId}`;

@@ -35,6 +35,13 @@ export async function getUser(sql: Sql, id: string): Promise<User | null> {
   return r ? toUser(r) : null;
 }
 
+/** Names and emails of these users (tunnel listings show the owner), by id. */
+export async function userNames(sql: Sql, ids: readonly string[]): Promise<Map<string, { name: string; email: string }>> {
+  if (ids.length === 0) return new Map();
+  const rows = await sql<{ id: string; name: string; email: string }[]>`select id, name, email from users where id = any(${sql.array([...ids])}::uuid[])`;
+  return new Map(rows.map((r) => [r.id, { name: r.name, email: r.email }]));
+}
+
 export async function listUsers(sql: Sql, limit: number): Promise<User[]> {
   const rows = await sql<UserRow[]>`select * from users order by created_at desc, id desc limit ${limit}`;
   return rows.map(toUser);

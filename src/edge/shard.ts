@@ -148,6 +148,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
             clientIp: conn.ip,
             access,
             claim,
+            local: req.local ?? null,
           },
           ADMIT_TIMEOUT_MS,
         );
@@ -166,7 +167,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       }
       // A takeover on this same shard: the registry's tunnel-close for the old one came first.
       const actor = new TunnelActor(
-        { id: admitted.id, type: req.type, userId: conn.principal.userId, teamId: req.teamId ?? null, sessionId: admitted.sessionId, url: admitted.url, remotePort: port },
+        { id: admitted.id, type: req.type, userId: conn.principal.userId, teamId: admitted.teamId, sessionId: admitted.sessionId, url: admitted.url, remotePort: port },
         conn,
         markDirty,
       );

@@ -3,7 +3,7 @@ import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
 import { closeOrphanedSessions } from '../db/sessions.js';
 import { keyLabel } from '../db/api-keys.js';
-import { getMembership } from '../db/teams.js';
+import { getMembership, memberTeamIdByName } from '../db/teams.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
 import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
@@ -193,12 +193,18 @@ export class RegistryActor {
       const problem = tunnelIdProblem(m.id, this.config.domain);
       if (problem) throw new ApiError('bad-request', problem);
     }
-    if (m.teamId !== null) {
-      if (!UUID_RE.test(m.teamId)) throw new ApiError('bad-request', `team id "${m.teamId}" is not a uuid`);
+    let teamId = m.teamId;
+    if (teamId !== null) {
       const before = this.revocations;
-      if (!(await getMembership(this.sql, m.teamId, m.userId))) throw new ApiError('forbidden', `you are not a member of team ${m.teamId}`);
+      if (!UUID_RE.test(teamId)) {
+        // A team name (tunnels-only keys cannot list teams to find the id): only the user's own
+        // teams are searched, so this reveals nothing about teams the user is not in.
+        const named = await memberTeamIdByName(this.sql, m.userId, teamId);
+        if (!named) throw new ApiError('not-found', `you are in no team named "${teamId}"`);
+        teamId = named;
+      } else if (!(await getMembership(this.sql, teamId, m.userId))) throw new ApiError('forbidden', `you are not a member of team ${teamId}`);
       // A removal or team deletion that closed tunnels while we read may have missed this one.
-      if (this.revocations !== before) throw new ApiError('unavailable', `team ${m.teamId} changed while this tunnel was admitted; try again`);
+      if (this.revocations !== before) throw new ApiError('unavailable', `team ${teamId} changed while this tunnel was admitted; try again`);
     }
     // Another key of this user about to take a live id over: its name goes into the old client's
     // message, read now (before the fresh conflict check below; a race just leaves it unnamed).
@@ -226,19 +232,20 @@ export class RegistryActor {
         );
     }
     const sessionId = randomUUID();
+    const url = this.publicUrl(m.tunnelType, id, m.remotePort);
     this.tunnels.set(id, {
-      info: { id, owner_id: m.userId, team_id: m.teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType },
+      info: { id, owner_id: m.userId, team_id: teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType, url, local_target: m.local },
       access: m.access,
       keyId: m.keyId,
       shard,
       sessionId,
       registeredAtMs: Date.now(),
     });
-    this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId: m.teamId, clientIp: m.clientIp });
+    this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId, clientIp: m.clientIp });
     // Every shard knows the route before the client hears Opened and prints its URL: a visitor
     // who uses it at once may land on any shard, and must not get 404 there.
     await this.routeEverywhere({ type: 'tunnel-route', id, shard, access: m.access });
-    return { id, sessionId, url: this.publicUrl(m.tunnelType, id, m.remotePort), tookOver: old !== undefined };
+    return { id, sessionId, url, teamId, tookOver: old !== undefined };
   }
 
   private down(id: string, sessionId: string, last: StatsDelta | null): void {

@@ -101,11 +101,14 @@ export interface OpenRequest {
   type: 'http' | 'tcp';
   /** requested id (http and tcp); random when absent */
   id?: string | null;
+  /** a team id, or the name of one of the user's teams */
   teamId?: string | null;
   /** tcp: requested public port; any free one of --tcp-port-range when absent */
   remotePort?: number | null;
   /** access rules the edge enforces before a visitor reaches the client (protocol/access.ts) */
   access?: AccessRules | null;
+  /** the local service as the client names it ("http://localhost:3000"): shown in tunnel listings only */
+  local?: string | null;
 }
 export interface Opened {
   id: string;
@@ -404,6 +407,9 @@ function checkFrame(a: unknown[]): void {
       c.optStr(o.teamId, 'open.teamId', MAX_NAME_CHARS);
       if (o.remotePort !== undefined && o.remotePort !== null) c.int(o.remotePort, 'open.remotePort', 1, 65535);
       if (o.access !== undefined && o.access !== null) checkAccess(c, o.access);
+      c.optStr(o.local, 'open.local', MAX_NAME_CHARS);
+      // Shown to other users (team members, admins): printable ASCII only, no control characters.
+      if (typeof o.local === 'string' && !/^[\x21-\x7e]*$/.test(o.local)) c.fail('open.local', 'printable ASCII without spaces', o.local);
       return;
     }
     case F.Opened: {

@@ -30,6 +30,10 @@ export interface TunnelInfo {
   stats: { bytes_in: number; bytes_out: number; requests: number };
   /** access rules (never a credential) */
   access: AccessView;
+  /** public URL (additive field) */
+  url: string;
+  /** the local service as its client named it (informational, client-supplied), or null */
+  local_target: string | null;
 }
 
 /** Main's answer to `verify-key`: `limited` → 429 (by the IP's or the prefix's count), `busy` → 503. */

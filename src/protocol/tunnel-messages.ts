@@ -38,7 +38,8 @@ export type TunnelShardToMain =
   /** A claim that will not reach tunnel-admit (bind failed, connection gone). */
   | { type: 'tunnel-port-release'; claim: number }
   /** Admit a tunnel registered on this shard; answers TunnelAdmitted or throws a coded error
-   *  (conflict, bad-request, forbidden). `id` null: pick a random free one. */
+   *  (conflict, bad-request, forbidden, not-found). `id` null: pick a random free one. `teamId`:
+   *  a team id, or the name of one of the user's teams (a tunnels-only key cannot list teams). */
   | {
       type: 'tunnel-admit';
       userId: string;
@@ -53,6 +54,8 @@ export type TunnelShardToMain =
       access: AccessWire | null;
       /** tcp: the tunnel-port-claim this admission spends (admitted or refused), else null */
       claim: number | null;
+      /** the local service as the client names it (shown in listings only), or null */
+      local: string | null;
     }
   /** A tunnel of this shard ended (client gone, stopped, closed); `last` holds its final counters. */
   | { type: 'tunnel-down'; id: string; sessionId: string; last: StatsDelta | null }
@@ -69,6 +72,8 @@ export interface TunnelAdmitted {
   sessionId: string;
   /** public URL: http://<id>.<domain>:<port> or tcp://<host>:<port> */
   url: string;
+  /** the team the tunnel is bound to (resolved when the Open named it), or null */
+  teamId: string | null;
   /** a live tunnel of the same user held this id and was closed for this one */
   tookOver: boolean;
 }

@@ -92,7 +92,10 @@ const RESOURCES: Record<string, { fields: string[]; nullable: string[] }> = {
   },
   Team: { fields: ['id', 'name', 'created_at', 'updated_at'], nullable: [] },
   TeamMember: { fields: ['id', 'team_id', 'user_id', 'role', 'created_at'], nullable: [] },
-  Tunnel: { fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats', 'access'], nullable: ['team_id', 'remote_port'] },
+  Tunnel: {
+    fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats', 'access', 'url', 'local_target', 'owner_name', 'owner_email', 'team_name'],
+    nullable: ['team_id', 'remote_port', 'local_target', 'owner_name', 'owner_email', 'team_name'],
+  },
   Error: { fields: ['type', 'title', 'status', 'detail'], nullable: [] },
 };
 const ENUMS: Record<string, string[]> = { ApiScope: ['tunnels', 'management'], Role: ['admin', 'member'], TeamRole: ['owner', 'member'] };

@@ -119,11 +119,14 @@ test('a tunnel bound to a team (by name): tunnels list names the team, tunnels g
   await waitFor(() => (/^GET\s+\/t\s+200/m.test(child.output.stdout) ? true : undefined), 10_000, 'request line');
   const l = await burrow(alice, ['tunnels', 'list']);
   assert.is(l.code, 0, l.stderr);
-  assert.match(l.stdout, /^ID\s+TYPE\s+PORT\s+TEAM\s+UPTIME\s+REQUESTS\s+IN\s+OUT\n/);
-  assert.match(l.stdout, /^cli-team\s+http\s+-\s+qa\s+\d+s\s+\d+\s+\S+ B\s+\S+ B$/m);
+  assert.match(l.stdout, /^ID\s+URL\s+LOCAL\s+OWNER\s+TEAM\s+UPTIME\s+REQUESTS\s+IN\s+OUT\n/);
+  assert.match(l.stdout, new RegExp(`^cli-team\\s+http://cli-team\\.localhost:${srv.port}\\s+http://localhost:${webPort}\\s+Seed admin <seed@burrow\\.local>\\s+qa\\s+\\d+s\\s+\\d+\\s+\\S+ B\\s+\\S+ B$`, 'm'));
   const g = await burrow(alice, ['tunnels', 'get', 'cli-team']);
   assert.is(g.code, 0, g.stderr);
-  assert.match(g.stdout, /^id\s+cli-team\ntype\s+http\nremote port\s+-\nowner\s+[0-9a-f-]{36}\nteam\s+[0-9a-f-]{36}\nuptime\s+\d+s\naccess\s+-\nrequests\s+\d+\nbytes in\s+\S+ B\nbytes out\s+\S+ K?i?B\n$/);
+  assert.match(
+    g.stdout,
+    new RegExp(`^id\\s+cli-team\\nurl\\s+http://cli-team\\.localhost:${srv.port}\\nlocal\\s+http://localhost:${webPort}\\ntype\\s+http\\nremote port\\s+-\\nowner\\s+\\S+.* \\([0-9a-f-]{36}\\)\\nteam\\s+qa \\([0-9a-f-]{36}\\)\\nuptime\\s+\\d+s\\naccess\\s+-\\nrequests\\s+\\d+\\nbytes in\\s+\\S+ B\\nbytes out\\s+\\S+ K?i?B\\n$`),
+  );
   const j = JSON.parse((await burrow(alice, ['tunnels', 'get', 'cli-team', '--json'])).stdout);
   assert.is(j.id, 'cli-team');
   assert.type(j.stats.requests, 'number');
