@@ -70,6 +70,8 @@ interface ExposeOptions {
   quiet?: boolean;
   detach?: boolean;
   pidFile?: string;
+  upstreamInsecure?: boolean;
+  hostHeader?: string;
   basicAuth?: string[];
   allowIp?: string[];
   denyIp?: string[];
@@ -110,7 +112,7 @@ function specOfFlags(type: 'http' | 'tcp', addr: string, o: ExposeOptions): Tunn
   // The access flags were parsed by their argParsers (cidrArg, expiresArg) and are checked here
   // with the same protocol/access.ts functions validateTunnel applies to a file's keys.
   const access = accessRulesOf(type, o) ?? {};
-  const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort };
+  const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort, host_header: o.hostHeader, upstream_insecure: o.upstreamInsecure };
   const { spec, errors } = validateTunnel(type, raw);
   if (spec) return { ...spec, access };
   const e = errors[0]!;
@@ -166,7 +168,8 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     tunnels: specs.map((s) => ({
       name: s.name,
       type: s.type,
-      local: s.local,
+      // The local side as the entry or flags asked: https verified unless upstream_insecure, Host rewritten.
+      local: { ...s.local, insecure: s.upstreamInsecure === true, ...(s.hostHeader ? { hostHeader: s.hostHeader } : {}) },
       id: s.id,
       teamId: s.team === undefined ? undefined : teamIds.get(s.team),
       remotePort: s.remotePort,
@@ -300,11 +303,15 @@ export function registerExpose(program: Command): void {
       program
         .command('http')
         .description('expose a local HTTP service at a public URL')
-        .argument('<target>', 'local port (3000) or host:port (192.168.1.5:8080)')
-        .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect),
+        .argument('<target>', 'local port (3000), host:port (192.168.1.5:8080) or an https:// URL (https://localhost:8443)')
+        .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect)
+        .option('--upstream-insecure', "accept the local https:// service's certificate without verifying it (self-signed dev servers)")
+        .option('--host-header <value>', "Host sent to the local service: 'rewrite' (its own host:port, for dev servers that refuse a foreign Host) or a value"),
     ).action(exposeAction('http')),
     [
       'burrow http 3000',
+      'burrow http https://localhost:8443 --upstream-insecure',
+      'burrow http 5173 --host-header rewrite   # Vite, webpack-dev-server: they check Host',
       'burrow http 3000 --id myapp          # http://myapp.<domain>',
       'burrow http 192.168.1.5:8080 --team web',
       'burrow http 3000 --basic-auth alice:correct-horse --expires 2h',

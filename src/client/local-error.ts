@@ -23,6 +23,9 @@ export function describeLocalError(err: Error | null, target: string, timeoutMs?
     case 'ENETUNREACH':
       return `${target} is unreachable`;
     default:
+      if (code && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|ALTNAME/.test(code)) {
+        return `${target}'s TLS certificate is not trusted (${code}); --upstream-insecure accepts a self-signed one`;
+      }
       return `${target}: ${code ?? err.message}`;
   }
 }

@@ -1,5 +1,6 @@
 import { EventEmitter } from 'node:events';
 import http from 'node:http';
+import https from 'node:https';
 import net from 'node:net';
 import { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
@@ -15,6 +16,7 @@ import { guardedExchange, type ExchangeObserver, type TunnelObserver } from './o
 import { verificationProblem } from './tls-verify.js';
 import { WsClient, WsRefused } from './ws-client.js';
 import { describeLocalError } from './local-error.js';
+import { connectOptions, hostPort, localOrigin, withHostHeader, type LocalTarget } from './local-target.js';
 
 export type { AccessRules } from '../protocol/access.js';
 
@@ -39,7 +41,8 @@ export interface TunnelClientOptions {
   /** names the tunnel in events (a burrow.yml entry's name); default: its type */
   name?: string;
   type?: 'http' | 'tcp';
-  local?: { host: string; port: number };
+  /** the local service; `localhost` means both loopback addresses (see local-target.ts) */
+  local?: LocalTarget;
   id?: string;
   teamId?: string;
   remotePort?: number;
@@ -204,9 +207,11 @@ class HttpStream extends ClientStream {
   private status = 0;
   private readonly headTimer: NodeJS.Timeout;
 
-  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, local: { host: string; port: number }, agent: http.Agent, timeoutMs: number) {
+  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, local: LocalTarget, agent: http.Agent, timeoutMs: number) {
     super(sid, out, onFinish);
-    this.req = http.request({ host: local.host, port: local.port, method: head.method, path: head.target, headers: head.headers, agent: head.upgrade ? false : agent, setHost: false });
+    this.req = (local.tls ? https : http).request({
+      host: local.host, port: local.port, method: head.method, path: head.target, headers: head.headers, agent: head.upgrade ? false : agent, setHost: false, ...connectOptions(local),
+    });
     this.req.on('socket', (s: net.Socket) => s.setNoDelay(true));
     this.headTimer = setTimeout(() => {
       this.localFailure ??= { err: null };
@@ -387,9 +392,9 @@ class TcpStream extends ClientStream {
   private readonly sock: net.Socket;
   private connected = false;
 
-  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: TcpHead, local: { host: string; port: number }) {
+  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: TcpHead, local: LocalTarget) {
     super(sid, out, onFinish);
-    this.sock = net.connect({ host: local.host, port: local.port, noDelay: true, allowHalfOpen: true });
+    this.sock = net.connect({ host: local.host, port: local.port, noDelay: true, allowHalfOpen: true, lookup: connectOptions(local).lookup });
     this.sock.on('connect', () => (this.connected = true));
     this.sock.on('data', (chunk: Buffer) => this.forward(chunk));
     this.sock.on('drain', () => this.meter.drained());
@@ -458,21 +463,21 @@ class Tunnel {
   attempt = 0;
   retryTimer: NodeJS.Timeout | null = null;
   readonly name: string;
-  readonly agent = new http.Agent({ keepAlive: true, maxFreeSockets: 64 });
+  readonly agent: http.Agent;
   readonly pool: Pool;
   readonly uploadPool: Pool;
 
   /** host:port of the local service, as messages name it */
   get localAddr(): string {
-    const h = this.opts.local.host;
-    return `${h.includes(':') ? `[${h}]` : h}:${this.opts.local.port}`;
+    return hostPort(this.opts.local);
   }
 
   constructor(readonly opts: TunnelOptions) {
     this.name = opts.name ?? opts.type;
-    const host = opts.local.host.includes(':') ? `[${opts.local.host}]` : opts.local.host;
-    this.pool = new Pool(`http://${host}:${opts.local.port}`, { connections: MAX_LOCAL_CONNECTIONS, pipelining: 1 });
-    this.uploadPool = new Pool(`http://${host}:${opts.local.port}`, { connections: null, pipelining: 1 });
+    this.agent = new (opts.local.tls ? https : http).Agent({ keepAlive: true, maxFreeSockets: 64 });
+    const connect = connectOptions(opts.local);
+    this.pool = new Pool(localOrigin(opts.local), { connections: MAX_LOCAL_CONNECTIONS, pipelining: 1, connect });
+    this.uploadPool = new Pool(localOrigin(opts.local), { connections: null, pipelining: 1, connect });
   }
 
   openRequest(): OpenRequest {
@@ -805,6 +810,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private openStream(sid: number, tunnelId: string, head: HttpHead | TcpHead): void {
     const t = this.tunnels.find((x) => x.live && x.registered?.id === tunnelId);
     if (!t || head.kind !== t.opts.type) return this.send([F.Reset, sid, 'no-tunnel']);
+    if (head.kind === 'http' && t.opts.local.hostHeader) head = { ...head, headers: withHostHeader(head.headers, t.opts.local) };
     const onFinish = (s: ClientStream): void => {
       if (this.streams.get(s.sid) === s) this.streams.delete(s.sid);
       t.open = Math.max(0, t.open - 1);

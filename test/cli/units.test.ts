@@ -135,6 +135,24 @@ test('parseLocal: port, host:port, [v6]:port, URL; bad input throws', () => {
   assert.equal(parseLocal('[::1]:80'), { host: '::1', port: 80 });
   assert.equal(parseLocal('http://localhost:3000/'), { host: 'localhost', port: 3000 });
   for (const bad of ['0', '70000', 'host', 'host:', ':80', 'a b:1']) assert.throws(() => parseLocal(bad), /expected a port/);
+  assert.equal(parseLocal('https://localhost:8443'), { host: 'localhost', port: 8443, tls: true });
+  assert.equal(parseLocal('https://dev.internal'), { host: 'dev.internal', port: 443, tls: true });
+  assert.equal(parseLocal('http://[::1]'), { host: '::1', port: 80 });
+  assert.throws(() => parseLocal('ftp://localhost:21'), /expected an http:\/\/ or https:\/\/ address/);
+});
+
+test('local targets: localhost is both loopback addresses; Host rewritten as asked', async () => {
+  const { localLookup, withHostHeader } = await import('../../src/client/local-target.js');
+  const all = await new Promise<unknown>((r) => localLookup('localhost', { all: true }, (_e, a) => r(a)));
+  assert.equal(all, [{ address: '127.0.0.1', family: 4 }, { address: '::1', family: 6 }]);
+  const v6 = await new Promise<unknown>((r) => localLookup('LOCALHOST', { all: true, family: 6 }, (_e, a) => r(a)));
+  assert.equal(v6, [{ address: '::1', family: 6 }]);
+  const local = { host: 'localhost', port: 5173 };
+  const headers = ['Host', 'myapp.tunnels.example.com', 'Accept', '*/*'];
+  assert.equal(withHostHeader(headers, local), headers);
+  assert.equal(withHostHeader(headers, { ...local, hostHeader: 'rewrite' }), ['Host', 'localhost:5173', 'Accept', '*/*']);
+  assert.equal(withHostHeader(headers, { ...local, hostHeader: 'app.test' }), ['Host', 'app.test', 'Accept', '*/*']);
+  assert.equal(withHostHeader(['Accept', '*/*'], { host: '::1', port: 80, hostHeader: 'rewrite' }), ['Host', '[::1]:80', 'Accept', '*/*']);
 });
 
 test('exitCodeForRefusal maps refusal codes onto the exit code table', () => {
