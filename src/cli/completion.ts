@@ -162,7 +162,7 @@ async function candidates(kind: string, client: () => import('./client.js').ApiC
 }
 
 function registerCompleteValues(program: Command): void {
-  program
+  const cmd = program
     .command('__complete', { hidden: true })
     .description('(for the completion scripts) print the values of one kind: contexts, tunnels, teams')
     .argument('<kind>')
@@ -175,6 +175,7 @@ function registerCompleteValues(program: Command): void {
         process.exit(0);
       }),
     );
+  examples(cmd, ['burrow __complete contexts', 'burrow __complete tunnels', 'burrow __complete teams']);
 }
 
 export function registerCompletion(program: Command): void {
