@@ -124,6 +124,24 @@ test('two tunnels (http + tcp) over one control connection, both carrying traffi
   assert.match(child.output.stderr, /burrow: 2 tunnels closed after .* 1 request, 1 connection/);
 });
 
+test('a burrow.yml entry with host_header gets the Host rewritten, as --host-header does', async () => {
+  const hostEcho = createServer((req, res) => res.end(`host ${req.headers.host}`));
+  await new Promise<void>((r) => hostEcho.listen(0, '127.0.0.1', r));
+  const port = (hostEcho.address() as { port: number }).port;
+  try {
+    const file = configFile('host.yml', `  rw: { proto: http, addr: "127.0.0.1:${port}", id: host-rw, host_header: rewrite }\n  fixed: { proto: http, addr: "127.0.0.1:${port}", id: host-fixed, host_header: app.test }\n  plain: { proto: http, addr: "127.0.0.1:${port}", id: host-plain }\n`);
+    const child = burrows.start(admin, ['start', '--config', file]);
+    await lines(child, 3, 'three URL lines');
+    assert.is((await visit(`host-rw.localhost:${srv.port}`, '/')).body, `host 127.0.0.1:${port}`);
+    assert.is((await visit(`host-fixed.localhost:${srv.port}`, '/')).body, 'host app.test');
+    assert.is((await visit(`host-plain.localhost:${srv.port}`, '/')).body, `host host-plain.localhost:${srv.port}`);
+    child.kill('SIGINT');
+    assert.is(await exitOf(child, 10_000, 'exit'), 0);
+  } finally {
+    hostEcho.close();
+  }
+});
+
 test('burrow start web starts only that one; --json events carry the tunnel name', async () => {
   const file = configFile('pick.yml', `  web: { proto: http, addr: ${webPort()}, id: pick-web }\n  db: { proto: tcp, addr: ${echoPort()} }\n`);
   const child = burrows.start(admin, ['start', 'web', '--config', file, '--json']);
