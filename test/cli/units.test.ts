@@ -48,16 +48,27 @@ test('saveConfig writes mode 0600 in a 0700 directory, atomically (no temp files
 
 test('resolveTarget: flag > env > context file; default server without any', () => {
   freshConfigHome();
-  assert.equal(resolveTarget({}), { server: DEFAULT_SERVER, token: null, contextName: null });
+  assert.equal(resolveTarget({}), { server: DEFAULT_SERVER, token: null, contextName: null, ca: null });
   saveConfig({ currentContext: 'a', contexts: { a: { server: 'http://a:1', token: KEY_A }, b: { server: 'http://b:1', token: KEY_B } } });
-  assert.equal(resolveTarget({}), { server: 'http://a:1', token: KEY_A, contextName: 'a' });
-  assert.equal(resolveTarget({ context: 'b' }), { server: 'http://b:1', token: KEY_B, contextName: 'b' });
+  assert.equal(resolveTarget({}), { server: 'http://a:1', token: KEY_A, contextName: 'a', ca: null });
+  assert.equal(resolveTarget({ context: 'b' }), { server: 'http://b:1', token: KEY_B, contextName: 'b', ca: null });
   process.env.BURROW_TOKEN = 'env-token';
   process.env.BURROW_SERVER = 'http://env:1';
-  assert.equal(resolveTarget({}), { server: 'http://env:1', token: 'env-token', contextName: 'a' });
-  assert.equal(resolveTarget({ server: 'http://flag:1', token: 'flag-token' }), { server: 'http://flag:1', token: 'flag-token', contextName: 'a' });
+  assert.equal(resolveTarget({}), { server: 'http://env:1', token: 'env-token', contextName: 'a', ca: null });
+  assert.equal(resolveTarget({ server: 'http://flag:1', token: 'flag-token' }), { server: 'http://flag:1', token: 'flag-token', contextName: 'a', ca: null });
   delete process.env.BURROW_SERVER;
   delete process.env.BURROW_TOKEN;
+});
+
+test('resolveTarget: --ca > BURROW_CA > the context\'s CA, and a context\'s CA only for its own server', () => {
+  freshConfigHome();
+  saveConfig({ currentContext: 'a', contexts: { a: { server: 'https://a:1', token: KEY_A, ca: '/ctx/ca.pem' } } });
+  assert.is(resolveTarget({}).ca, '/ctx/ca.pem');
+  assert.is(resolveTarget({ server: 'https://elsewhere:1' }).ca, null);
+  process.env.BURROW_CA = '/env/ca.pem';
+  assert.is(resolveTarget({}).ca, '/env/ca.pem');
+  assert.is(resolveTarget({ ca: '/flag/ca.pem' }).ca, '/flag/ca.pem');
+  delete process.env.BURROW_CA;
 });
 
 test("resolveTarget never sends a context's key to another server", () => {
