@@ -6,6 +6,7 @@ import type { Target } from './config.js';
 import { detachIfAsked, detachOptions, tellParent } from './detach.js';
 import { CliError, EXIT, type ExitCode } from './errors.js';
 import { ExposeScreen, accessSummary } from './expose-screen.js';
+import { addInspectOptions, startInspectorFromFlag } from './inspect.js';
 import { resolveTeam } from './teams.js';
 import { flagOf, localLabel, parseTunnelExpiry, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
 import type { User } from './types.js';
@@ -76,6 +77,8 @@ interface ExposeOptions {
   allowIp?: string[];
   denyIp?: string[];
   expires?: number;
+  /** http only: --inspect ADDR (string), --no-inspect (false) */
+  inspect?: string | boolean;
 }
 
 /** Repeatable option values, in order. */
@@ -130,6 +133,8 @@ function exposeAction(type: 'http' | 'tcp') {
 
 export interface RunFlags {
   quiet?: boolean;
+  /** --inspect ADDR (string), --no-inspect (false); only runs with an http tunnel have an inspector */
+  inspect?: string | boolean;
 }
 
 /**
@@ -152,12 +157,18 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
 
   // Loaded here so management commands do not pay for the tunnel code at start-up.
   const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
+  // One inspector for the run, started before the tunnels so their first request is captured.
+  const inspection = specs.some((s) => s.type === 'http') ? await startInspectorFromFlag(ctx.opts.inspect) : null;
+  const inspector = inspection?.inspector ?? null;
+  /** the id each tunnel was given: `burrow http` labels its captures with it (start: the entry's name) */
+  const ids = new Map<string, string>();
   const screen = new ExposeScreen(
     {
       tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null, access: accessSummary(s.access) })),
       account: null,
       state: 'connecting',
       stateDetail: null,
+      webInterface: inspector?.url ?? null,
     },
     { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
   );
@@ -175,6 +186,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       remotePort: s.remotePort,
       access: Object.keys(s.access).length ? s.access : undefined,
       localLabel: localLabel(s),
+      observer: s.type === 'http' ? inspector?.observer(named ? s.name : () => ids.get(s.name) ?? s.id ?? s.name, { origin: localLabel(s), insecure: s.upstreamInsecure }) : undefined,
     })),
   });
 
@@ -186,6 +198,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   let laterCode: ExitCode = EXIT.ok;
 
   client.on('registered', (r) => {
+    ids.set(r.tunnel, r.id);
     const again = registered.has(r.tunnel);
     screen.registered(r.id, r.url, !again, r.tunnel);
     // On a reconnect the tunnel taken over is normally our own stale registration: not news.
@@ -233,7 +246,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   // (130 = interrupted, as shells report it).
   const abortConnecting = () => {
     screen.stop();
-    void client.stop().finally(() => process.exit(130));
+    void Promise.all([client.stop(), inspector?.close()]).finally(() => process.exit(130));
   };
   process.once('SIGINT', abortConnecting);
   process.once('SIGTERM', abortConnecting);
@@ -242,13 +255,16 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     const started = await client.startAll();
     for (const t of started) {
       if (t.url !== undefined && !registered.has(t.name)) {
+        ids.set(t.name, t.id!);
         screen.registered(t.id!, t.url, true, t.name);
         registered.add(t.name);
       }
     }
+    inspection?.announce((line) => screen.note(line));
     tellParent(specs.map((s) => started.find((t) => t.name === s.name)).flatMap((t) => (t?.url === undefined ? [] : [named ? `${t.name} ${t.url}` : t.url])));
   } catch (e) {
     screen.stop();
+    await inspector?.close();
     if (e instanceof TunnelRefused) {
       if (e.code === 'tls') {
         throw new CliError(EXIT.error, 'TLS verification failed', e.message, 'if the server uses a private CA, pass its certificate with --ca FILE (or BURROW_CA, or store it in the context: `burrow context create NAME --server URL --ca FILE`)');
@@ -282,6 +298,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   process.removeListener('SIGINT', stopOnSignal);
   process.removeListener('SIGTERM', stopOnSignal);
   await client.stop().catch(() => undefined);
+  await inspector?.close();
   screen.stop();
   if (!ctx.json) screen.summary();
   if (failure) throw failure;
@@ -299,14 +316,16 @@ export function registerExpose(program: Command): void {
       .option('-q, --quiet', 'no per-request lines');
 
   examples(
-    common(
-      program
-        .command('http')
-        .description('expose a local HTTP service at a public URL')
-        .argument('<target>', 'local port (3000), host:port (192.168.1.5:8080) or an https:// URL (https://localhost:8443)')
-        .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect)
-        .option('--upstream-insecure', "accept the local https:// service's certificate without verifying it (self-signed dev servers)")
-        .option('--host-header <value>', "Host sent to the local service: 'rewrite' (its own host:port, for dev servers that refuse a foreign Host) or a value"),
+    addInspectOptions(
+      common(
+        program
+          .command('http')
+          .description('expose a local HTTP service at a public URL; its requests show in the inspector at http://127.0.0.1:4040')
+          .argument('<target>', 'local port (3000), host:port (192.168.1.5:8080) or an https:// URL (https://localhost:8443)')
+          .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect)
+          .option('--upstream-insecure', "accept the local https:// service's certificate without verifying it (self-signed dev servers)")
+          .option('--host-header <value>', "Host sent to the local service: 'rewrite' (its own host:port, for dev servers that refuse a foreign Host) or a value"),
+      ),
     ).action(exposeAction('http')),
     [
       'burrow http 3000',
@@ -316,6 +335,8 @@ export function registerExpose(program: Command): void {
       'burrow http 192.168.1.5:8080 --team web',
       'burrow http 3000 --basic-auth alice:correct-horse --expires 2h',
       'burrow http 3000 --allow-ip 203.0.113.0/24 --allow-ip 2001:db8::/32 --deny-ip 203.0.113.9',
+      'burrow http 3000 --inspect 4041      # the inspector on http://127.0.0.1:4041',
+      'burrow http 3000 --no-inspect',
       '# in a script: returns once the tunnel is up, with the URL on stdout',
       'URL=$(burrow http 3000 --detach) && curl "$URL" && burrow stop',
     ],

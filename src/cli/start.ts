@@ -4,6 +4,7 @@ import { resolveTarget } from './config.js';
 import { detachIfAsked, detachOptions } from './detach.js';
 import { CliError, EXIT } from './errors.js';
 import { runTunnels } from './expose.js';
+import { addInspectOptions } from './inspect.js';
 import { err, out, printJson } from './output.js';
 import { findTunnelFile, readTunnelFile, TunnelFileError } from './tunnel-file.js';
 import { localLabel, type TunnelSpec } from './tunnel-spec.js';
@@ -45,15 +46,17 @@ function pick(tunnels: TunnelSpec[], names: string[], path: string): TunnelSpec[
 
 export function registerStart(program: Command): void {
   examples(
-    detachOptions(
-      program
-        .command('start')
-        .description('start the tunnels of a burrow.yml (all, or the NAMEs given) over one connection')
-        .argument('[names...]', 'tunnels of the file to start (default: all)')
-        .option('--config <file>', 'the file (default ./burrow.yml, then $XDG_CONFIG_HOME/burrow/burrow.yml)')
-        .option('-q, --quiet', 'no per-request lines'),
+    addInspectOptions(
+      detachOptions(
+        program
+          .command('start')
+          .description('start the tunnels of a burrow.yml (all, or the NAMEs given) over one connection; the http ones share the inspector at http://127.0.0.1:4040')
+          .argument('[names...]', 'tunnels of the file to start (default: all)')
+          .option('--config <file>', 'the file (default ./burrow.yml, then $XDG_CONFIG_HOME/burrow/burrow.yml)')
+          .option('-q, --quiet', 'no per-request lines'),
+      ),
     ).action(
-      act<{ config?: string; quiet?: boolean; detach?: boolean; pidFile?: string }, [string[]]>(async (ctx, names) => {
+      act<{ config?: string; quiet?: boolean; detach?: boolean; pidFile?: string; inspect?: string | boolean }, [string[]]>(async (ctx, names) => {
         const file = loadFile(ctx.opts.config);
         const specs = pick(file.tunnels, names, file.path);
         if (await detachIfAsked(ctx.opts)) return;
@@ -68,6 +71,7 @@ export function registerStart(program: Command): void {
       'burrow start                       # every tunnel of ./burrow.yml',
       'burrow start web db --config ~/dev/burrow.yml',
       'burrow start --json                # one JSON event a line, each with its "tunnel"',
+      'burrow start --inspect 4041        # the inspector (every http tunnel\'s requests) on http://127.0.0.1:4041',
       '# in a script: returns once the tunnels are up; stdout is "NAME URL" per tunnel',
       'burrow start --detach > urls.txt && burrow stop',
       ...FILE_EXAMPLE,
