@@ -173,7 +173,12 @@ test('team binding needs membership', async () => {
   assert.is(team.status, 201);
   const e = await refusal(client({ token: key, teamId: team.body.id }).start());
   assert.is(e.code, 'forbidden');
-  assert.is((await refusal(client({ teamId: 'not-a-uuid' }).start())).code, 'bad-request');
+  // Not a uuid: a team name, resolved among the user's own teams only.
+  const unknown = await refusal(client({ teamId: 'no-such-team' }).start());
+  assert.is(unknown.code, 'not-found');
+  assert.match(unknown.message, 'no team named "no-such-team"');
+  // Another team's name answers the same as no team at all: names of teams one is not in stay hidden.
+  assert.is((await refusal(client({ token: key, teamId: team.body.name }).start())).code, 'not-found');
   const ok = client({ teamId: team.body.id, id: 'team-bound' });
   await withDeadline(ok.start(), 10_000, 'start');
   const t = await api(server, 'GET', '/tunnels/team-bound', { key: server.adminKey });
