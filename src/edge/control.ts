@@ -1,7 +1,7 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
-import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
+import { afterCallbacks, corkHeldByOther, insideCallbackOf, tlsSockets } from '../http/cork.js';
 import { requireClientAddress, writeProblem } from '../http/uws.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
@@ -197,6 +197,31 @@ export class ControlConnection implements StreamCarrier {
   }
 
   // ---- receiving ----
+  /** Frames read inside a TLS socket's callback, waiting for its end (src/http/cork.ts says why). */
+  private inbox: ArrayBuffer[] = [];
+
+  /** TLS: keep a copy of the frame (uWS reuses its buffer) and handle it after the callback. */
+  enqueue(message: ArrayBuffer): void {
+    if (this.inbox.push(message.slice(0)) === 1) afterCallbacks(this.drainInbox);
+  }
+
+  readonly drainInbox = (): void => {
+    const frames = this.inbox;
+    if (frames.length === 0) return;
+    this.inbox = [];
+    for (const m of frames) this.receive(m);
+  };
+
+  /** One frame. Whatever it drives (streams, visitors, the mesh) runs inside this call: an
+   * exception ends this connection, never the shard (uncaught, it would crash the worker). */
+  receive(message: ArrayBuffer): void {
+    try {
+      this.onMessage(message);
+    } catch (err) {
+      this.fault(err);
+    }
+  }
+
   onMessage(message: ArrayBuffer): void {
     // uWS may still deliver what arrived in the same read as the frame that ended us.
     if (this.closed) return;
@@ -396,17 +421,14 @@ export function installControlRoute(host: ControlHost): void {
     message: (ws, message) => {
       const conn = ws.getUserData().conn;
       if (!conn) return;
-      // Whatever a frame drives (streams, visitors, the mesh) runs inside this call: an
-      // exception ends this connection, never the shard (uncaught, it would crash the worker).
-      try {
-        insideCallbackOf(ws, () => conn.onMessage(message));
-      } catch (err) {
-        conn.fault(err);
-      }
+      if (tlsSockets()) return conn.enqueue(message);
+      insideCallbackOf(ws, () => conn.receive(message));
     },
     close: (ws) => {
       const conn = ws.getUserData().conn;
       if (!conn) return;
+      // Frames read before the close are still handled, as without TLS.
+      insideCallbackOf(ws, conn.drainInbox);
       host.connections.delete(conn);
       try {
         conn.onClosed();

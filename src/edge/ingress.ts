@@ -393,7 +393,7 @@ export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: stri
   const contentLength = req.getHeader('content-length');
   const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
   const visitor = new HttpVisitor(res, method.toUpperCase(), wantsClose(req.getHeader('connection')), html);
-  res.onAborted(() => visitor.aborted());
+  res.onAborted(() => insideCallbackOf(res, () => visitor.aborted()));
   const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, client, upgrade), upgrade, end: !hasBody };
   const up = insideCallbackOf(res, () => open(tunnelId, head, visitor));
   limit?.track(ip, visitor);

@@ -15,6 +15,7 @@ import { installTunnels } from './shard.js';
 import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from './shard-context.js';
 import { setAddressPolicy } from '../http/client-address.js';
+import { setTlsSockets } from '../http/cork.js';
 import { buildApp, loadCertificates, RouteRecorder } from '../http/tls.js';
 import type { Config } from '../config.js';
 
@@ -41,6 +42,7 @@ const VERIFY_TIMEOUT_MS = 15_000;
 
 const log = createLogger(config.logLevel, { shard: index });
 setAddressPolicy({ tls: config.tls !== null, trustProxy: config.trustProxy, proxyProtocol: config.proxyProtocol });
+setTlsSockets(config.tls !== null);
 const { uws, from } = loadUws();
 const main = new Mailbox<ShardToMain, MainToShard>(parentPort as unknown as PortLike);
 const sql = connect(databaseUrl, { max: SQL_POOL_PER_SHARD, applicationName: `burrowd-shard-${index}`, bounded: true });

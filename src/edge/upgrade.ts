@@ -1,5 +1,6 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
 import { requireClientAddress } from '../http/uws.js';
+import { insideCallbackOf } from '../http/cork.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, parseClosePayload } from '../protocol/ws-frames.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
@@ -224,7 +225,7 @@ export function installUpgradeRoute(
       if (verdict === 'refused') return;
       const method = req.getCaseSensitiveMethod();
       const visitor = new WsVisitor(res, req.getHeader('sec-websocket-key'), context, method.toUpperCase());
-      res.onAborted(() => visitor.aborted());
+      res.onAborted(() => insideCallbackOf(res, () => visitor.aborted()));
       if (tunnelId === null) {
         (visitor as unknown as { http: HttpVisitor }).http.problem('not-found', 'no WebSocket endpoint here');
         return;
@@ -241,7 +242,7 @@ export function installUpgradeRoute(
         headers: requestHeaders(raw, client, true),
         upgrade: true,
       };
-      const up = open(tunnelId, head, visitor as unknown as HttpVisitor);
+      const up = insideCallbackOf(res, () => open(tunnelId, head, visitor as unknown as HttpVisitor));
       if (!up) {
         (visitor as unknown as { http: HttpVisitor }).http.problem('not-found', `no tunnel is registered for "${tunnelId}"`);
         return;
@@ -249,9 +250,10 @@ export function installUpgradeRoute(
       visitor.up = up;
       (visitor as unknown as { http: HttpVisitor }).http.up = up;
     },
-    open: (ws) => ws.getUserData().visitor.opened(ws),
-    message: (ws, message, isBinary) => ws.getUserData().visitor.message(message, isBinary),
-    drain: (ws) => ws.getUserData().visitor.drained(),
-    close: (ws, code, reason) => ws.getUserData().visitor.closed(code, reason),
+    // Inside each callback, writes toward the tunnel wait for its end (src/http/cork.ts).
+    open: (ws) => insideCallbackOf(ws, () => ws.getUserData().visitor.opened(ws)),
+    message: (ws, message, isBinary) => insideCallbackOf(ws, () => ws.getUserData().visitor.message(message, isBinary)),
+    drain: (ws) => insideCallbackOf(ws, () => ws.getUserData().visitor.drained()),
+    close: (ws, code, reason) => insideCallbackOf(ws, () => ws.getUserData().visitor.closed(code, reason)),
   });
 }

@@ -9,7 +9,24 @@
 // the write to `afterCallbacks`, which runs once this loop turn's socket callbacks are over,
 // where each socket can cork: one syscall per socket and turn.
 
+//
+// With TLS there is a second reason to wait. uSockets decrypts each read into one buffer per
+// loop and, when a read yields 512 KiB of plaintext, hands it to the callback in pieces while
+// ciphertext of that read is still unparsed; a write to any TLS socket meanwhile resets the
+// loop's shared read state, the rest of the read is lost and that connection's TLS stream
+// breaks (bulk responses over a wss control connection ended both ends with 1006). So on a
+// TLS listener nothing is written from inside a socket's read callback: see `tlsSockets`.
+
 let holder: object | null = null;
+let tls = false;
+
+/** The shard serves TLS: frames read on a control connection are handled after its callback. */
+export function setTlsSockets(on: boolean): void {
+  tls = on;
+}
+export function tlsSockets(): boolean {
+  return tls;
+}
 
 /** Runs `fn` as the body of a uWS callback of `socket` (which uWS keeps corked meanwhile). */
 export function insideCallbackOf<T>(socket: object, fn: () => T): T {

@@ -6,6 +6,7 @@ import tls from 'node:tls';
 import { spawn } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { createHash } from 'node:crypto';
 import { MAIN, startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/fixtures.js';
 import { issue, makeCa, type Ca } from '../helpers/certs.js';
@@ -30,6 +31,9 @@ const DOMAIN = 'tunnels.test';
 const main = issue(certs, ca, 'server', DOMAIN, [DOMAIN, `*.${DOMAIN}`, 'IP:127.0.0.1']);
 issue(sniDir, ca, '*.sni.test', 'sni.test', ['*.sni.test']);
 const caPem = readFileSync(ca.cert, 'utf8');
+/** A MiB that is not all one byte, so a lost or shifted TLS record shows in its hash. */
+const MIB = Buffer.alloc(1 << 20, 'burrow tls bulk ');
+const MIB_SHA = createHash('sha256').update(MIB).digest('hex');
 
 let server: TestServer;
 let local: Local;
@@ -42,27 +46,34 @@ let slowArrived: () => void = () => undefined;
 interface Got {
   status: number;
   headers: http.IncomingHttpHeaders;
+  /** the start of the body as text */
   body: string;
+  /** sha256 of the whole body */
+  sha: string;
   subject: string;
 }
 
 /** One HTTPS request to the server as `servername` (SNI and Host), verified against `caFile`'s CA. */
-function get(servername: string, path: string, opts: { ca?: string; agent?: https.Agent } = {}): Promise<Got> {
+function get(servername: string, path: string, opts: { ca?: string; agent?: https.Agent; body?: Buffer } = {}): Promise<Got> {
   return withDeadline(
     new Promise<Got>((resolve, reject) => {
       const req = https.request({
         host: '127.0.0.1', port: server.port, servername, path, headers: { host: servername },
+        method: opts.body ? 'POST' : 'GET',
         ca: opts.ca ?? caPem, agent: opts.agent ?? false,
       });
       req.on('error', reject);
       req.on('response', (res) => {
         const subject = (res.socket as tls.TLSSocket).getPeerCertificate().subject?.CN ?? '';
-        let body = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (body += d));
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body, subject: String(subject) }));
+        const body = createHash('sha256');
+        let text = '';
+        res.on('data', (d: Buffer) => {
+          body.update(d);
+          if (text.length < 4096) text += d.toString('utf8');
+        });
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: text, sha: body.digest('hex'), subject: String(subject) }));
       });
-      req.end();
+      req.end(opts.body);
     }),
     60_000,
     `GET https://${servername}${path}`,
@@ -93,6 +104,13 @@ test.before(async () => {
         // Answered once the test releases it (after a certificate reload).
         const done = () => res.end('slow done');
         release = done;
+        return;
+      }
+      if (req.url === '/mib') return void res.end(MIB);
+      if (req.url === '/sha') {
+        const h = createHash('sha256');
+        req.on('data', (d: Buffer) => h.update(d));
+        req.on('end', () => res.end(h.digest('hex')));
         return;
       }
       res.setHeader('content-type', 'application/json');
@@ -131,6 +149,30 @@ test('HTTPS end to end: the tunnel registers over wss, its public URL is https:/
   // The API on the same port, same certificate.
   const health = await get(DOMAIN, '/healthz');
   assert.is(health.status, 200);
+});
+
+test('bulk both ways over TLS: 8 concurrent 1 MiB downloads and 8 uploads arrive intact and the control connection stays up', async () => {
+  // Response bytes reach the edge on the wss control connection in reads large enough that
+  // uSockets hands them out in 512 KiB pieces; a write to any TLS socket during such a piece
+  // used to discard the rest of the read and break the control connection (both ends 1006).
+  const c = new TunnelClient({ server: server.url, token: server.adminKey, type: 'http', local: { host: '127.0.0.1', port: local.port }, ca: [...tls.rootCertificates, caPem] });
+  clients.push(c);
+  const reconnects: string[] = [];
+  c.on('reconnecting', (e) => reconnects.push(e.reason));
+  const { id } = await withDeadline(c.start(), 20_000, 'tunnel start over wss');
+  const host = `${id}.${DOMAIN}`;
+  for (let round = 0; round < 3; round++) {
+    const got = await Promise.all([
+      ...Array.from({ length: 8 }, () => get(host, '/mib')),
+      ...Array.from({ length: 8 }, () => get(host, '/sha', { body: MIB })),
+    ]);
+    for (const [i, r] of got.entries()) {
+      assert.is(r.status, 200, `request ${i} of round ${round}: ${r.body.slice(0, 200)}`);
+      if (i < 8) assert.is(r.sha, MIB_SHA, `download ${i} of round ${round} arrived altered`);
+      else assert.is(r.body, MIB_SHA, `upload ${i - 8} of round ${round} arrived altered`);
+    }
+  }
+  assert.equal(reconnects, [], 'the control connection never dropped');
 });
 
 test('SNI picks the --tls-dir certificate for its name; other names get the default', async () => {
