@@ -46,8 +46,8 @@ const access = fc.record(
 const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ v: fc.nat(10), agent: str }).map((h): Frame => [F.Hello, h]),
   fc.record({ v: fc.nat(10), heartbeatMs: fc.nat() }).map((w): Frame => [F.Welcome, w]),
-  fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), access: fc.option(access) })).map(([r, o]): Frame => [F.Open, r, o]),
-  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })) })).map(([r, o]): Frame => [F.Opened, r, o]),
+  fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), access: fc.option(access), local: fc.option(fc.stringMatching(/^[\x21-\x7e]{0,60}$/)) }, { requiredKeys: ['type'] })).map(([r, o]): Frame => [F.Open, r, o]),
+  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), tookOver: fc.boolean() }, { requiredKeys: ['id', 'url', 'remotePort'] })).map(([r, o]): Frame => [F.Opened, r, o]),
   fc.tuple(sid, refusal).map(([r, x]): Frame => [F.Refused, r, x as never]),
   fc.tuple(str, refusal).map(([t, x]): Frame => [F.Closed, t, x as never]),
   str.map((t): Frame => [F.Close, t]),
@@ -172,6 +172,19 @@ test('wrong shapes are refused', () => {
     [F.Open, 1, { type: 'udp' }],
     [F.Open, -1, { type: 'http' }],
     [F.Open, 1, { type: 'http', id: 'x'.repeat(300) }],
+    // the local target is shown in other users' listings: a string of printable ASCII, bounded
+    [F.Open, 1, { type: 'http', local: 3000 }],
+    [F.Open, 1, { type: 'http', local: ['http://localhost:3000'] }],
+    [F.Open, 1, { type: 'http', local: 'http://localhost:3000\r\nX-Injected: 1' }],
+    [F.Open, 1, { type: 'http', local: 'http://local host:3000' }],
+    [F.Open, 1, { type: 'http', local: '\x1b[31mred' }],
+    [F.Open, 1, { type: 'http', local: 'http://l\u00f6cal:3000' }],
+    [F.Open, 1, { type: 'http', local: 'h'.repeat(300) }],
+    [F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, tookOver: 'yes' }],
+    [F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, tookOver: 1 }],
+    [F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, tookOver: null }],
+    [F.Opened, 1, { id: 7, url: 'http://a' }],
+    [F.Opened, 1, { id: 'a', url: 'u'.repeat(70_000) }],
     [F.Reset, 1, 'no-such-code'],
     [F.Reset, 1, 7],
     [F.Credit, 1, -5],
@@ -213,6 +226,8 @@ test('a refused field is named in the message', () => {
   assert.is(message([F.Open, 1, { type: 'http', id: 1234 }]), 'malformed Open frame: open.id must be a string of at most 255 characters or null, got 1234');
   assert.is(message([F.Open, 1, { type: 'http', id: ['abcd'] }]), 'malformed Open frame: open.id must be a string of at most 255 characters or null, got an array');
   assert.match(message([F.Reset, 3, 'bogus']), /^malformed Reset frame: code must be one of local-unreachable, .*, got "bogus"$/);
+  assert.match(message([F.Open, 1, { type: 'http', local: 'a\nb' }]), /^malformed Open frame: open\.local must be printable ASCII without spaces/);
+  assert.match(message([F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, tookOver: 'yes' }]), /^malformed Opened frame: opened\.tookOver must be/);
 });
 
 test('malformed access rules in an Open are refused, naming the field and never the password', () => {
