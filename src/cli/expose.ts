@@ -176,18 +176,22 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     server: target.server,
     token: target.token,
     ca: trustedCas(target.ca),
-    tunnels: specs.map((s) => ({
-      name: s.name,
-      type: s.type,
-      // The local side as the entry or flags asked: https verified unless upstream_insecure, Host rewritten.
-      local: { ...s.local, insecure: s.upstreamInsecure === true, ...(s.hostHeader ? { hostHeader: s.hostHeader } : {}) },
-      id: s.id,
-      teamId: s.team === undefined ? undefined : teamIds.get(s.team),
-      remotePort: s.remotePort,
-      access: Object.keys(s.access).length ? s.access : undefined,
-      localLabel: localLabel(s),
-      observer: s.type === 'http' ? inspector?.observer(named ? s.name : () => ids.get(s.name) ?? s.id ?? s.name, { origin: localLabel(s), insecure: s.upstreamInsecure }) : undefined,
-    })),
+    tunnels: specs.map((s) => {
+      // The local side as the entry or flags asked: https verified unless upstream_insecure, Host
+      // rewritten. Replays from the inspector go to this same target, the same way.
+      const local = { ...s.local, insecure: s.upstreamInsecure === true, ...(s.hostHeader ? { hostHeader: s.hostHeader } : {}) };
+      return {
+        name: s.name,
+        type: s.type,
+        local,
+        id: s.id,
+        teamId: s.team === undefined ? undefined : teamIds.get(s.team),
+        remotePort: s.remotePort,
+        access: Object.keys(s.access).length ? s.access : undefined,
+        localLabel: localLabel(s),
+        observer: s.type === 'http' ? inspector?.observer(named ? s.name : () => ids.get(s.name) ?? s.id ?? s.name, local) : undefined,
+      };
+    }),
   });
 
   const registered = new Set<string>();

@@ -34,7 +34,7 @@ test.before(async () => {
   });
   localPort = await listen(local);
   insp = await startInspector({ address: { host: '127.0.0.1', port: 0 } });
-  observer = insp.observer('web', { origin: `http://127.0.0.1:${localPort}` });
+  observer = insp.observer('web', { host: '127.0.0.1', port: localPort });
 });
 
 test.after(async () => {
@@ -189,7 +189,7 @@ test('a replay whose local service is down is recorded as failed, saying why', a
   const probe = createServer();
   const dead = await listen(probe);
   await new Promise<void>((r) => probe.close(() => r()));
-  const ex = insp.observer('down', { origin: `http://127.0.0.1:${dead}` }).request({ method: 'GET', target: '/gone', headers: ['Host', 'down.example.test'] })!;
+  const ex = insp.observer('down', { host: '127.0.0.1', port: dead }).request({ method: 'GET', target: '/gone', headers: ['Host', 'down.example.test'] })!;
   ex.fail('local-unreachable');
   const id = (await call(`${insp.url}/api/requests`)).json<CaptureJson[]>()[0]!.id;
   const r = await call(`${insp.url}/api/requests/${id}/replay`, { method: 'POST' });

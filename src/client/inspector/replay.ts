@@ -1,18 +1,17 @@
 import { Agent, request, type Dispatcher } from 'undici';
 import { responseHeaders } from '../../protocol/http-headers.js';
+import { describeLocalError } from '../local-error.js';
+import { connectOptions, hostPort, localOrigin, withHostHeader, type LocalTarget } from '../local-target.js';
 import type { Capture, CaptureStore, Header } from './store.js';
 
 // Replay: the stored request (or an edited copy) sent again straight to the tunnel's LOCAL
 // service, not through burrowd (as ngrok does: no visitor, no edge, no access rules), and
-// recorded as a new capture whose `replay_of` names the original.
+// recorded as a new capture whose `replay_of` names the original. It reaches that service as
+// the tunnel does (local-target.ts): the same scheme and certificate check, the same Host rule,
+// and `localhost` as both loopback addresses.
 
-/** Where a tunnel's local service is, for replays. */
-export interface ReplayTarget {
-  /** http(s)://host:port of the local service */
-  origin: string;
-  /** Accept a self-signed certificate of an https local service. */
-  insecure?: boolean;
-}
+/** Where a tunnel's local service is, for replays: the tunnel's own local target. */
+export type ReplayTarget = LocalTarget;
 
 /** The changes a user made in "Edit and replay" (all optional). */
 export interface ReplayEdits {
@@ -86,14 +85,11 @@ export function parseEdits(raw: unknown): ReplayEdits {
   return edits;
 }
 
-function describe(err: unknown, origin: string): string {
-  const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } };
-  const code = e.cause?.code ?? e.code;
-  const where = origin.replace(/^https?:\/\//, '');
-  if (code === 'ECONNREFUSED') return `connection refused by ${where}`;
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot resolve ${where}`;
-  if (code === 'UND_ERR_ABORTED' || code === 'ABORT_ERR') return `no answer within ${REPLAY_TIMEOUT_MS / 1000} s`;
-  return `${e.cause?.message ?? e.message ?? String(err)}`;
+/** Why the replay got no answer, in the words the status screen uses for a visitor's request. */
+function describe(err: unknown, target: LocalTarget): string {
+  const e = err as { code?: string; name?: string };
+  if (e.code === 'UND_ERR_ABORTED' || e.code === 'ABORT_ERR' || e.name === 'AbortError') return describeLocalError(null, hostPort(target), REPLAY_TIMEOUT_MS);
+  return describeLocalError(err instanceof Error ? err : new Error(String(err)), hostPort(target));
 }
 
 /** Sends `original` (with `edits`) to `target` and records it; resolves with the new capture. */
@@ -107,26 +103,27 @@ export async function replay(store: CaptureStore, original: Capture, edits: Repl
   const path = edits.path ?? original.path;
   const headers = (edits.headers ?? original.request.headers).filter(([n]) => !NOT_REPLAYED.has(n.toLowerCase()));
   const body = edits.body ?? original.request.body();
-  const flat = headers.flatMap(([n, v]) => [n, v]);
+  // The tunnel's Host rule applies after any edit, as it does to every visitor's request.
+  const flat = withHostHeader(headers.flatMap(([n, v]) => [n, v]), target);
   const obs = store.begin(original.tunnel, { method, target: path, headers: flat }, { replayOf: original.id, target });
   if (body.length) obs.requestBody(body);
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), REPLAY_TIMEOUT_MS);
   try {
     // Concatenated, not resolved: a path like //elsewhere.example/ stays a path on the local service.
-    const res = await request(`${target.origin}${path}`, {
+    const res = await request(`${localOrigin(target)}${path}`, {
       method: method as Dispatcher.HttpMethod,
       headers: flat,
       body: body.length || !['GET', 'HEAD'].includes(method) ? body : undefined,
       signal: ac.signal,
-      dispatcher: dispatcher ?? (target.insecure ? insecureAgent() : undefined),
+      dispatcher: dispatcher ?? agentFor(target),
     });
     // The same hop-by-hop rule as a tunnelled response, so a replay reads like its original.
     obs.response(res.statusCode, responseHeaders(flatHeaders(res.headers)));
     for await (const chunk of res.body) obs.responseBody(chunk as Buffer);
     obs.end();
   } catch (err) {
-    obs.fail(describe(err, target.origin));
+    obs.fail(describe(err, target));
   } finally {
     clearTimeout(timer);
   }
@@ -142,8 +139,10 @@ function flatHeaders(h: Record<string, string | string[] | undefined>): string[]
   return out;
 }
 
-let insecure: Agent | null = null;
-function insecureAgent(): Agent {
-  insecure ??= new Agent({ connect: { rejectUnauthorized: false } });
-  return insecure;
+// One connection pool per local target, connecting as the tunnel's own pools do.
+const agents = new WeakMap<LocalTarget, Agent>();
+function agentFor(target: LocalTarget): Agent {
+  let agent = agents.get(target);
+  if (!agent) agents.set(target, (agent = new Agent({ connect: connectOptions(target) })));
+  return agent;
 }
