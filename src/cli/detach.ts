@@ -10,7 +10,8 @@ import { err, out, printJson } from './output.js';
 // `burrow http|tcp|start --detach`: for scripts, which need the URL and then their prompt back.
 //
 //   parent ──spawn (own session, stdout+stderr → LOG, IPC channel)──▶ child: the same command
-//   child: tunnels up → writes the pid file → sends {ready: lines} → parent prints them, exits 0
+//   child: tunnels up → writes the pid file → sends {ready: lines, notes} → parent prints the URL
+//          lines on stdout, the notes (where the inspector listens) on stderr, and exits 0
 //   child fails first → parent prints what it logged and exits with its code
 //   `burrow stop` (or kill $(cat PIDFILE)) ends it; the child removes its pid file on the way out.
 //
@@ -90,11 +91,11 @@ export async function detachIfAsked(opts: DetachFlags): Promise<boolean> {
   });
   closeSync(log);
 
-  const outcome = await new Promise<{ lines: string[] } | { code: number | null } | 'timeout'>((settle) => {
+  const outcome = await new Promise<{ lines: string[]; notes: string[] } | { code: number | null } | 'timeout'>((settle) => {
     const timer = setTimeout(() => settle('timeout'), READY_TIMEOUT_MS);
-    child.once('message', (m: { ready?: unknown }) => {
+    child.once('message', (m: { ready?: unknown; notes?: unknown }) => {
       clearTimeout(timer);
-      settle({ lines: Array.isArray(m.ready) ? m.ready.map(String) : [] });
+      settle({ lines: Array.isArray(m.ready) ? m.ready.map(String) : [], notes: Array.isArray(m.notes) ? m.notes.map(String) : [] });
     });
     child.once('exit', (code) => {
       clearTimeout(timer);
@@ -116,12 +117,17 @@ export async function detachIfAsked(opts: DetachFlags): Promise<boolean> {
   child.disconnect();
   child.unref();
   for (const l of outcome.lines) out.line(l);
+  // stderr: `URL=$(burrow http 3000 --detach)` must capture the URL alone.
+  for (const n of outcome.notes) err.line(n);
   err.line(err.paint('dim', `burrow: running in the background as pid ${child.pid} (pid file ${pidFile}, log ${logFile}); stop it with \`burrow stop\``));
   return true;
 }
 
-/** In the background child, once its tunnels are up: pid file, then the URLs to the parent. */
-export function tellParent(lines: string[]): void {
+/**
+ * In the background child, once its tunnels are up: pid file, then the URLs (`lines`, for stdout)
+ * and `notes` (for stderr: the inspector's address) to the parent.
+ */
+export function tellParent(lines: string[], notes: string[] = []): void {
   const pidFile = process.env[CHILD_ENV];
   if (!pidFile || !process.send) return;
   writeFileSync(pidFile, `${process.pid}\n`, { mode: 0o600 });
@@ -133,7 +139,7 @@ export function tellParent(lines: string[]): void {
     }
   });
   // The parent disconnects as soon as it has the message; either side may close the channel first.
-  process.send({ ready: lines }, () => {
+  process.send({ ready: lines, notes }, () => {
     if (process.connected) process.disconnect();
   });
 }

@@ -264,8 +264,12 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
         registered.add(t.name);
       }
     }
-    inspection?.announce((line) => screen.note(line));
-    tellParent(specs.map((s) => started.find((t) => t.name === s.name)).flatMap((t) => (t?.url === undefined ? [] : [named ? `${t.name} ${t.url}` : t.url])));
+    const notes: string[] = [];
+    inspection?.announce((line) => {
+      screen.note(line);
+      notes.push(line);
+    });
+    tellParent(specs.map((s) => started.find((t) => t.name === s.name)).flatMap((t) => (t?.url === undefined ? [] : [named ? `${t.name} ${t.url}` : t.url])), notes);
   } catch (e) {
     screen.stop();
     await inspector?.close();
