@@ -273,7 +273,8 @@ export class ExposeScreen {
     if (first) this.stdout(this.opts.json ? this.event(name, 'registered', { id, url }) : plain);
     // Without the live block (which has an Access row), the rules go to stderr once.
     if (first && row.access && (!this.tty || this.opts.json)) this.note(this.opts.named ? `${name} access: ${row.access}` : `access: ${row.access}`);
-    else if (url !== previous) this.note(this.opts.named ? `${name} now at ${url}` : `now at ${url}`);
+    // A later registration at another URL (a reconnect that lost the id) is news; the first is stdout's.
+    else if (!first && url !== previous) this.note(this.opts.named ? `${name} now at ${url}` : `now at ${url}`);
   }
 
   /** One tunnel refused or closed for good while the others run on. */
