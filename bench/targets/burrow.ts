@@ -4,7 +4,7 @@
 //   load tool ──HTTP, Host: <id>.localhost──▶ burrowd :port ══ control WebSocket ══▶ burrow CLI ──▶ origin
 //   load tool ──HTTPS──▶ burrowd :port (--tls-cert: TLS ends here) ══ wss ══▶ burrow CLI ──HTTP──▶ origin
 //   load tool ──TCP──▶ burrowd tcp tunnel port ══ control WebSocket ══▶ burrow CLI ──▶ origin
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { start, stop, tempDir, waitForOutput, descendants, type Proc } from '../lib/procs.js';
@@ -47,9 +47,9 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
-  // The glibc setting burrowd's shebang and `npm start` give it (README "Memory"): the harness
-  // starts node itself, so it passes it the same way.
-  const server = start('burrowd', process.execPath, args, { env: { ...process.env, MALLOC_MMAP_THRESHOLD_: '65536' } });
+  // The environment burrowd's shebang gives it (README "Memory"): the harness starts node
+  // itself, so it reads the shebang and passes the same variables.
+  const server = start('burrowd', process.execPath, args, { env: { ...process.env, ...shebangEnv(serverJs) } });
 
   let key: string;
   let port: number;
@@ -144,7 +144,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     name: 'burrow',
     terminatesTls: opts.tls !== undefined,
     checkIdleTunnels,
-    describe: `MALLOC_MMAP_THRESHOLD_=65536 burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>').replace(opts.tls?.certFile ?? '\0', '<tmp>/cert.pem').replace(opts.tls?.keyFile ?? '\0', '<tmp>/key.pem')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>${opts.tls ? ' --ca <tmp>/cert.pem' : ''}\` per exposed service`,
+    describe: `${Object.entries(shebangEnv(serverJs)).map(([k, v]) => `${k}=${v} `).join("")}burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>').replace(opts.tls?.certFile ?? '\0', '<tmp>/cert.pem').replace(opts.tls?.keyFile ?? '\0', '<tmp>/key.pem')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>${opts.tls ? ' --ca <tmp>/cert.pem' : ''}\` per exposed service`,
     expose,
     openIdleTunnels,
     serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),
@@ -157,4 +157,16 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
       await stop(server, STOP_GRACE_MS);
     },
   };
+}
+
+/** `#!/usr/bin/env -S A=1 B=2 node` → { A: '1', B: '2' }: what a user running burrowd gets. */
+export function shebangEnv(file: string): Record<string, string> {
+  const first = readFileSync(file, 'utf8').split('\n', 1)[0]!;
+  const env: Record<string, string> = {};
+  if (!first.startsWith('#!')) return env;
+  for (const word of first.slice(2).trim().split(/\s+/)) {
+    const m = /^([A-Z_][A-Z0-9_]*)=(.*)$/.exec(word);
+    if (m) env[m[1]!] = m[2]!;
+  }
+  return env;
 }
