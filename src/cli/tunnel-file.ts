@@ -1,7 +1,8 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join, relative } from 'node:path';
-import { isMap, isNode, isScalar, LineCounter, parseDocument, type Document, type Node } from 'yaml';
+import { createRequire } from 'node:module';
+import type { Document, Node } from 'yaml';
 import { CliError, EXIT } from './errors.js';
 import { validateTunnel, type TunnelSpec } from './tunnel-spec.js';
 
@@ -30,6 +31,11 @@ export interface FileError {
   field: string;
   message: string;
 }
+
+// yaml loads on the first parse (synchronously, so parsing stays a plain call): every `burrow`
+// run imports this file through the command tree, and only start/config read a tunnel file.
+const requireYaml = createRequire(import.meta.url);
+const loadYaml = (): typeof import('yaml') => requireYaml('yaml') as typeof import('yaml');
 
 const TOP_KEYS = ['version', 'server', 'tunnels'] as const;
 const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$/;
@@ -84,6 +90,7 @@ export function readTunnelFile(path: string, now = Date.now()): TunnelFile {
 }
 
 export function parseTunnelFile(text: string, path: string, now = Date.now()): { file: TunnelFile | null; errors: FileError[] } {
+  const { isMap, isScalar, LineCounter, parseDocument } = loadYaml();
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, uniqueKeys: true, prettyErrors: false, strict: true });
   const errors: FileError[] = [];
@@ -176,5 +183,5 @@ export function parseTunnelFile(text: string, path: string, now = Date.now()): {
 
 /** A node's plain value (aliases resolved within the library's alias limit). */
 function toJs(doc: Document, node: unknown): unknown {
-  return isNode(node) ? node.toJS(doc) : node;
+  return loadYaml().isNode(node) ? (node as Node).toJS(doc) : node;
 }

@@ -1,6 +1,6 @@
 import { InvalidArgumentError } from 'commander';
 import { basicAuthProblem, expiryProblem, MAX_BASIC_AUTH, MAX_CIDRS, parseCidr, type AccessRules } from '../protocol/access.js';
-import { tunnelIdProblem } from '../protocol/frames.js';
+import { tunnelIdProblem } from '../protocol/tunnel-id.js';
 import { parseExpires } from './keys.js';
 
 // One tunnel's options, validated once for both ways of giving them: `burrow http|tcp` flags

@@ -477,23 +477,5 @@ export function decodeFrame(bytes: Uint8Array): Frame {
   return f as Frame;
 }
 
-// ---- tunnel ids (DNS labels; reserved names) ----------------------------------------------
-
-const ID_RE = /^[a-z0-9](?:[a-z0-9-]{1,61})[a-z0-9]$/;
-export const RESERVED_IDS = ['api', 'www', 'admin', 'auth', 'app', 'static', 'status', 'mail'] as const;
-
-/** Why `id` cannot be a tunnel id, or null when it can. */
-export function tunnelIdProblem(id: string, domain: string): string | null {
-  if (!ID_RE.test(id)) return `tunnel id "${id}" must be 3-63 characters of a-z, 0-9 and "-", starting and ending with a letter or digit`;
-  const firstLabel = domain.split('.')[0];
-  if ((RESERVED_IDS as readonly string[]).includes(id) || id === firstLabel) return `tunnel id "${id}" is reserved`;
-  return null;
-}
-
-const ALPHABET = 'abcdefghijklmnopqrstuvwxyz0123456789';
-export function randomTunnelId(random: (n: number) => Uint8Array): string {
-  const bytes = random(8);
-  let s = '';
-  for (const b of bytes) s += ALPHABET[b % ALPHABET.length];
-  return s;
-}
+// ---- tunnel ids: in tunnel-id.ts (the CLI checks ids without loading msgpack) ------------
+export { RESERVED_IDS, randomTunnelId, tunnelIdProblem } from './tunnel-id.js';
