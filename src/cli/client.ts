@@ -1,6 +1,6 @@
 import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import type { Target } from './config.js';
-import { dispatcherFor, tlsError } from './tls-trust.js';
+import { fetchTrusting, tlsError } from './tls-trust.js';
 
 // The management API client: JSON in, JSON out, problem+json turned into a CliError whose exit
 // code follows the status (README "The CLI in four commands"), and a hint naming the next command to try.
@@ -64,10 +64,7 @@ export class ApiClient {
     }
     let res;
     try {
-      // undici loads on the first request: `burrow context ...`, `--help` and completion never pay for it.
-      const { fetch } = await import('undici');
-      const dispatcher = await dispatcherFor(this.target.ca);
-      res = await fetch(url, { method, headers, body, dispatcher, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+      res = await fetchTrusting(this.target.ca, url, { method, headers, body, signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
     } catch (err) {
       throw unreachable(this.server, err);
     }
@@ -92,9 +89,7 @@ export class ApiClient {
   /** Throws "server unreachable" (exit 6) when nothing answers HTTP at the server's address. */
   private async probe(): Promise<void> {
     try {
-      const { fetch } = await import('undici');
-      const dispatcher = await dispatcherFor(this.target.ca);
-      const res = await fetch(`${this.server}/`, { method: 'GET', dispatcher, signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
+      const res = await fetchTrusting(this.target.ca, `${this.server}/`, { method: 'GET', signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
       await res.body?.cancel();
     } catch (err) {
       throw unreachable(this.server, err);

@@ -4,9 +4,8 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
 import type { Command } from 'commander';
-import { fetch } from 'undici';
 import { resolve as resolvePath } from 'node:path';
-import { dispatcherFor } from './tls-trust.js';
+import { fetchTrusting } from './tls-trust.js';
 import { htmlPage } from '../auth/oauth/pages.js';
 import { ApiClient, unreachable } from './client.js';
 import { act, examples, type ActionContext } from './common.js';
@@ -159,8 +158,7 @@ function timeout(ms: number): { promise: Promise<'timeout'>; cancel(): void } {
 async function checkProvider(server: string, provider: string, ca: string | null): Promise<void> {
   let res;
   try {
-    const dispatcher = await dispatcherFor(ca);
-    res = await fetch(`${server}/auth/v1/providers`, { headers: { accept: 'application/json' }, dispatcher, signal: AbortSignal.timeout(TOKEN_TIMEOUT_MS) });
+    res = await fetchTrusting(ca, `${server}/auth/v1/providers`, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(TOKEN_TIMEOUT_MS) });
   } catch (e) {
     throw unreachable(server, e);
   }
@@ -181,8 +179,7 @@ async function checkProvider(server: string, provider: string, ca: string | null
 async function redeem(server: string, code: string, verifier: string, ca: string | null): Promise<CreatedKey> {
   let res;
   try {
-    res = await fetch(`${server}/auth/v1/token`, {
-      dispatcher: await dispatcherFor(ca),
+    res = await fetchTrusting(ca, `${server}/auth/v1/token`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', accept: 'application/json' },
       body: JSON.stringify({ code, code_verifier: verifier, hostname: hostname() }),

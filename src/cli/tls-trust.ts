@@ -26,8 +26,8 @@ export function trustedCas(caFile: string | null): string[] | undefined {
 
 const dispatchers = new Map<string, Dispatcher>();
 
-/** An undici dispatcher trusting --ca as well (undefined: undici's default one). */
-export async function dispatcherFor(caFile: string | null): Promise<Dispatcher | undefined> {
+/** An undici dispatcher trusting --ca as well (undefined: the default one). */
+async function dispatcherFor(caFile: string | null): Promise<Dispatcher | undefined> {
   const ca = trustedCas(caFile);
   if (!ca || caFile === null) return undefined;
   let d = dispatchers.get(caFile);
@@ -37,6 +37,25 @@ export async function dispatcherFor(caFile: string | null): Promise<Dispatcher |
     dispatchers.set(caFile, d);
   }
   return d;
+}
+
+export interface FetchInit {
+  method?: string;
+  headers?: Record<string, string>;
+  body?: string;
+  signal?: AbortSignal;
+}
+
+/**
+ * fetch for the CLI's HTTP requests, trusting --ca as well. Without --ca it is Node's own fetch
+ * (the same undici, built in): loading the npm undici costs more than the rest of a CLI start,
+ * so it loads only when --ca needs its Agent.
+ */
+export async function fetchTrusting(caFile: string | null, url: string | URL, init: FetchInit): Promise<Response> {
+  const dispatcher = await dispatcherFor(caFile);
+  if (!dispatcher) return fetch(url, init);
+  const undici = await import('undici');
+  return (await undici.fetch(url, { ...init, dispatcher })) as unknown as Response;
 }
 
 /** A CliError (exit 1) for a certificate the CLI refused, or null when `err` is something else. */
