@@ -4,40 +4,30 @@
 import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createServer as createHttpServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { adminOf, burrow, CLI, cliEnv, closedPort, exitOf, memberOf, RunningBurrows, tempDir, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CLI, cliEnv, CliSuite, closedPort, exitOf, RunningBurrows, teamWith, tempDir, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
 let home: { dir: string; remove: () => void };
-let web: Server;
 let webPort: number;
 let alice: CliEnv;
 let bob: CliEnv;
-let bobId: string;
-const burrows = new RunningBurrows();
+let burrows: RunningBurrows;
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createHttpServer((req, res) => res.end('ok'));
-  webPort = await new Promise<number>((resolve) => web.listen(0, '127.0.0.1', () => resolve((web.address() as { port: number }).port)));
-  alice = adminOf(srv, home.dir);
-  const m = await memberOf(srv, home.dir, { email: 'bob@example.test', name: 'Bob Ross' }, ['tunnels']);
+  suite = await CliSuite.start();
+  ({ srv, home, admin: alice, burrows } = suite);
+  webPort = await suite.http();
+  const m = await suite.member({ email: 'bob@example.test', name: 'Bob Ross' }, ['tunnels']);
   bob = m.cli;
-  bobId = m.id;
-  assert.is((await burrow(alice, ['teams', 'create', 'web'])).code, 0);
-  const add = await burrow(alice, ['teams', 'add-member', 'web', bobId]);
-  assert.is(add.code, 0, add.stderr);
+  await teamWith(alice, 'web', m.id);
 });
 
 test.after(async () => {
-  burrows.killAll();
-  web?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
 test('completion: context names, tunnel ids and team names (also for a tunnels-only key); silent when the server is down', async () => {

@@ -4,26 +4,23 @@
 // `burrow stop` ends it and removes the file. A failure before the tunnel is up is the
 // parent's exit code with the child's message.
 import { existsSync, readFileSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { withDeadline } from '../helpers/deadline.js';
-import { burrow, closedPort, tempDir, waitFor, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CliSuite, closedPort, visit, waitFor, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
 let home: { dir: string; remove: () => void };
-let web: Server;
+let webPort: number;
 let cli: CliEnv;
 const pids: number[] = [];
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createServer((req, res) => res.end(`detached ${req.url}`));
-  await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
-  cli = { configDir: home.dir, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: srv.adminKey } };
+  suite = await CliSuite.start();
+  ({ srv, home, admin: cli } = suite);
+  webPort = await suite.http((req, res) => res.end(`detached ${req.url}`));
 });
 
 test.after(async () => {
@@ -34,9 +31,7 @@ test.after(async () => {
       /* gone */
     }
   }
-  web?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
 /** Running (a zombie counts as gone: with no init reaping here, the exited child may linger as one). */
@@ -53,26 +48,9 @@ function alive(pid: number): boolean {
   }
 }
 
-/** A visitor's GET (node:http: fetch would not send our Host header). */
-function visit(host: string, path: string): Promise<{ status: number; body: string }> {
-  return withDeadline(
-    new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: srv.port, path, headers: { host }, agent: false }, (res) => {
-        let body = '';
-        res.on('data', (d) => (body += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      });
-      req.on('error', reject);
-      req.end();
-    }),
-    10_000,
-    `GET ${host}${path}`,
-  );
-}
-
 test('--detach returns with the URL on stdout; the background tunnel serves; burrow stop ends it', async () => {
   const pidFile = join(home.dir, 'web.pid');
-  const port = (web.address() as { port: number }).port;
+  const port = webPort;
   const r = await burrow(cli, ['http', String(port), '--id', 'detached', '--detach', '--pid-file', pidFile], 30_000);
   assert.is(r.code, 0, r.stderr);
   assert.is(r.stdout, `http://detached.localhost:${srv.port}\n`);
@@ -81,7 +59,7 @@ test('--detach returns with the URL on stdout; the background tunnel serves; bur
   pids.push(pid);
   assert.ok(alive(pid));
 
-  const res = await visit(`detached.localhost:${srv.port}`, '/bg');
+  const res = await visit(srv.port, `detached.localhost:${srv.port}`, '/bg');
   assert.is(res.status, 200);
   assert.is(res.body, 'detached /bg');
   // Its output goes to the log next to the pid file.
@@ -97,7 +75,7 @@ test('--detach returns with the URL on stdout; the background tunnel serves; bur
   assert.match(stop.stderr, new RegExp(`stopped burrow \\(pid ${pid}\\)`));
   assert.not.ok(alive(pid));
   assert.not.ok(existsSync(pidFile));
-  const gone = await visit(`detached.localhost:${srv.port}`, '/bg');
+  const gone = await visit(srv.port, `detached.localhost:${srv.port}`, '/bg');
   assert.is(gone.status, 404);
 
   const nothing = await burrow(cli, ['stop', '--pid-file', pidFile]);
@@ -106,14 +84,14 @@ test('--detach returns with the URL on stdout; the background tunnel serves; bur
 });
 
 test('--detach with the default pid file, and kill $(cat pidfile) works as well', async () => {
-  const port = (web.address() as { port: number }).port;
+  const port = webPort;
   const r = await burrow(cli, ['http', String(port), '--detach'], 30_000);
   assert.is(r.code, 0, r.stderr);
   const pidFile = join(home.dir, 'burrow', 'burrow.pid');
   const pid = Number(readFileSync(pidFile, 'utf8').trim());
   pids.push(pid);
   const url = new URL(r.stdout.trim());
-  assert.is((await visit(url.host, '/x')).status, 200);
+  assert.is((await visit(srv.port, url.host, '/x')).status, 200);
   process.kill(pid, 'SIGTERM');
   await waitFor(() => (!alive(pid) && !existsSync(pidFile) ? true : undefined), 10_000, 'child gone, pid file removed');
 });

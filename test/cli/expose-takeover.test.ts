@@ -1,37 +1,29 @@
 // A second `burrow http --id X` of the same user takes the live tunnel over: both sides say so.
 // The older client exits 5 and names the key that took over when it is another key of the user.
-import { createServer as createHttpServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { adminOf, burrow, exitOf, memberOf, RunningBurrows, tempDir, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CliSuite, exitOf, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
-let home: { dir: string; remove: () => void };
-let web: Server;
 let webPort: number;
 let alice: CliEnv;
 let bob: CliEnv;
-const burrows = new RunningBurrows();
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createHttpServer((req, res) => res.end('ok'));
-  webPort = await new Promise<number>((resolve) => web.listen(0, '127.0.0.1', () => resolve((web.address() as { port: number }).port)));
-  alice = adminOf(srv, home.dir);
-  ({ cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test' }, ['tunnels']));
+  suite = await CliSuite.start();
+  ({ srv, admin: alice } = suite);
+  webPort = await suite.http();
+  ({ cli: bob } = await suite.member({ email: 'bob@example.test' }, ['tunnels']));
 });
 
 test.after(async () => {
-  burrows.killAll();
-  web?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
-const start = (c: CliEnv, args: string[]) => burrows.start(c, args);
-const firstLine = (child: ReturnType<typeof start>) => burrows.firstLine(child);
+const start = (c: CliEnv, args: string[]) => suite.burrows.start(c, args);
+const firstLine = (child: ReturnType<typeof start>) => suite.burrows.firstLine(child);
 
 test('the same id started again with the same key takes over: the older client exits 5, the newer serves', async () => {
   const older = start(bob, ['http', String(webPort), '--id', 'twice']);

@@ -1,13 +1,15 @@
 // Shared by the CLI suites: run the compiled `burrow` binary as a child process with its own
-// config directory, and small waits with deadlines (uvu has no per-test timeout).
+// config directory, one burrowd per suite with its local services (CliSuite), a visitor's
+// request through a tunnel, and small waits with deadlines (uvu has no per-test timeout).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { createServer as createHttpServer, request, type RequestListener } from 'node:http';
+import { connect, createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { withDeadline } from '../helpers/deadline.js';
 import { createKeyFor, createUser } from '../helpers/fixtures.js';
-import type { TestServer } from '../helpers/server.js';
+import { startServer, type StartOptions, type TestServer } from '../helpers/server.js';
 
 export { CLI } from '../helpers/server.js';
 import { CLI } from '../helpers/server.js';
@@ -136,4 +138,96 @@ export async function waitFor<T>(check: () => T | undefined, ms: number, what: s
 export function exitOf(child: ChildProcess, ms: number, what: string): Promise<number | null> {
   if (child.exitCode !== null) return Promise.resolve(child.exitCode);
   return withDeadline(new Promise((resolve) => child.once('exit', (code) => resolve(code))), ms, what);
+}
+
+/**
+ * One burrowd and one config home shared by the tests of a CLI suite (its tests use names of
+ * their own, so none needs a fresh server: a server per test would cost its start each time),
+ * with the local services and `burrow http|tcp` children the suite started; stop() ends them all.
+ */
+export class CliSuite {
+  readonly burrows = new RunningBurrows();
+  private readonly services: Server[] = [];
+
+  private constructor(
+    readonly srv: TestServer,
+    readonly home: { dir: string; remove: () => void },
+  ) {}
+
+  static async start(opts?: StartOptions): Promise<CliSuite> {
+    return new CliSuite(await startServer(opts), tempDir());
+  }
+
+  /** The seed admin as a CLI caller. */
+  get admin(): CliEnv {
+    return adminOf(this.srv, this.home.dir);
+  }
+
+  /** A new member with a key (both scopes unless given), as a CLI caller. */
+  member(user: { email: string; name?: string }, scopes?: string[]): ReturnType<typeof memberOf> {
+    return memberOf(this.srv, this.home.dir, user, scopes);
+  }
+
+  /** `service` (a tunnel's local target) listening on a loopback port, closed by stop(). */
+  listen(service: Server): Promise<number> {
+    this.services.push(service);
+    return new Promise((resolve) => service.listen(0, '127.0.0.1', () => resolve((service.address() as { port: number }).port)));
+  }
+
+  /** A local HTTP service answering with `handler` (default: "ok"); its port. */
+  http(handler: RequestListener = (_req, res) => res.end('ok')): Promise<number> {
+    return this.listen(createHttpServer(handler));
+  }
+
+  /** A local TCP echo service; its port. */
+  echo(): Promise<number> {
+    return this.listen(createServer((s) => s.pipe(s)));
+  }
+
+  async stop(): Promise<void> {
+    this.burrows.killAll();
+    for (const s of this.services) s.close();
+    await this.srv.stop();
+    this.home.remove();
+  }
+}
+
+/** `admin` creates team `name` and adds `userId` to it. */
+export async function teamWith(admin: CliEnv, name: string, userId: string): Promise<void> {
+  for (const args of [['teams', 'create', name], ['teams', 'add-member', name, userId]]) {
+    const r = await burrow(admin, args);
+    if (r.code !== 0) throw new Error(`burrow ${args.join(' ')} exited ${r.code}: ${r.stderr}`);
+  }
+}
+
+/** A visitor's GET to burrowd at `port` for the tunnel host `host` (node:http: fetch would not send our Host header). */
+export function visit(port: number, host: string, path: string): Promise<{ status: number; body: string }> {
+  return withDeadline(
+    new Promise((resolve, reject) => {
+      const req = request({ host: '127.0.0.1', port, path, headers: { host }, agent: false }, (res) => {
+        let body = '';
+        res.on('data', (d) => (body += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    }),
+    10_000,
+    `GET ${host}${path}`,
+  );
+}
+
+/** Send `text` through a TCP tunnel's public port and read until the far side closes (an echo). */
+export function tcpEcho(port: number, text: string): Promise<string> {
+  return withDeadline(
+    new Promise<string>((resolve, reject) => {
+      const s = connect(port, '127.0.0.1', () => s.end(text));
+      let data = '';
+      s.on('data', (d) => (data += d));
+      s.on('end', () => resolve(data));
+      s.on('error', reject);
+    }),
+    10_000,
+    'tcp echo',
+  );
 }

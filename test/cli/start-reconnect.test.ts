@@ -1,13 +1,13 @@
 // burrow start across a server restart: the one connection comes back and re-opens EVERY
 // tunnel of the file (same URLs), and both carry traffic again.
 import { writeFileSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
+import { createKeyFor, createUser } from '../helpers/fixtures.js';
 import { startServer, type TestServer } from '../helpers/server.js';
-import { exitOf, spawnBurrow, tempDir, waitFor } from './harness.js';
+import { exitOf, spawnBurrow, tempDir, visit, waitFor } from './harness.js';
 
 let first: TestServer;
 let second: TestServer | null = null;
@@ -30,22 +30,6 @@ test.after(async () => {
   home?.remove();
 });
 
-function get(port: number, host: string, path: string): Promise<{ status: number; body: string }> {
-  return withDeadline(
-    new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port, path, headers: { host }, agent: false }, (res) => {
-        let body = '';
-        res.on('data', (d) => (body += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      });
-      req.on('error', reject);
-      req.end();
-    }),
-    10_000,
-    `GET ${host}${path}`,
-  );
-}
-
 test('a restart of burrowd: both tunnels of the file come back on the new connection', async () => {
   // Not the seed key: a restart with --seed-api-key revokes the previous seed key.
   const key = await createKeyFor(first, (await createUser(first)).id, { scopes: ['tunnels'] });
@@ -64,10 +48,10 @@ test('a restart of burrowd: both tunnels of the file come back on the new connec
   await waitFor(() => (/^reconnected$/m.test(c.output.stderr) ? true : undefined), 40_000, 'reconnected line');
   for (const id of ['back-one', 'back-two']) {
     // The two Opens are answered one after the other: poll briefly for the second.
-    let got = await get(port, `${id}.localhost:${port}`, `/${id}`);
+    let got = await visit(port, `${id}.localhost:${port}`, `/${id}`);
     for (const end = Date.now() + 10_000; got.status === 404 && Date.now() < end; ) {
       await new Promise((r) => setTimeout(r, 100));
-      got = await get(port, `${id}.localhost:${port}`, `/${id}`);
+      got = await visit(port, `${id}.localhost:${port}`, `/${id}`);
     }
     assert.is(got.status, 200, `${id}: ${got.body}`);
     assert.is(got.body, `ok /${id}`);

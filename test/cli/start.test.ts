@@ -3,77 +3,37 @@
 // --json events name their tunnel; a tunnel refused for good is reported while the other runs
 // on, and the exit code at the end says so; --detach prints "NAME URL" per tunnel.
 import { writeFileSync } from 'node:fs';
-import { createServer, request, type Server } from 'node:http';
-import { connect, createServer as createTcpServer, type Server as TcpServer } from 'node:net';
+import { createServer } from 'node:http';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { api, withDeadline } from '../helpers/fixtures.js';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { adminOf, burrow, exitOf, memberOf, RunningBurrows, tempDir, waitFor, type CliEnv } from './harness.js';
+import { api } from '../helpers/fixtures.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CliSuite, exitOf, RunningBurrows, tcpEcho, visit, waitFor, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
 let home: { dir: string; remove: () => void };
-let web: Server;
-let echo: TcpServer;
+let webPort: number;
+let echoPort: number;
 let admin: CliEnv;
-const burrows = new RunningBurrows();
+let burrows: RunningBurrows;
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createServer((req, res) => res.end(`web says ${req.url}`));
-  await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
-  echo = createTcpServer((s) => s.pipe(s));
-  await new Promise<void>((r) => echo.listen(0, '127.0.0.1', r));
-  admin = adminOf(srv, home.dir);
+  suite = await CliSuite.start();
+  ({ srv, home, admin, burrows } = suite);
+  webPort = await suite.http((req, res) => res.end(`web says ${req.url}`));
+  echoPort = await suite.echo();
 });
 
 test.after(async () => {
-  burrows.killAll();
-  web?.close();
-  echo?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
-
-const webPort = () => (web.address() as { port: number }).port;
-const echoPort = () => (echo.address() as { port: number }).port;
 
 function configFile(name: string, tunnels: string): string {
   const p = join(home.dir, name);
   writeFileSync(p, `version: 1\ntunnels:\n${tunnels}`);
   return p;
-}
-
-function visit(host: string, path: string): Promise<{ status: number; body: string }> {
-  return withDeadline(
-    new Promise((resolve, reject) => {
-      const req = request({ host: '127.0.0.1', port: srv.port, path, headers: { host }, agent: false }, (res) => {
-        let body = '';
-        res.on('data', (d) => (body += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
-      });
-      req.on('error', reject);
-      req.end();
-    }),
-    10_000,
-    `GET ${host}${path}`,
-  );
-}
-
-function tcpEcho(port: number, text: string): Promise<string> {
-  return withDeadline(
-    new Promise<string>((resolve, reject) => {
-      const s = connect(port, '127.0.0.1', () => s.end(text));
-      let data = '';
-      s.on('data', (d) => (data += d));
-      s.on('end', () => resolve(data));
-      s.on('error', reject);
-    }),
-    10_000,
-    'tcp echo',
-  );
 }
 
 /** Control connections open on the server, summed over its shards (admin-only readiness detail). */
@@ -101,7 +61,7 @@ const lines = (child: { output: { stdout: string } }, n: number, what: string) =
   }, 20_000, what);
 
 test('two tunnels (http + tcp) over one control connection, both carrying traffic', async () => {
-  const file = configFile('two.yml', `  web: { proto: http, addr: "127.0.0.1:${webPort()}", id: two-web }\n  db: { proto: tcp, addr: ${echoPort()} }\n`);
+  const file = configFile('two.yml', `  web: { proto: http, addr: "127.0.0.1:${webPort}", id: two-web }\n  db: { proto: tcp, addr: ${echoPort} }\n`);
   assert.is(await controlConnections(), 0);
   const child = burrows.start(admin, ['start', '--config', file]);
   const [webLine, dbLine] = await lines(child, 2, 'two URL lines');
@@ -110,7 +70,7 @@ test('two tunnels (http + tcp) over one control connection, both carrying traffi
   assert.ok(m, dbLine);
   assert.is(await controlConnections(), 1);
 
-  const res = await visit(`two-web.localhost:${srv.port}`, '/hello');
+  const res = await visit(srv.port, `two-web.localhost:${srv.port}`, '/hello');
   assert.is(res.status, 200);
   assert.is(res.body, 'web says /hello');
   assert.is(await tcpEcho(Number(m![1]), 'through the db tunnel'), 'through the db tunnel');
@@ -132,9 +92,9 @@ test('a burrow.yml entry with host_header gets the Host rewritten, as --host-hea
     const file = configFile('host.yml', `  rw: { proto: http, addr: "127.0.0.1:${port}", id: host-rw, host_header: rewrite }\n  fixed: { proto: http, addr: "127.0.0.1:${port}", id: host-fixed, host_header: app.test }\n  plain: { proto: http, addr: "127.0.0.1:${port}", id: host-plain }\n`);
     const child = burrows.start(admin, ['start', '--config', file]);
     await lines(child, 3, 'three URL lines');
-    assert.is((await visit(`host-rw.localhost:${srv.port}`, '/')).body, `host 127.0.0.1:${port}`);
-    assert.is((await visit(`host-fixed.localhost:${srv.port}`, '/')).body, 'host app.test');
-    assert.is((await visit(`host-plain.localhost:${srv.port}`, '/')).body, `host host-plain.localhost:${srv.port}`);
+    assert.is((await visit(srv.port, `host-rw.localhost:${srv.port}`, '/')).body, `host 127.0.0.1:${port}`);
+    assert.is((await visit(srv.port, `host-fixed.localhost:${srv.port}`, '/')).body, 'host app.test');
+    assert.is((await visit(srv.port, `host-plain.localhost:${srv.port}`, '/')).body, `host host-plain.localhost:${srv.port}`);
     child.kill('SIGINT');
     assert.is(await exitOf(child, 10_000, 'exit'), 0);
   } finally {
@@ -143,11 +103,11 @@ test('a burrow.yml entry with host_header gets the Host rewritten, as --host-hea
 });
 
 test('burrow start web starts only that one; --json events carry the tunnel name', async () => {
-  const file = configFile('pick.yml', `  web: { proto: http, addr: ${webPort()}, id: pick-web }\n  db: { proto: tcp, addr: ${echoPort()} }\n`);
+  const file = configFile('pick.yml', `  web: { proto: http, addr: ${webPort}, id: pick-web }\n  db: { proto: tcp, addr: ${echoPort} }\n`);
   const child = burrows.start(admin, ['start', 'web', '--config', file, '--json']);
   const [first] = await lines(child, 1, 'registered event');
   assert.equal(JSON.parse(first!), { event: 'registered', tunnel: 'web', id: 'pick-web', url: `http://pick-web.localhost:${srv.port}` });
-  await visit(`pick-web.localhost:${srv.port}`, '/j');
+  await visit(srv.port, `pick-web.localhost:${srv.port}`, '/j');
   const [, req] = await lines(child, 2, 'request event');
   const e = JSON.parse(req!) as Record<string, unknown>;
   assert.is(e.event, 'request');
@@ -160,16 +120,16 @@ test('burrow start web starts only that one; --json events carry the tunnel name
 });
 
 test('a tunnel refused for good is reported; the other runs on; the exit code at the end says it', async () => {
-  const other = await memberOf(srv, home.dir, { email: 'holder@example.test' });
-  const holder = burrows.start(other.cli, ['http', String(webPort()), '--id', 'held']);
+  const other = await suite.member({ email: 'holder@example.test' });
+  const holder = burrows.start(other.cli, ['http', String(webPort), '--id', 'held']);
   await burrows.firstLine(holder);
-  const file = configFile('clash.yml', `  mine: { proto: http, addr: ${webPort()}, id: free-one }\n  theirs: { proto: http, addr: ${webPort()}, id: held }\n`);
+  const file = configFile('clash.yml', `  mine: { proto: http, addr: ${webPort}, id: free-one }\n  theirs: { proto: http, addr: ${webPort}, id: held }\n`);
   const child = burrows.start(admin, ['start', '--config', file]);
   const [only] = await lines(child, 1, 'URL line');
   assert.is(only, `mine http://free-one.localhost:${srv.port}`);
   await waitFor(() => (/^theirs: /m.test(child.output.stderr) ? true : undefined), 10_000, 'refusal note');
-  assert.is((await visit(`free-one.localhost:${srv.port}`, '/still')).status, 200);
-  assert.is((await visit(`held.localhost:${srv.port}`, '/h')).body, 'web says /h'); // still the holder's
+  assert.is((await visit(srv.port, `free-one.localhost:${srv.port}`, '/still')).status, 200);
+  assert.is((await visit(srv.port, `held.localhost:${srv.port}`, '/h')).body, 'web says /h'); // still the holder's
   child.kill('SIGINT');
   assert.is(await exitOf(child, 10_000, 'exit'), 5);
   holder.kill('SIGINT');
@@ -177,17 +137,17 @@ test('a tunnel refused for good is reported; the other runs on; the exit code at
 });
 
 test('burrow start --detach: "NAME URL" per tunnel, then burrow stop', async () => {
-  const file = configFile('bg.yml', `  web: { proto: http, addr: ${webPort()}, id: bg-web }\n  db: { proto: tcp, addr: ${echoPort()} }\n`);
+  const file = configFile('bg.yml', `  web: { proto: http, addr: ${webPort}, id: bg-web }\n  db: { proto: tcp, addr: ${echoPort} }\n`);
   const pidFile = join(home.dir, 'bg.pid');
   const r = await burrow(admin, ['start', '--config', file, '--detach', '--pid-file', pidFile], 30_000);
   assert.is(r.code, 0, r.stderr);
   const [w, d] = r.stdout.trim().split('\n');
   assert.is(w, `web http://bg-web.localhost:${srv.port}`);
   assert.match(d!, /^db tcp:\/\//);
-  assert.is((await visit(`bg-web.localhost:${srv.port}`, '/bg')).body, 'web says /bg');
+  assert.is((await visit(srv.port, `bg-web.localhost:${srv.port}`, '/bg')).body, 'web says /bg');
   const stop = await burrow(admin, ['stop', '--pid-file', pidFile]);
   assert.is(stop.code, 0, stop.stderr);
-  assert.is((await visit(`bg-web.localhost:${srv.port}`, '/bg')).status, 404);
+  assert.is((await visit(srv.port, `bg-web.localhost:${srv.port}`, '/bg')).status, 404);
 });
 
 test('burrow start: an invalid file starts nothing (exit 2); unknown NAMEs are named', async () => {

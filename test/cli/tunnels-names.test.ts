@@ -2,40 +2,29 @@
 // owner's and team's names; a tunnels-only key binds a tunnel to a team by name (burrowd looks it
 // up among the user's own teams). Completion is in completion.test.ts (its many CLI runs take
 // most of a file's time limit on a loaded machine).
-import { createServer as createHttpServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { adminOf, burrow, exitOf, memberOf, RunningBurrows, tempDir, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CliSuite, exitOf, RunningBurrows, teamWith, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
-let home: { dir: string; remove: () => void };
-let web: Server;
 let webPort: number;
 let alice: CliEnv;
 let bob: CliEnv;
 let bobId: string;
-const burrows = new RunningBurrows();
+let burrows: RunningBurrows;
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createHttpServer((req, res) => res.end('ok'));
-  webPort = await new Promise<number>((resolve) => web.listen(0, '127.0.0.1', () => resolve((web.address() as { port: number }).port)));
-  alice = adminOf(srv, home.dir);
-  const m = await memberOf(srv, home.dir, { email: 'bob@example.test', name: 'Bob Ross' }, ['tunnels']);
-  bob = m.cli;
-  bobId = m.id;
-  assert.is((await burrow(alice, ['teams', 'create', 'web'])).code, 0);
-  const add = await burrow(alice, ['teams', 'add-member', 'web', bobId]);
-  assert.is(add.code, 0, add.stderr);
+  suite = await CliSuite.start();
+  ({ srv, admin: alice, burrows } = suite);
+  webPort = await suite.http();
+  ({ id: bobId, cli: bob } = await suite.member({ email: 'bob@example.test', name: 'Bob Ross' }, ['tunnels']));
+  await teamWith(alice, 'web', bobId);
 });
 
 test.after(async () => {
-  burrows.killAll();
-  web?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
 test('a tunnels-only key binds a tunnel to a team by name; listings show URL, local target, owner and team names', async () => {
@@ -57,7 +46,7 @@ test('a tunnels-only key binds a tunnel to a team by name; listings show URL, lo
   assert.match(j.team_id, /^[0-9a-f-]{36}$/);
 
   // A team the user is not in is not found (and says nothing about whether it exists).
-  const { cli: carol } = await memberOf(srv, home.dir, { email: 'carol@example.test' }, ['tunnels']);
+  const { cli: carol } = await suite.member({ email: 'carol@example.test' }, ['tunnels']);
   const other = await burrow(carol, ['http', String(webPort), '--team', 'web']);
   assert.is(other.code, 4);
   assert.match(other.stderr, /^error: tunnel refused: you are in no team named "web"/m);
