@@ -4,11 +4,16 @@
 // Databases: every file runs on the embedded database (a PostgreSQL child per test server).
 // When TEST_DATABASE_URL or DATABASE_URL names a reachable PostgreSQL, every file runs again
 // against it (each test server gets its own schema there, dropped afterwards).
+//
+// Order: the files that took longest last time start first (durations are kept in
+// $TMPDIR/burrow-test-durations.json; a file with none yet counts as long), so the run does not
+// end waiting on one long file started last. Both databases' jobs share one queue.
+// TEST_PARALLEL=N runs N files at a time (default: the CPU count, at least 2, at most 4).
 import { spawn } from 'node:child_process';
-import { readdirSync, statSync } from 'node:fs';
+import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { availableParallelism } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 
 const root = fileURLToPath(new URL('.', import.meta.url));
 const FILE_TIMEOUT_MS = 120_000;
@@ -57,6 +62,28 @@ function runFile(file: string, db: string, env: NodeJS.ProcessEnv): Promise<Resu
   });
 }
 
+const DURATIONS = join(tmpdir(), 'burrow-test-durations.json');
+type Durations = Record<string, number>; // "<db> <file>" → ms
+
+function readDurations(): Durations {
+  try {
+    return JSON.parse(readFileSync(DURATIONS, 'utf8')) as Durations;
+  } catch {
+    return {};
+  }
+}
+
+/** Keeps the last duration of every file that ran to completion (a subset run updates only its files). */
+function writeDurations(results: Result[]): void {
+  const d = readDurations();
+  for (const r of results) if (!r.failed) d[`${r.db} ${r.file}`] = r.ms;
+  try {
+    writeFileSync(DURATIONS, JSON.stringify(d, null, 1));
+  } catch {
+    /* an unwritable temp dir only costs the ordering */
+  }
+}
+
 async function pgReachable(url: string): Promise<boolean> {
   const { default: postgres } = await import('postgres');
   const sql = postgres(url, { max: 1, connect_timeout: 3, onnotice: () => undefined });
@@ -84,8 +111,12 @@ async function main(): Promise<void> {
   } else if (pgUrl) {
     console.log(`PostgreSQL at ${pgUrl} does not answer: running on the embedded database only`);
   }
+  const known = readDurations();
+  const expected = (j: { file: string; db: string }) => known[`${j.db} ${relative(root, j.file)}`] ?? Infinity;
+  // Stable: files with no duration yet keep their order, first.
+  jobs.sort((a, b) => (expected(a) === expected(b) ? 0 : expected(b) > expected(a) ? 1 : -1));
   const results: Result[] = [];
-  const parallel = Math.max(2, Math.min(4, availableParallelism()));
+  const parallel = Number(process.env.TEST_PARALLEL) || Math.max(2, Math.min(4, availableParallelism()));
   let next = 0;
   await Promise.all(
     Array.from({ length: parallel }, async () => {
@@ -103,6 +134,7 @@ async function main(): Promise<void> {
     const rs = results.filter((r) => r.db === db);
     if (rs.length) console.log(`${db}: ${rs.reduce((a, r) => a + r.passed, 0)} passed, ${rs.reduce((a, r) => a + r.failed, 0)} failed`);
   }
+  writeDurations(results);
   const passed = results.reduce((a, r) => a + r.passed, 0);
   const failed = results.reduce((a, r) => a + r.failed, 0);
   console.log(`took ${((Date.now() - t0) / 1000).toFixed(1)} s`);
