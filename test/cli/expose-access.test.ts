@@ -2,39 +2,34 @@
 // --expires reach the edge (a visitor without the password gets 401, one with it is served),
 // the rules are shown without the password, the tunnel ends at its expiry with exit 0 and a
 // line saying so, and every malformed flag is a usage error (exit 2) that never prints a password.
-import { createServer as createHttpServer, request, type Server } from 'node:http';
+import { request } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { api, withDeadline } from '../helpers/fixtures.js';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { burrow, exitOf, memberOf, RunningBurrows, tempDir, waitFor, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CliSuite, exitOf, RunningBurrows, waitFor, type CliEnv } from './harness.js';
 import { parseTunnelExpiry } from '../../src/cli/expose.js';
 import { accessSummary } from '../../src/cli/expose-screen.js';
 
+let suite: CliSuite;
 let srv: TestServer;
-let home: { dir: string; remove: () => void };
-let web: Server;
 let webPort: number;
 let reached = 0;
 let bob: CliEnv;
-const burrows = new RunningBurrows();
+let burrows: RunningBurrows;
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createHttpServer((_req, res) => {
+  suite = await CliSuite.start();
+  ({ srv, burrows } = suite);
+  webPort = await suite.http((_req, res) => {
     reached++;
     res.end('hello');
   });
-  webPort = await new Promise<number>((resolve) => web.listen(0, '127.0.0.1', () => resolve((web.address() as { port: number }).port)));
-  ({ cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test' }, ['tunnels']));
+  ({ cli: bob } = await suite.member({ email: 'bob@example.test' }, ['tunnels']));
 });
 
 test.after(async () => {
-  burrows.killAll();
-  web?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
 function visit(id: string, headers: Record<string, string> = {}): Promise<number> {

@@ -1,27 +1,21 @@
 // burrow http / burrow tcp refusals against a real burrowd: exit codes for an id taken by another
 // user, a reserved id, a bad key, a key without the tunnels scope, an unreachable server, and the
 // client told to stop when its tunnel is deleted through the API. Takeovers: expose-takeover.test.ts.
-import { createServer as createHttpServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { adminOf, burrow, closedPort, exitOf, memberOf, RunningBurrows, tempDir, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CliSuite, closedPort, exitOf, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
-let home: { dir: string; remove: () => void };
-let web: Server;
 let webPort: number;
 let alice: CliEnv;
 let bob: CliEnv;
-const burrows = new RunningBurrows();
-
-const listen = (s: Server) =>
-  new Promise<number>((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as { port: number }).port)));
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createHttpServer((req, res) => {
+  suite = await CliSuite.start();
+  ({ srv, admin: alice } = suite);
+  webPort = await suite.http((req, res) => {
     let body = '';
     req.on('data', (d) => (body += d));
     req.on('end', () => {
@@ -29,20 +23,15 @@ test.before(async () => {
       res.end(`hello ${req.url} ${body}`);
     });
   });
-  webPort = await listen(web);
-  alice = adminOf(srv, home.dir);
-  ({ cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test' }, ['tunnels']));
+  ({ cli: bob } = await suite.member({ email: 'bob@example.test' }, ['tunnels']));
 });
 
 test.after(async () => {
-  burrows.killAll();
-  web?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
-const start = (c: CliEnv, args: string[]) => burrows.start(c, args);
-const firstLine = (child: ReturnType<typeof start>) => burrows.firstLine(child);
+const start = (c: CliEnv, args: string[]) => suite.burrows.start(c, args);
+const firstLine = (child: ReturnType<typeof start>) => suite.burrows.firstLine(child);
 
 test('an id live for another user is refused: exit 5 with a hint; reserved id: exit 2', async () => {
   const owner = start(alice, ['http', String(webPort), '--id', 'taken']);
@@ -62,7 +51,7 @@ test('bad key → exit 3; a key without the tunnels scope → exit 3; closed por
   const bad = await burrow({ ...bob, env: { ...bob.env, BURROW_TOKEN: 'bk_AAAAAAAAAAAA_' + 'A'.repeat(43) } }, ['http', String(webPort)]);
   assert.is(bad.code, 3);
   assert.match(bad.stderr, /^error: tunnel refused: /);
-  const { cli: mgmtOnly } = await memberOf(srv, home.dir, { email: 'mgmt@example.test' }, ['management']);
+  const { cli: mgmtOnly } = await suite.member({ email: 'mgmt@example.test' }, ['management']);
   const noScope = await burrow(mgmtOnly, ['http', String(webPort)]);
   assert.is(noScope.code, 3);
   assert.match(noScope.stderr, /hint: .*tunnels/);
