@@ -2,31 +2,25 @@
 // stdout, one line per request, the summary on Ctrl-C, JSON lines, --quiet, and the live status
 // block under a pseudo-terminal. Refusals: expose-refusals.test.ts.
 import { spawn } from 'node:child_process';
-import { createServer as createHttpServer, type Server } from 'node:http';
-import { createServer as createTcpServer, connect, type Server as TcpServer } from 'node:net';
+import { connect } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { withDeadline } from '../helpers/fixtures.js';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { adminOf, burrow, CLI, cliEnv, exitOf, memberOf, RunningBurrows, tempDir, waitFor, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CLI, cliEnv, CliSuite, exitOf, RunningBurrows, tcpEcho, waitFor, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
-let home: { dir: string; remove: () => void };
-let web: Server;
-let echo: TcpServer;
 let webPort: number;
 let echoPort: number;
 let alice: CliEnv;
 let bob: CliEnv;
-const burrows = new RunningBurrows();
-
-const listen = (s: Server | TcpServer) =>
-  new Promise<number>((resolve) => s.listen(0, '127.0.0.1', () => resolve((s.address() as { port: number }).port)));
+let burrows: RunningBurrows;
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  web = createHttpServer((req, res) => {
+  suite = await CliSuite.start();
+  ({ srv, admin: alice, burrows } = suite);
+  webPort = await suite.http((req, res) => {
     let body = '';
     req.on('data', (d) => (body += d));
     req.on('end', () => {
@@ -34,19 +28,12 @@ test.before(async () => {
       res.end(`hello ${req.url} ${body}`);
     });
   });
-  echo = createTcpServer((sock) => sock.pipe(sock));
-  webPort = await listen(web);
-  echoPort = await listen(echo);
-  alice = adminOf(srv, home.dir);
-  ({ cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test' }, ['tunnels']));
+  echoPort = await suite.echo();
+  ({ cli: bob } = await suite.member({ email: 'bob@example.test' }, ['tunnels']));
 });
 
 test.after(async () => {
-  burrows.killAll();
-  web?.close();
-  echo?.close();
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
 const start = (c: CliEnv, args: string[]) => burrows.start(c, args);
@@ -139,18 +126,7 @@ test('burrow tcp: tcp:// URL first, bytes echo through, a line per connection', 
   const url = await firstLine(child);
   const m = /^tcp:\/\/[^:]+:(\d+)$/.exec(url);
   assert.ok(m, url);
-  const got = await withDeadline(
-    new Promise<string>((resolve, reject) => {
-      const s = connect(Number(m![1]), '127.0.0.1', () => s.end('ping through burrow'));
-      let data = '';
-      s.on('data', (d) => (data += d));
-      s.on('end', () => resolve(data));
-      s.on('error', reject);
-    }),
-    10_000,
-    'tcp echo',
-  );
-  assert.is(got, 'ping through burrow');
+  assert.is(await tcpEcho(Number(m![1]), 'ping through burrow'), 'ping through burrow');
   await waitFor(() => (/^TCP\s+\S+\s+\d+ms\s+in 19 B\s+out 19 B$/m.test(child.output.stdout) ? true : undefined), 10_000, 'connection line').catch((e) => {
     throw new Error(`${(e as Error).message}\nstdout: ${child.output.stdout}\nstderr: ${child.output.stderr}`);
   });

@@ -3,26 +3,24 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createUser } from '../helpers/fixtures.js';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { adminOf, burrow, memberOf, tempDir, type CliEnv } from './harness.js';
+import type { TestServer } from '../helpers/server.js';
+import { burrow, CliSuite, type CliEnv } from './harness.js';
 
+let suite: CliSuite;
 let srv: TestServer;
-let home: { dir: string; remove: () => void };
 let admin: CliEnv;
 let bob: CliEnv;
 let bobId: string;
 let teamId: string;
 
 test.before(async () => {
-  srv = await startServer();
-  home = tempDir();
-  admin = adminOf(srv, home.dir);
-  ({ id: bobId, cli: bob } = await memberOf(srv, home.dir, { email: 'bob@example.test', name: 'Bob' }));
+  suite = await CliSuite.start();
+  ({ srv, admin } = suite);
+  ({ id: bobId, cli: bob } = await suite.member({ email: 'bob@example.test', name: 'Bob' }));
 });
 
 test.after(async () => {
-  await srv?.stop();
-  home?.remove();
+  await suite?.stop();
 });
 
 test('teams create (human) makes you owner; --json is the Team', async () => {
