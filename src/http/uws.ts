@@ -210,7 +210,9 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
   const declared = Number(headers.get('content-length') ?? 0);
   const hasBody = headers.has('content-length') || headers.has('transfer-encoding');
   if (declared > maxBodyBytes) {
-    if (!aborted) refuseBody(res, problemReply('payload-too-large', `request body of ${declared} bytes is over the ${maxBodyBytes}-byte limit`));
+    if (aborted) return;
+    const onChunk = refuseBody(res, problemReply('payload-too-large', `request body of ${declared} bytes is over the ${maxBodyBytes}-byte limit`), clientCloses, () => aborted);
+    if (onChunk) res.onData((_chunk, isLast) => onChunk(isLast));
     return;
   }
 
@@ -247,13 +249,19 @@ function serve(server: HttpServer, res: HttpResponse, req: HttpRequest, paramCou
   }
   const chunks: Buffer[] = [];
   let size = 0;
+  let refused: ((isLast: boolean) => void) | null = null;
   res.onData((chunk, isLast) => {
-    if (size < 0) return; // refused: uWS reads and drops the rest
+    if (size < 0) {
+      refused?.(isLast); // refused: the rest is read and dropped
+      return;
+    }
     size += chunk.byteLength;
     if (size > maxBodyBytes) {
       size = -1;
       inflight.leave();
-      if (!aborted) refuseBody(res, problemReply('payload-too-large', `request body is over the ${maxBodyBytes}-byte limit`));
+      if (aborted) return;
+      refused = refuseBody(res, problemReply('payload-too-large', `request body is over the ${maxBodyBytes}-byte limit`), clientCloses, () => aborted);
+      refused?.(isLast);
       return;
     }
     chunks.push(Buffer.from(chunk.slice(0)));
@@ -269,21 +277,49 @@ export function wantsClose(connection: string | undefined): boolean {
   return connection !== undefined && connection.split(',').some((t) => t.trim().toLowerCase() === 'close');
 }
 
+/** A refused upload that pauses this long is taken as stopped (RFC 9112 §9.5 lets clients stop). */
+const REFUSAL_QUIET_MS = 1_000;
+/** Nor is a refused upload read for longer than this (nginx's lingering_time). */
+const REFUSAL_LINGER_MS = 30_000;
+
 /**
- * Answers a request whose body will not be read (413) at once and in full, with
- * `Connection: close`, but without closing: uWS goes on reading and dropping the body, so a client
- * still uploading reads the 413 instead of EPIPE or a reset (nginx's lingering close), then closes
- * as told. Not `end(…, true)`: uWS then sends FIN at once and Node's clients fail their upload with
- * EPIPE. The read is bounded by the declared length (uWS frames at most 999,999,999 bytes) and by
- * uWS's idle timeout; burrowd cannot cut it shorter, as uWS refuses `close()` on a finished response.
+ * Answers a request whose body will not be read (413) at once, with `Connection: close`, and
+ * goes on reading and dropping the body, so a client still uploading reads the 413 instead of
+ * EPIPE or a reset (nginx's lingering close), then closes as told. Not `end(…, true)`: uWS then
+ * sends FIN at once and Node's clients fail their upload with EPIPE.
+ *
+ * When the client itself said `Connection: close`, uWS closes the moment the response ends, and
+ * the reset for the body bytes still arriving can destroy the 413 before the client read it. Such
+ * a response goes out chunked and ends once the body is in, or once the upload has been quiet
+ * for REFUSAL_QUIET_MS (a client that stopped sending, as RFC 9112 §9.5 allows, still gets its
+ * response's end), or after REFUSAL_LINGER_MS. Returns the `onChunk(isLast)` to call for each
+ * further body chunk, or null when the response is already complete.
  */
-function refuseBody(res: HttpResponse, reply: Reply): void {
+function refuseBody(res: HttpResponse, reply: Reply, clientCloses: boolean, isAborted: () => boolean): ((isLast: boolean) => void) | null {
   res.cork(() => {
     res.writeStatus(statusLine(reply.status));
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
     res.writeHeader('connection', 'close');
-    res.end(reply.body ?? '');
+    if (clientCloses) res.write(reply.body ?? '');
+    else res.end(reply.body ?? '');
   });
+  if (!clientCloses) return null;
+  let ended = false;
+  const end = (): void => {
+    if (ended) return;
+    ended = true;
+    clearTimeout(quiet);
+    clearTimeout(limit);
+    if (!isAborted()) res.cork(() => res.end());
+  };
+  let quiet = setTimeout(end, REFUSAL_QUIET_MS);
+  const limit = setTimeout(end, REFUSAL_LINGER_MS);
+  return (isLast) => {
+    if (ended) return;
+    if (isLast) return end();
+    clearTimeout(quiet);
+    quiet = setTimeout(end, REFUSAL_QUIET_MS);
+  };
 }
 
 /** uWS's own send buffer (cork) size: a response larger than this is written before we return. */
