@@ -36,22 +36,47 @@ interface Result {
   ms: number;
 }
 
+/** Process groups of the test files now running (each file's pid leads its own). */
+const running = new Set<number>();
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // the group is already gone
+  }
+}
+
+// Detached groups do not get the terminal's Ctrl-C: pass it on, then stop.
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.on(signal, () => {
+    for (const pid of running) killGroup(pid);
+    process.exit(130);
+  });
+}
+
 function runFile(file: string, db: string, env: NodeJS.ProcessEnv): Promise<Result> {
   const t0 = Date.now();
   return new Promise((resolve) => {
+    // A process group of its own: a file killed at its time limit takes the servers, databases
+    // and CLI children it started with it, instead of leaving them running.
     const child = spawn(process.execPath, ['--enable-source-maps', file], {
       env: { ...env, NO_COLOR: '1', FORCE_COLOR: '0' },
       stdio: ['ignore', 'pipe', 'pipe'],
+      detached: true,
     });
+    running.add(child.pid!);
     let output = '';
     child.stdout.on('data', (d) => (output += d));
     child.stderr.on('data', (d) => (output += d));
     const timer = setTimeout(() => {
       output += `\n[runner] killed after ${FILE_TIMEOUT_MS} ms\n`;
-      child.kill('SIGKILL');
+      killGroup(child.pid!);
     }, FILE_TIMEOUT_MS);
     child.on('close', (code) => {
       clearTimeout(timer);
+      running.delete(child.pid!);
+      killGroup(child.pid!); // whatever the file left behind
       // uvu prints "Total: N / Passed: N" per file; a crash before that counts as one failure.
       const total = Number(/Total:\s+(\d+)/.exec(output)?.[1] ?? NaN);
       const passed = Number(/Passed:\s+(\d+)/.exec(output)?.[1] ?? 0);

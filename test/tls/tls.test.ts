@@ -151,7 +151,7 @@ test('HTTPS end to end: the tunnel registers over wss, its public URL is https:/
   assert.is(health.status, 200);
 });
 
-test('bulk both ways over TLS: 8 concurrent 1 MiB downloads and 8 uploads arrive intact and the control connection stays up', async () => {
+test('bulk both ways over TLS: 8 concurrent 1 MiB downloads and 8 uploads, twice, arrive intact and the control connection stays up', async () => {
   // Response bytes reach the edge on the wss control connection in reads large enough that
   // uSockets hands them out in 512 KiB pieces; a write to any TLS socket during such a piece
   // used to discard the rest of the read and break the control connection (both ends 1006).
@@ -161,7 +161,7 @@ test('bulk both ways over TLS: 8 concurrent 1 MiB downloads and 8 uploads arrive
   c.on('reconnecting', (e) => reconnects.push(e.reason));
   const { id } = await withDeadline(c.start(), 20_000, 'tunnel start over wss');
   const host = `${id}.${DOMAIN}`;
-  for (let round = 0; round < 3; round++) {
+  for (let round = 0; round < 2; round++) {
     const got = await Promise.all([
       ...Array.from({ length: 8 }, () => get(host, '/mib')),
       ...Array.from({ length: 8 }, () => get(host, '/sha', { body: MIB })),
