@@ -43,7 +43,9 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   // --cpu-prof writes one .cpuprofile per thread when the process exits (burrowd and the CLI
   // both exit cleanly on SIGTERM, which is how they are stopped).
   const prof = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
-  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn'];
+  // Every load tool connects from 127.0.0.1: the per-visitor-address bound (128 per shard by
+  // default, a guard for a public edge) would answer 429 to part of the 256-connection rows.
+  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn', '--visitor-concurrency', String(BENCH_VISITOR_CONCURRENCY)];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
@@ -158,6 +160,9 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     },
   };
 }
+
+/** Above every connection count the scenarios use (bench/README.md "Targets"). */
+const BENCH_VISITOR_CONCURRENCY = 4096;
 
 /** `#!/usr/bin/env -S A=1 B=2 node` → { A: '1', B: '2' }: what a user running burrowd gets. */
 export function shebangEnv(file: string): Record<string, string> {

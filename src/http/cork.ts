@@ -8,14 +8,15 @@
 // sockets from inside such a callback asks `corkHeldByOther(socket)` and, when it is, hands
 // the write to `afterCallbacks`, which runs once this loop turn's socket callbacks are over,
 // where each socket can cork: one syscall per socket and turn.
-
 //
 // With TLS there is a second reason to wait. uSockets decrypts each read into one buffer per
 // loop and, when a read yields 512 KiB of plaintext, hands it to the callback in pieces while
 // ciphertext of that read is still unparsed; a write to any TLS socket meanwhile resets the
 // loop's shared read state, the rest of the read is lost and that connection's TLS stream
 // breaks (bulk responses over a wss control connection ended both ends with 1006). So on a
-// TLS listener nothing is written from inside a socket's read callback: see `tlsSockets`.
+// TLS listener a control connection's frames are handled after its read callback (`tlsSockets`),
+// and visitor callbacks leave their writes toward the tunnel to `afterCallbacks`; an answer a
+// visitor's own callback writes to that visitor can only break that visitor's connection.
 
 let holder: object | null = null;
 let tls = false;
