@@ -164,6 +164,12 @@ export function registerStop(program: Command): void {
           const end = Date.now() + STOP_WAIT_MS;
           while (livePid(pidFile) === pid && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
           if (livePid(pidFile) === pid) throw new CliError(EXIT.error, 'still running', `pid ${pid} did not stop within ${STOP_WAIT_MS / 1000} s`, `kill -9 ${pid}`);
+          // The child removes its pid file on the way out; if it is gone and the file is still its, do it here.
+          try {
+            if (readFileSync(pidFile, 'utf8').trim() === String(pid)) unlinkSync(pidFile);
+          } catch {
+            /* already removed */
+          }
           if (ctx.json) printJson({ stopped: pid });
           else err.line(`stopped burrow (pid ${pid})`);
         }),
