@@ -1,6 +1,6 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
 import { requireClientAddress } from '../http/uws.js';
-import { insideCallbackOf } from '../http/cork.js';
+import { insideCallbackOf, tlsSockets } from '../http/cork.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, parseClosePayload } from '../protocol/ws-frames.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
@@ -198,6 +198,11 @@ class WsVisitor implements Downstream {
   }
 }
 
+/** A WebSocket visitor's callback; on a TLS listener its writes toward the tunnel wait for its end. */
+function tlsGuard<T>(ws: object, fn: () => T): T {
+  return tlsSockets() ? insideCallbackOf(ws, fn) : fn();
+}
+
 /**
  * Registers the catch-all WebSocket route. `tunnelOf` says whether a Host is public tunnel
  * traffic (its id) or not (null: the upgrade is refused with 404, as the API has no WebSockets).
@@ -250,10 +255,10 @@ export function installUpgradeRoute(
       visitor.up = up;
       (visitor as unknown as { http: HttpVisitor }).http.up = up;
     },
-    // Inside each callback, writes toward the tunnel wait for its end (src/http/cork.ts).
-    open: (ws) => insideCallbackOf(ws, () => ws.getUserData().visitor.opened(ws)),
-    message: (ws, message, isBinary) => insideCallbackOf(ws, () => ws.getUserData().visitor.message(message, isBinary)),
-    drain: (ws) => insideCallbackOf(ws, () => ws.getUserData().visitor.drained()),
-    close: (ws, code, reason) => insideCallbackOf(ws, () => ws.getUserData().visitor.closed(code, reason)),
+    // With TLS, writes toward the tunnel from inside these callbacks wait for their end (src/http/cork.ts).
+    open: (ws) => tlsGuard(ws, () => ws.getUserData().visitor.opened(ws)),
+    message: (ws, message, isBinary) => tlsGuard(ws, () => ws.getUserData().visitor.message(message, isBinary)),
+    drain: (ws) => tlsGuard(ws, () => ws.getUserData().visitor.drained()),
+    close: (ws, code, reason) => tlsGuard(ws, () => ws.getUserData().visitor.closed(code, reason)),
   });
 }
