@@ -10,7 +10,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { parseConfig, withPort } from './config.js';
 import { checkOauthConfig } from './auth/oauth/routes.js';
 import { createLogger } from './log.js';
-import { knownBuildFlaw, loadUws } from './http/uws-loader.js';
+import { knownBuildFlaw, loadUws, tlsReadFlaw } from './http/uws-loader.js';
 import { connect, type Sql } from './db/sql.js';
 import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
@@ -88,6 +88,8 @@ const loadedUws = loadUws();
 const { from: uwsFrom } = loadedUws;
 const uwsFlaw = knownBuildFlaw(loadedUws);
 if (uwsFlaw) log.warn({ uws: uwsFrom, version: loadedUws.version }, uwsFlaw);
+const tlsFlaw = config.tls ? tlsReadFlaw(loadedUws) : null;
+if (tlsFlaw) log.warn({ uws: uwsFrom, version: loadedUws.version }, tlsFlaw);
 
 let embedded: EmbeddedDb | null = null;
 let databaseUrl = config.databaseUrl;

@@ -15,8 +15,10 @@
 // loop's shared read state, the rest of the read is lost and that connection's TLS stream
 // breaks (bulk responses over a wss control connection ended both ends with 1006). So on a
 // TLS listener a control connection's frames are handled after its read callback (`tlsSockets`),
-// and visitor callbacks leave their writes toward the tunnel to `afterCallbacks`; an answer a
-// visitor's own callback writes to that visitor can only break that visitor's connection.
+// and visitor callbacks leave their writes toward the tunnel to `afterCallbacks`. uWS's own
+// write at the end of a piece (it sends what backpressure held back) is made harmless by the
+// fixed binary (uws-tls-fix.ts); ours wait regardless, since a write to another socket in the
+// middle of a read also leaves uSockets' current socket pointing at the wrong one.
 
 let holder: object | null = null;
 let tls = false;
