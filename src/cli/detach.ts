@@ -66,6 +66,20 @@ function livePid(pidFile: string): number | null {
   return pid;
 }
 
+/** `pid` has not exited yet (a zombie waiting for its parent counts as exited). */
+function stillRuns(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return false;
+  }
+  try {
+    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return !existsSync('/proc/self'); // no /proc: kill(0) is all there is
+  }
+}
+
 /**
  * With --detach in the parent: start the background child, wait for its URLs, print them and
  * return true (the command is done). Otherwise (no --detach, or this is the child) false.
@@ -162,8 +176,9 @@ export function registerStop(program: Command): void {
           }
           process.kill(pid, 'SIGTERM');
           const end = Date.now() + STOP_WAIT_MS;
-          while (livePid(pidFile) === pid && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
-          if (livePid(pidFile) === pid) throw new CliError(EXIT.error, 'still running', `pid ${pid} did not stop within ${STOP_WAIT_MS / 1000} s`, `kill -9 ${pid}`);
+          // Wait for the process, not its pid file: it removes the file early in its shutdown.
+          while (stillRuns(pid) && Date.now() < end) await new Promise((r) => setTimeout(r, 50));
+          if (stillRuns(pid)) throw new CliError(EXIT.error, 'still running', `pid ${pid} did not stop within ${STOP_WAIT_MS / 1000} s`, `kill -9 ${pid}`);
           // The child removes its pid file on the way out; if it is gone and the file is still its, do it here.
           try {
             if (readFileSync(pidFile, 'utf8').trim() === String(pid)) unlinkSync(pidFile);
