@@ -2,7 +2,7 @@ import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
 import { afterCallbacks, corkHeldByOther, insideCallbackOf, tlsSockets } from '../http/cork.js';
-import { requireClientAddress, writeProblem } from '../http/uws.js';
+import { keepLongSendsWhole, requireClientAddress, writeProblem } from '../http/uws.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
@@ -414,6 +414,7 @@ export function installControlRoute(host: ControlHost): void {
     compression: 0,
     upgrade: (res, req, context) => upgrade(host, res, req, context),
     open: (ws) => {
+      keepLongSendsWhole(ws);
       const d = ws.getUserData();
       d.conn = new ControlConnection(ws, host, d.principal, d.ip);
       host.connections.add(d.conn);

@@ -1,5 +1,5 @@
 import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
-import { requireClientAddress } from '../http/uws.js';
+import { keepLongSendsWhole, requireClientAddress } from '../http/uws.js';
 import { insideCallbackOf, tlsSockets } from '../http/cork.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, parseClosePayload } from '../protocol/ws-frames.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
@@ -256,7 +256,10 @@ export function installUpgradeRoute(
       (visitor as unknown as { http: HttpVisitor }).http.up = up;
     },
     // With TLS, writes toward the tunnel from inside these callbacks wait for their end (src/http/cork.ts).
-    open: (ws) => tlsGuard(ws, () => ws.getUserData().visitor.opened(ws)),
+    open: (ws) => {
+      keepLongSendsWhole(ws);
+      tlsGuard(ws, () => ws.getUserData().visitor.opened(ws));
+    },
     message: (ws, message, isBinary) => tlsGuard(ws, () => ws.getUserData().visitor.message(message, isBinary)),
     drain: (ws) => tlsGuard(ws, () => ws.getUserData().visitor.drained()),
     close: (ws, code, reason) => tlsGuard(ws, () => ws.getUserData().visitor.closed(code, reason)),

@@ -1,4 +1,4 @@
-import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
+import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, WebSocket } from '@trufflesuite/uws-js-unofficial';
 import { STATUS_CODES } from 'node:http';
 import { ApiError, problemOf, unavailableError, type ProblemCode } from '../errors.js';
 import { isDatabaseDown } from '../db/sql.js';
@@ -368,4 +368,19 @@ export function closeListen(uws: { us_listen_socket_close(s: us_listen_socket): 
 /** Closes the App's listen sockets and every connection (present in the binary, missing from its typings). */
 export function closeApp(app: TemplatedApp): void {
   (app as TemplatedApp & { close(): void }).close();
+}
+
+/** A topic nothing publishes to (see `keepLongSendsWhole`). */
+const NEVER_PUBLISHED = 'burrow/never-published';
+
+/**
+ * uWS 20.30 sends a WebSocket message of 16 KiB or more on a plain (non-TLS) socket with one
+ * writev, and when the kernel takes no more than the frame header (its send buffer is full) it
+ * keeps only the rest of the header: the payload is lost, the peer reads the next message as
+ * this one's body and the connection fails (upstream WebSocket.h, "Special path for long sends").
+ * A slow tunnel client over plain HTTP, or any peer behind a unix socket, hits it. A socket that
+ * subscribes to a topic takes the general path instead, which buffers what the kernel did not take.
+ */
+export function keepLongSendsWhole(ws: WebSocket<unknown>): void {
+  ws.subscribe(NEVER_PUBLISHED);
 }
