@@ -172,7 +172,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--tls-dir <dir>', 'more certificates chosen by SNI: NAME.crt + NAME.key per server name NAME (e.g. *.example.org.crt)'))
     .addOption(opt('--http-port <n>', 'also serve plain HTTP on this port, redirecting (308) to HTTPS (needs --tls-cert)').argParser(int('--http-port', 1, 65535)))
     .addOption(opt('--trust-proxy <cidrs>', 'load balancers (CIDR[,CIDR...]) whose X-Forwarded-For/-Proto are kept; anyone else\'s are replaced').argParser(cidrList))
-    .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol v2 header on every connection (from a load balancer)').default(false))
+    .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol header (v1 or v2) on every connection, from a load balancer; works with --tls-cert').default(false))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .showHelpAfterError('(burrowd --help lists every flag)')
@@ -223,10 +223,6 @@ export function configFromOptions(o: Opts): Config {
   if (httpPort !== null && !tls) throw new Error('--http-port redirects to HTTPS: it needs --tls-cert and --tls-key');
   if (httpPort !== null && httpPort === o.port) throw new Error(`--http-port ${httpPort} is the main --port; choose another`);
   const proxyProtocol = Boolean(o.proxyProtocol);
-  if (proxyProtocol && tls) {
-    // uWebSockets.js parses the PROXY header after TLS decryption, where no load balancer puts it.
-    throw new Error('--proxy-protocol cannot be combined with --tls-cert on this uWebSockets.js build: terminate TLS at the load balancer (then use --trust-proxy with X-Forwarded-For, or --proxy-protocol without TLS here)');
-  }
   const port = o.port as number;
   const domain = String(o.domain).toLowerCase();
   const baseUrl = (baseUrlFlag ?? defaultBaseUrl(tls !== null, domain, port)).replace(/\/$/, '');

@@ -5,7 +5,7 @@
 // minute after a churn with glibc's defaults, +20 % with two arenas; README Memory). A fixed
 // MALLOC_MMAP_THRESHOLD_=65536 returned it all but mmapped and unmapped every 64 KiB socket
 // read: 8x the server CPU per byte and a tenth of the TCP throughput.
-import { availableParallelism } from 'node:os';
+import { availableParallelism, tmpdir } from 'node:os';
 import { createServer, type AddressInfo } from 'node:net';
 import { parseConfig, withPort } from './config.js';
 import { checkOauthConfig } from './auth/oauth/routes.js';
@@ -26,6 +26,9 @@ import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js
 import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
 import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
+import { ProxyFront } from './main-thread/proxy-front.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
 
 const parsed = parseConfig(process.argv.slice(2));
 try {
@@ -88,7 +91,8 @@ const loadedUws = loadUws();
 const { from: uwsFrom } = loadedUws;
 const uwsFlaw = knownBuildFlaw(loadedUws);
 if (uwsFlaw) log.warn({ uws: uwsFrom, version: loadedUws.version }, uwsFlaw);
-const tlsFlaw = config.tls ? tlsReadFlaw(loadedUws) : null;
+// Behind the PROXY front, TLS is Node's (main-thread/proxy-front.ts), not uWS's.
+const tlsFlaw = config.tls && !config.proxyProtocol ? tlsReadFlaw(loadedUws) : null;
 if (tlsFlaw) log.warn({ uws: uwsFrom, version: loadedUws.version }, tlsFlaw);
 
 let embedded: EmbeddedDb | null = null;
@@ -205,7 +209,24 @@ process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 const seeded = config.seedApiKey ? await seedKey() : null;
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
-const port = await supervisor.start(config.port);
+// --proxy-protocol: main's front owns the port; each shard listens on a unix socket in a
+// directory only this user can enter (a local process must not forge client addresses).
+const frontDir = config.proxyProtocol ? mkdtempSync(join(tmpdir(), 'burrowd-front-')) : null;
+const frontPaths = frontDir ? Array.from({ length: config.workers }, (_, i) => join(frontDir, `shard-${i}.sock`)) : null;
+let port = await supervisor.start(config.port, frontPaths);
+let front: ProxyFront | null = null;
+if (frontPaths) {
+  try {
+    front = await ProxyFront.listen({ host: config.host, port: config.port, certificates: config.tls ? loadCertificates(config.tls) : null, shardPaths: frontPaths, log });
+    port = front.port;
+  } catch (err) {
+    log.fatal({ err, host: config.host, port: config.port }, 'cannot listen (port in use or not permitted)');
+    await supervisor.stop(1_000);
+    rmSync(frontDir!, { recursive: true, force: true });
+    await embedded?.stop();
+    process.exit(1);
+  }
+}
 const metricsAt = metricsListener ? `metrics on ${listenAddress(metricsListener.host, metricsListener.port)}/metrics` : '';
 if (seeded) process.stdout.write(`${seeded.key}\n`);
 process.stdout.write(`burrowd listening on ${listenAddress(config.host, port, config.tls !== null)} (${[bindScope(config.host), `base URL ${config.baseUrl}`, metricsAt].filter(Boolean).join('; ')})\n`);
@@ -226,8 +247,11 @@ async function shutdown(reason: string, code = 0): Promise<void> {
   }, config.shutdownTimeoutMs + 15_000);
   hardStop.unref();
   try {
+    front?.stopAccepting();
     await metricsListener?.close();
     await supervisor.stop(config.shutdownTimeoutMs);
+    front?.destroyAll();
+    if (frontDir) rmSync(frontDir, { recursive: true, force: true });
     await registry.stop();
     await jobs.close();
     await sql.end({ timeout: 2 });
@@ -243,11 +267,16 @@ async function shutdown(reason: string, code = 0): Promise<void> {
 /** SIGHUP: every certificate is read again; a file that became unusable keeps the old ones. */
 async function reloadTls(): Promise<void> {
   if (!config.tls || stopping) return;
+  let pairs;
   try {
-    loadCertificates(config.tls);
+    pairs = loadCertificates(config.tls);
   } catch (err) {
     log.error({ err: (err as Error).message }, 'TLS reload refused: keeping the current certificates');
     return;
+  }
+  if (front) {
+    front.setCertificates(pairs);
+    return void log.info({ certificates: config.tls }, 'TLS certificates reloaded');
   }
   await supervisor.askAll({ type: 'tls-reload' }, 10_000).then(
     () => log.info({ certificates: config.tls }, 'TLS certificates reloaded'),

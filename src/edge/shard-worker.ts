@@ -1,3 +1,4 @@
+import { rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
 import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
 import { loadUws } from '../http/uws-loader.js';
@@ -20,6 +21,7 @@ import { buildApp, loadCertificates, RouteRecorder } from '../http/tls.js';
 import type { Config } from '../config.js';
 
 //   main thread ◀──Mailbox(parentPort)──▶ this shard: one uWS App on the shared port
+//                                          (on a unix socket behind main's ProxyFront with --proxy-protocol)
 //   other shards ◀──mesh MessagePorts──▶ tunnel data plane (edge/shard.ts)
 //
 // Thread entry of a shard worker: builds the shard's context, installs the API, health,
@@ -33,16 +35,21 @@ export interface ShardWorkerData {
   port: number;
   /** First start of the server: SNI certificates wait for main's `tls-reload` (tls.ts buildApp). */
   deferServerNames: boolean;
+  /**
+   * --proxy-protocol: main's ProxyFront owns the port (and TLS); this shard serves plain HTTP on
+   * this unix socket, each connection prefixed with a PROXY v2 header.
+   */
+  frontPath: string | null;
 }
 
-const { index, config, databaseUrl, port, deferServerNames } = workerData as ShardWorkerData;
+const { index, config, databaseUrl, port, deferServerNames, frontPath } = workerData as ShardWorkerData;
 const SQL_POOL_PER_SHARD = 4;
 const MAX_API_BODY_BYTES = 64 * 1024;
 const VERIFY_TIMEOUT_MS = 15_000;
 
 const log = createLogger(config.logLevel, { shard: index });
 setAddressPolicy({ tls: config.tls !== null, trustProxy: config.trustProxy, proxyProtocol: config.proxyProtocol });
-setTlsSockets(config.tls !== null);
+setTlsSockets(config.tls !== null && frontPath === null);
 const { uws, from } = loadUws();
 const main = new Mailbox<ShardToMain, MainToShard>(parentPort as unknown as PortLike);
 const sql = connect(databaseUrl, { max: SQL_POOL_PER_SHARD, applicationName: `burrowd-shard-${index}`, bounded: true });
@@ -141,7 +148,7 @@ async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
  * with it, so nothing in flight is cut; new handshakes get the new certificates.
  */
 function reloadTls(): { error: string | null } {
-  if (!config.tls || !app || http.inflight.draining) return { error: null };
+  if (!config.tls || !app || http.inflight.draining || frontPath !== null) return { error: null };
   let next: TemplatedApp;
   try {
     next = buildApp(uws, routes, loadCertificates(config.tls));
@@ -187,7 +194,7 @@ function redirectToHttps(res: HttpResponse, req: HttpRequest): void {
 for (const b of await main.ask<IpBlock[]>({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);
 
 let boundPort = port;
-app = buildApp(uws, routes, config.tls ? loadCertificates(config.tls) : null, !deferServerNames);
+app = buildApp(uws, routes, config.tls && frontPath === null ? loadCertificates(config.tls) : null, !deferServerNames);
 if (config.httpPort !== null) {
   redirectApp = uws.App().any('/*', redirectToHttps);
   redirectApp.listen(config.host, config.httpPort, (s) => {
@@ -199,15 +206,30 @@ if (config.httpPort !== null) {
     redirectSocket = s;
   });
 }
-app.listen(config.host, port, (s) => {
-  if (!s) {
-    log.fatal({ host: config.host, port }, 'cannot listen (port in use or not permitted)');
-    closeApps();
-    process.exit(1);
-  }
-  listenSocket = s;
-  const actual = uws.us_socket_local_port(s as never);
-  boundPort = actual;
-  log.debug({ port: actual, uws: from }, 'shard listening');
-  main.tell({ type: 'ready', port: actual });
-});
+if (frontPath !== null) {
+  // A restarted shard finds its predecessor's socket file: listening needs the path free.
+  rmSync(frontPath, { force: true });
+  app.listen_unix((s) => {
+    if (!s) {
+      log.fatal({ path: frontPath }, 'cannot listen on the unix socket for the PROXY front');
+      closeApps();
+      process.exit(1);
+    }
+    listenSocket = s;
+    log.debug({ path: frontPath, uws: from }, 'shard listening behind the PROXY front');
+    main.tell({ type: 'ready', port });
+  }, frontPath);
+} else {
+  app.listen(config.host, port, (s) => {
+    if (!s) {
+      log.fatal({ host: config.host, port }, 'cannot listen (port in use or not permitted)');
+      closeApps();
+      process.exit(1);
+    }
+    listenSocket = s;
+    const actual = uws.us_socket_local_port(s as never);
+    boundPort = actual;
+    log.debug({ port: actual, uws: from }, 'shard listening');
+    main.tell({ type: 'ready', port: actual });
+  });
+}

@@ -38,6 +38,8 @@ export class ShardSupervisor {
   private readonly shards: (Shard | undefined)[] = [];
   private readonly restarts: number[] = [];
   private port = 0;
+  /** --proxy-protocol: shard i listens on frontPaths[i] behind main's ProxyFront. */
+  private frontPaths: string[] | null = null;
   private stopping = false;
 
   constructor(
@@ -47,9 +49,13 @@ export class ShardSupervisor {
     private readonly events: ShardEvents,
   ) {}
 
-  /** Starts every shard on the one (fixed) port; they share it through SO_REUSEPORT. */
-  async start(port: number): Promise<number> {
+  /**
+   * Starts every shard on the one (fixed) port; they share it through SO_REUSEPORT. With
+   * `frontPaths`, each listens on its unix socket instead and `port` is the front's.
+   */
+  async start(port: number, frontPaths: string[] | null = null): Promise<number> {
     this.port = port;
+    this.frontPaths = frontPaths;
     await Promise.all(Array.from({ length: this.config.workers }, (_, i) => this.spawn(i, port, true)));
     return this.port;
   }
@@ -106,7 +112,7 @@ export class ShardSupervisor {
   }
 
   private spawn(index: number, port: number, first = false): Promise<number> {
-    const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port, deferServerNames: first };
+    const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port, deferServerNames: first, frontPath: this.frontPaths?.[index] ?? null };
     const worker = new Worker(new URL('../edge/shard-worker.js', import.meta.url), { workerData: data, name: `shard-${index}` });
     const mailbox = mailboxOfWorker<MainToShard, ShardToMain>(worker);
     const shard: Shard = { index, worker, mailbox, ready: false, stopping: false };

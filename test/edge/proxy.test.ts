@@ -179,7 +179,7 @@ test('--trust-proxy: the client is the right-most untrusted X-Forwarded-For entr
   assert.equal(seen, { xff: '1.1.1.1, 198.51.100.4, 10.9.3.3, 127.0.0.2', real: '198.51.100.4', proto: 'http' });
 });
 
-test('--proxy-protocol: the PROXY v2 source is the client; a connection without a header or with a malformed one is refused', async () => {
+test('--proxy-protocol: the PROXY v2 or v1 source is the client; LOCAL is the balancer; no header gets 400; a malformed or unfinished one is closed unanswered', async () => {
   const server = await startServer({ args: ['--proxy-protocol'] });
   cleanups.push(() => server.stop());
   const lb = await startBalancer(server.port, { head: () => proxyV2('198.51.100.20', 40000) });
@@ -191,7 +191,20 @@ test('--proxy-protocol: the PROXY v2 source is the client; a connection without 
   assert.equal(seen, { xff: '198.51.100.20', real: '198.51.100.20', proto: 'http' });
   assert.is(await clientIpOf(server, id, { url: `http://127.0.0.1:${lb.port}` }), '198.51.100.20');
 
-  const request = Buffer.from(`GET /headers HTTP/1.1\r\nHost: ${host}\r\n\r\n`);
+  const request = Buffer.from(`GET /headers HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`);
+  const bodyOf = (text: string): Record<string, string> => JSON.parse(text.slice(text.indexOf('\r\n\r\n') + 4));
+  // Version 1 (nginx, HAProxy send-proxy), IPv4 and IPv6.
+  const v1 = await rawExchange(server.port, Buffer.concat([Buffer.from('PROXY TCP4 203.0.113.7 127.0.0.1 40001 443\r\n'), request]));
+  assert.ok(v1.text.startsWith('HTTP/1.1 200'), v1.text.slice(0, 200));
+  assert.equal(bodyOf(v1.text), { xff: '203.0.113.7', real: '203.0.113.7', proto: 'http' });
+  const v1six = await rawExchange(server.port, Buffer.concat([Buffer.from('PROXY TCP6 2001:db8::7 ::1 40002 443\r\n'), request]));
+  assert.is(bodyOf(v1six.text).real, '2001:db8::7', v1six.text.slice(0, 300));
+  // LOCAL (a balancer's health check) speaks for itself: the peer is the client.
+  const local = proxyV2('198.51.100.20', 1);
+  local[12] = 0x20;
+  const health = await rawExchange(server.port, Buffer.concat([local, request]));
+  assert.equal(bodyOf(health.text), { xff: '127.0.0.1', real: '127.0.0.1', proto: 'http' });
+
   // No header at all: answered 400 (problem+json naming the flag) and closed.
   const bare = await rawExchange(server.port, request);
   assert.ok(bare.text.startsWith('HTTP/1.1 400'), bare.text.slice(0, 200));
@@ -200,15 +213,19 @@ test('--proxy-protocol: the PROXY v2 source is the client; a connection without 
   // The API too.
   const bareApi = await rawExchange(server.port, Buffer.from('GET /api/v1/me HTTP/1.1\r\nHost: localhost\r\n\r\n'));
   assert.ok(bareApi.text.startsWith('HTTP/1.1 400'), bareApi.text.slice(0, 200));
-  // A header of the wrong version, and a text (v1) header, which this build does not parse: never
-  // served; the connection is closed without an answer (by uWS's idle timeout, 10 s; both at once).
-  const [wrong, v1] = await Promise.all([
-    rawExchange(server.port, Buffer.concat([proxyV2('198.51.100.20', 1, 1), request]), 30_000),
-    rawExchange(server.port, Buffer.concat([Buffer.from('PROXY TCP4 198.51.100.20 127.0.0.1 40000 443\r\n'), request]), 30_000),
+  // Malformed headers are closed at once, never served; one that never ends, after 5 s.
+  const t0 = Date.now();
+  const [wrongVersion, badV1, unfinished] = await Promise.all([
+    rawExchange(server.port, Buffer.concat([proxyV2('198.51.100.20', 1, 1), request]), 30_000).then((r) => ({ ...r, ms: Date.now() - t0 })),
+    rawExchange(server.port, Buffer.concat([Buffer.from('PROXY TCP4 198.51.100.20 127.0.0.1 99999 443\r\n'), request]), 30_000).then((r) => ({ ...r, ms: Date.now() - t0 })),
+    rawExchange(server.port, Buffer.from('PROXY TCP4 198.51.100.20 127.0.0'), 30_000).then((r) => ({ ...r, ms: Date.now() - t0 })),
   ]);
-  assert.equal(wrong, { text: '', closed: true });
-  assert.not.ok(v1.text.startsWith('HTTP/1.1 200'), v1.text.slice(0, 200));
-  assert.ok(v1.closed, JSON.stringify(v1));
+  for (const r of [wrongVersion, badV1]) {
+    assert.equal({ text: r.text, closed: r.closed }, { text: '', closed: true });
+    assert.ok(r.ms < 3_000, `a malformed header was closed after ${r.ms} ms`);
+  }
+  assert.equal({ text: unfinished.text, closed: unfinished.closed }, { text: '', closed: true });
+  assert.ok(unfinished.ms >= 4_500 && unfinished.ms < 15_000, `unfinished header closed after ${unfinished.ms} ms`);
 });
 
 test.run();

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
 // Test certificates made with the openssl CLI (.ci/run installs it where it is missing): a CA
@@ -36,4 +37,21 @@ export function issue(dir: string, ca: Ca, file: string, cn: string, sans: strin
   writeFileSync(ext, `subjectAltName=${sans.map((s) => (s.startsWith('IP:') ? s : `DNS:${s}`)).join(',')}\n`);
   openssl(['x509', '-req', '-in', csr, '-CA', ca.cert, '-CAkey', ca.key, '-CAcreateserial', '-out', cert, '-days', '2', '-extfile', ext]);
   return { cert, key };
+}
+
+/**
+ * The certificates of a TLS test in a temporary folder: a CA, a certificate for DOMAIN,
+ * *.DOMAIN and 127.0.0.1 (the default) and one for *.sni.test in `sniDir` (for --tls-dir).
+ */
+export function tlsFixture(prefix: string, domain: string): { tmp: { dir: string; remove: () => void }; certs: string; sniDir: string; ca: Ca; main: Issued; caPem: string } {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  const tmp = { dir, remove: () => rmSync(dir, { recursive: true, force: true }) };
+  const certs = join(tmp.dir, 'certs');
+  const sniDir = join(tmp.dir, 'sni');
+  mkdirSync(certs);
+  mkdirSync(sniDir);
+  const ca = makeCa(certs, 'burrow');
+  const main = issue(certs, ca, 'server', domain, [domain, `*.${domain}`, 'IP:127.0.0.1']);
+  issue(sniDir, ca, '*.sni.test', 'sni.test', ['*.sni.test']);
+  return { tmp, certs, sniDir, ca, main, caPem: readFileSync(ca.cert, 'utf8') };
 }

@@ -1,39 +1,27 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import http from 'node:http';
-import https from 'node:https';
+import type https from 'node:https';
 import tls from 'node:tls';
 import { spawn } from 'node:child_process';
-import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createHash } from 'node:crypto';
 import { MAIN, startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/fixtures.js';
-import { issue, makeCa, type Ca } from '../helpers/certs.js';
+import { issue, makeCa, tlsFixture, type Ca } from '../helpers/certs.js';
+import { bulkRoute, httpsGet, MIB, MIB_SHA, type HttpsGot } from '../helpers/https-visit.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, type Local } from '../tunnel/helpers.js';
-import { burrow, RunningBurrows, tempDir } from '../cli/harness.js';
-import { closedPort } from '../cli/harness.js';
+import { burrow, closedPort, RunningBurrows, tempDir } from '../cli/harness.js';
 
 // TLS on the one port, end to end: a CA made by the test signs a certificate for localhost,
 // *.localhost and 127.0.0.1 (the default) and one for *.sni.test (in --tls-dir, chosen by SNI).
 // Visitors are node:https clients; the CLI runs as a child process with --ca.
 
-const tmp = tempDir('burrow-tls-');
-const certs = join(tmp.dir, 'certs');
-const sniDir = join(tmp.dir, 'sni');
-mkdirSync(certs);
-mkdirSync(sniDir);
-const ca: Ca = makeCa(certs, 'burrow');
-const otherCa: Ca = makeCa(certs, 'other');
 // Tunnels live under tunnels.test (Node refuses a wildcard over a single label like *.localhost).
 const DOMAIN = 'tunnels.test';
-const main = issue(certs, ca, 'server', DOMAIN, [DOMAIN, `*.${DOMAIN}`, 'IP:127.0.0.1']);
-issue(sniDir, ca, '*.sni.test', 'sni.test', ['*.sni.test']);
-const caPem = readFileSync(ca.cert, 'utf8');
-/** A MiB that is not all one byte, so a lost or shifted TLS record shows in its hash. */
-const MIB = Buffer.alloc(1 << 20, 'burrow tls bulk ');
-const MIB_SHA = createHash('sha256').update(MIB).digest('hex');
+const { tmp, certs, sniDir, ca, main, caPem } = tlsFixture('burrow-tls-', DOMAIN);
+const otherCa: Ca = makeCa(certs, 'other');
 
 let server: TestServer;
 let local: Local;
@@ -43,42 +31,9 @@ const burrows = new RunningBurrows();
 let release: () => void = () => undefined;
 let slowArrived: () => void = () => undefined;
 
-interface Got {
-  status: number;
-  headers: http.IncomingHttpHeaders;
-  /** the start of the body as text */
-  body: string;
-  /** sha256 of the whole body */
-  sha: string;
-  subject: string;
-}
-
-/** One HTTPS request to the server as `servername` (SNI and Host), verified against `caFile`'s CA. */
-function get(servername: string, path: string, opts: { ca?: string; agent?: https.Agent; body?: Buffer } = {}): Promise<Got> {
-  return withDeadline(
-    new Promise<Got>((resolve, reject) => {
-      const req = https.request({
-        host: '127.0.0.1', port: server.port, servername, path, headers: { host: servername },
-        method: opts.body ? 'POST' : 'GET',
-        ca: opts.ca ?? caPem, agent: opts.agent ?? false,
-      });
-      req.on('error', reject);
-      req.on('response', (res) => {
-        const subject = (res.socket as tls.TLSSocket).getPeerCertificate().subject?.CN ?? '';
-        const body = createHash('sha256');
-        let text = '';
-        res.on('data', (d: Buffer) => {
-          body.update(d);
-          if (text.length < 4096) text += d.toString('utf8');
-        });
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: text, sha: body.digest('hex'), subject: String(subject) }));
-        res.on('aborted', () => reject(new Error(`GET https://${servername}${path}: the response was cut short`)));
-      });
-      req.end(opts.body);
-    }),
-    60_000,
-    `GET https://${servername}${path}`,
-  );
+/** One HTTPS request to the server as `servername` (SNI and Host), verified against the test CA unless `ca` says otherwise. */
+function get(servername: string, path: string, opts: { ca?: string; agent?: https.Agent; body?: Buffer } = {}): Promise<HttpsGot> {
+  return httpsGet(server.port, servername, path, { ...opts, ca: opts.ca ?? caPem });
 }
 
 /** The certificate a fresh handshake with this SNI name gets (not verified: the test looks at it). */
@@ -107,13 +62,7 @@ test.before(async () => {
         release = done;
         return;
       }
-      if (req.url === '/mib') return void res.end(MIB);
-      if (req.url === '/sha') {
-        const h = createHash('sha256');
-        req.on('data', (d: Buffer) => h.update(d));
-        req.on('end', () => res.end(h.digest('hex')));
-        return;
-      }
+      if (bulkRoute(req, res)) return;
       res.setHeader('content-type', 'application/json');
       res.end(JSON.stringify({ proto: req.headers['x-forwarded-proto'], host: req.headers.host, path: req.url }));
     }),
