@@ -5,7 +5,7 @@
 // minute after a churn with glibc's defaults, +20 % with two arenas; README Memory). A fixed
 // MALLOC_MMAP_THRESHOLD_=65536 returned it all but mmapped and unmapped every 64 KiB socket
 // read: 8x the server CPU per byte and a tenth of the TCP throughput.
-import { availableParallelism, tmpdir } from 'node:os';
+import { availableParallelism } from 'node:os';
 import { createServer, type AddressInfo } from 'node:net';
 import { parseConfig, withPort } from './config.js';
 import { checkOauthConfig } from './auth/oauth/routes.js';
@@ -26,9 +26,7 @@ import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js
 import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
 import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
-import { ProxyFront } from './main-thread/proxy-front.js';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { join } from 'node:path';
+import { ProxyFront, shardSockets } from './main-thread/proxy-front.js';
 
 const parsed = parseConfig(process.argv.slice(2));
 try {
@@ -209,20 +207,18 @@ process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 const seeded = config.seedApiKey ? await seedKey() : null;
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
-// --proxy-protocol: main's front owns the port; each shard listens on a unix socket in a
-// directory only this user can enter (a local process must not forge client addresses).
-const frontDir = config.proxyProtocol ? mkdtempSync(join(tmpdir(), 'burrowd-front-')) : null;
-const frontPaths = frontDir ? Array.from({ length: config.workers }, (_, i) => join(frontDir, `shard-${i}.sock`)) : null;
-let port = await supervisor.start(config.port, frontPaths);
+// --proxy-protocol: main's front owns the port; each shard listens on a unix socket.
+const frontSockets = config.proxyProtocol ? shardSockets(config.workers) : null;
+let port = await supervisor.start(config.port, frontSockets?.paths ?? null);
 let front: ProxyFront | null = null;
-if (frontPaths) {
+if (frontSockets) {
   try {
-    front = await ProxyFront.listen({ host: config.host, port: config.port, certificates: config.tls ? loadCertificates(config.tls) : null, shardPaths: frontPaths, log });
+    front = await ProxyFront.listen({ host: config.host, port: config.port, certificates: config.tls ? loadCertificates(config.tls) : null, shardPaths: frontSockets.paths, log });
     port = front.port;
   } catch (err) {
     log.fatal({ err, host: config.host, port: config.port }, 'cannot listen (port in use or not permitted)');
     await supervisor.stop(1_000);
-    rmSync(frontDir!, { recursive: true, force: true });
+    frontSockets.remove();
     await embedded?.stop();
     process.exit(1);
   }
@@ -251,7 +247,7 @@ async function shutdown(reason: string, code = 0): Promise<void> {
     await metricsListener?.close();
     await supervisor.stop(config.shutdownTimeoutMs);
     front?.destroyAll();
-    if (frontDir) rmSync(frontDir, { recursive: true, force: true });
+    frontSockets?.remove();
     await registry.stop();
     await jobs.close();
     await sql.end({ timeout: 2 });

@@ -50,12 +50,7 @@ function livePid(pidFile: string): number | null {
   } catch {
     return null;
   }
-  if (!Number.isInteger(pid) || pid <= 1) return null;
-  try {
-    process.kill(pid, 0);
-  } catch (e) {
-    if ((e as NodeJS.ErrnoException).code !== 'EPERM') return null;
-  }
+  if (!Number.isInteger(pid) || pid <= 1 || !stillRuns(pid)) return null;
   // A pid is reused once its process is gone: on Linux, make sure it is still a burrow.
   try {
     const cmdline = readFileSync(`/proc/${pid}/cmdline`, 'utf8');

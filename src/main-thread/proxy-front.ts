@@ -1,8 +1,11 @@
 import net from 'node:net';
 import tls from 'node:tls';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { Logger } from '../log.js';
 import type { CertPair } from '../http/tls.js';
+import { canonicalIp } from '../http/client-address.js';
 import { encodeProxyV2, parseProxyHeader, V2_MAX, type ProxySource } from '../protocol/proxy-header.js';
 
 // --proxy-protocol: the public port is this front's, in the main thread. It reads the PROXY
@@ -89,7 +92,7 @@ export class ProxyFront {
     this.live.add(socket);
     socket.on('close', () => this.live.delete(socket));
     socket.on('error', () => socket.destroy());
-    const peer: ProxySource = { ip: canonical(socket.remoteAddress ?? ''), port: socket.remotePort ?? 0 };
+    const peer: ProxySource = { ip: canonicalIp(socket.remoteAddress ?? ''), port: socket.remotePort ?? 0 };
     let seen: Buffer = Buffer.alloc(0);
     const timer = setTimeout(() => {
       this.opts.log.debug({ peer: peer.ip }, 'no PROXY header in time: closing');
@@ -143,7 +146,7 @@ export class ProxyFront {
   }
 
   private relay(client: net.Socket, source: ProxySource | null, first: Buffer): void {
-    const dest: ProxySource = { ip: canonical(client.localAddress ?? '127.0.0.1'), port: client.localPort ?? 0 };
+    const dest: ProxySource = { ip: canonicalIp(client.localAddress ?? '127.0.0.1'), port: client.localPort ?? 0 };
     const tryShard = (attempt: number): void => {
       const path = this.opts.shardPaths[this.next++ % this.opts.shardPaths.length]!;
       const up = net.connect({ path });
@@ -169,7 +172,14 @@ export class ProxyFront {
   }
 }
 
-/** An IPv4 client of a dual-stack socket as dotted text, as the shards render addresses. */
-function canonical(ip: string): string {
-  return ip.startsWith('::ffff:') && net.isIPv4(ip.slice(7)) ? ip.slice(7) : ip;
+/**
+ * The shards' unix sockets, in a directory only this user can enter (a local process must not
+ * forge client addresses): one path per shard, and `remove` for the end of a shutdown.
+ */
+export function shardSockets(workers: number): { paths: string[]; remove: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), 'burrowd-front-'));
+  return {
+    paths: Array.from({ length: workers }, (_, i) => join(dir, `shard-${i}.sock`)),
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
 }
