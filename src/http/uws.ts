@@ -380,6 +380,7 @@ const NEVER_PUBLISHED = 'burrow/never-published';
  * this one's body and the connection fails (upstream WebSocket.h, "Special path for long sends").
  * A slow tunnel client over plain HTTP, or any peer behind a unix socket, hits it. A socket that
  * subscribes to a topic takes the general path instead, which buffers what the kernel did not take.
+ * Used for control connections only (edge/upgrade.ts says why not for visitor WebSockets).
  */
 export function keepLongSendsWhole(ws: WebSocket<unknown>): void {
   ws.subscribe(NEVER_PUBLISHED);
