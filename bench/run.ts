@@ -14,7 +14,7 @@ import { environment } from './lib/env.js';
 import { markdown, writeResult, type ScenarioResult } from './lib/report.js';
 import { openTargets, type Scenario, type Settings } from './lib/context.js';
 import { benchCertificate } from './lib/tls.js';
-import { TARGET_NAMES, type TargetName } from './targets/target.js';
+import { DEFAULT_TARGETS, TARGET_NAMES, type TargetName } from './targets/target.js';
 import { httpScenario, httpsScenario } from './scenarios/http.js';
 import { tcpScenario } from './scenarios/tcp.js';
 import { idleScenario } from './scenarios/idle.js';
@@ -38,9 +38,11 @@ flags:
   --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
   --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
   --threads N          wrk threads, capped at the connection count (default 1)
-  --targets LIST       subset of direct,burrow,ssh (default all three)
+  --targets LIST       any of direct,burrow,burrow1,ssh (default direct,burrow,ssh); burrow1 is
+                       burrowd with --workers 1, beside burrow: adds a burrow/1 shard ratio
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
-  --workers N          burrowd --workers (default: burrowd's own default, the CPU count)
+  --workers N          burrowd --workers for the burrow target (default: burrowd's own default,
+                       the CPU count)
   --repeat N           rounds per measurement, interleaved across targets; the median run
                        (by the first metric: req/s, Gbit/s, p50) is reported (default 1)
   --calm-wait SECS     wait up to this long for other processes to leave the CPU before each
@@ -81,7 +83,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       'churn-secs': { type: 'string', default: '60' },
       'after-secs': { type: 'string', default: '60' },
       threads: { type: 'string', default: '1' },
-      targets: { type: 'string', default: TARGET_NAMES.join(',') },
+      targets: { type: 'string', default: DEFAULT_TARGETS.join(',') },
       origin: { type: 'string', default: 'nginx' },
       workers: { type: 'string' },
       'database-url': { type: 'string' },

@@ -64,7 +64,7 @@ export async function openTargets(settings: Settings, repoRoot: string, tls?: Ce
           ? directTarget()
           : name === 'ssh'
             ? await sshTarget()
-            : await burrowTarget({ repoRoot, workers: settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
+            : await burrowTarget({ name, repoRoot, workers: name === 'burrow1' ? 1 : settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
       targets.push(t);
       info[name] = { describe: t.describe };
     } catch (err) {
@@ -84,7 +84,7 @@ export function dropTarget(ctx: Context, target: Target, reason: string): void {
 }
 
 /**
- * Runs `measure` for each target in the fixed order direct → burrow → ssh, `--repeat` rounds
+ * Runs `measure` for each target in the fixed order direct → burrow → burrow1 → ssh, `--repeat` rounds
  * (interleaved, so a noisy minute hits every target alike), keeps each target's median run by
  * the first metric, and builds one Measurement per metric. A target that throws gets a note
  * and no figure.

@@ -37,7 +37,7 @@ export interface ScenarioResult {
   notMeasured: string[];
 }
 
-const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', ssh: 'ssh -R' };
+const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', ssh: 'ssh -R' };
 
 function fmt(v: number | undefined, metric: string): string {
   if (v === undefined || !Number.isFinite(v)) return 'n/a';
@@ -56,7 +56,10 @@ function ratio(a: number | undefined, b: number | undefined): string {
 export const BUSY_MARK = '†';
 
 export function table(r: ScenarioResult): string {
-  const head = ['case', 'metric', ...TARGET_NAMES.map((t) => TARGET_LABEL[t]), 'burrow/direct', 'burrow/ssh', 'ssh/direct'];
+  // Columns for the targets this run chose; the one-shard comparison adds its own ratio.
+  const shown = TARGET_NAMES.filter((t) => r.targets[t] !== undefined);
+  const oneShard = shown.includes('burrow1');
+  const head = ['case', 'metric', ...shown.map((t) => TARGET_LABEL[t]), 'burrow/direct', 'burrow/ssh', 'ssh/direct', ...(oneShard ? ['burrow/1 shard'] : [])];
   // CPU shares are recorded once per case (on its first metric).
   const cpuByCase = new Map(r.measurements.filter((m) => m.cpu).map((m) => [m.case, m.cpu!]));
   const busy = (c: string, t: TargetName) => (cpuByCase.get(c)?.[t]?.backgroundPct ?? 0) >= CALM_BACKGROUND_PCT;
@@ -65,15 +68,16 @@ export function table(r: ScenarioResult): string {
     rows.push([
       m.case,
       `${m.metric} ${m.higherIsBetter ? '↑' : '↓'}`,
-      ...TARGET_NAMES.map((t) => `${fmt(m.values[t], m.metric)}${m.values[t] !== undefined && busy(m.case, t) ? BUSY_MARK : ''}`),
+      ...shown.map((t) => `${fmt(m.values[t], m.metric)}${m.values[t] !== undefined && busy(m.case, t) ? BUSY_MARK : ''}`),
       ratio(m.values.burrow, m.values.direct),
       ratio(m.values.burrow, m.values.ssh),
       ratio(m.values.ssh, m.values.direct),
+      ...(oneShard ? [ratio(m.values.burrow, m.values.burrow1)] : []),
     ]);
     // After a case's last metric: how much CPU other processes took during each run.
     const cpu = cpuByCase.get(m.case);
     if (cpu && r.measurements[i + 1]?.case !== m.case) {
-      rows.push([m.case, "others' CPU %", ...TARGET_NAMES.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', '', '']);
+      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', '', '', ...(oneShard ? [''] : [])]);
     }
   });
   const lines = [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`);

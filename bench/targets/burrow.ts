@@ -18,6 +18,8 @@ const STOP_GRACE_MS = 10_000;
 const KEY_RE = /\bbk_[A-Za-z0-9]{12}_[A-Za-z0-9]{43}\b/;
 
 export interface BurrowOptions {
+  /** 'burrow1' is the one-shard comparison target (workers 1). */
+  name: 'burrow' | 'burrow1';
   repoRoot: string;
   /** --workers for burrowd; undefined keeps burrowd's default (CPU count). */
   workers?: number;
@@ -36,7 +38,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     ['burrowd (src/main.ts)', serverJs],
     ['the burrow CLI (src/cli/main.ts)', cliJs],
   ] as const) {
-    if (!existsSync(file)) throw new Unavailable('burrow', `${what} is not built: ${file} missing`);
+    if (!existsSync(file)) throw new Unavailable(opts.name, `${what} is not built: ${file} missing`);
   }
 
   const dataDir = tempDir('burrowd');
@@ -73,7 +75,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     );
   } catch (err) {
     await stop(server);
-    throw new Unavailable('burrow', `burrowd did not start: ${(err as Error).message}`);
+    throw new Unavailable(opts.name, `burrowd did not start: ${(err as Error).message}`);
   }
   const serverUrl = `${opts.tls ? 'https' : 'http'}://${LOOPBACK}:${port}`;
   const ca = opts.tls ? ['--ca', opts.tls.certFile] : [];
@@ -143,7 +145,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   }
 
   return {
-    name: 'burrow',
+    name: opts.name,
     terminatesTls: opts.tls !== undefined,
     checkIdleTunnels,
     describe: `${Object.entries(shebangEnv(serverJs)).map(([k, v]) => `${k}=${v} `).join("")}burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>').replace(opts.tls?.certFile ?? '\0', '<tmp>/cert.pem').replace(opts.tls?.keyFile ?? '\0', '<tmp>/key.pem')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>${opts.tls ? ' --ca <tmp>/cert.pem' : ''}\` per exposed service`,

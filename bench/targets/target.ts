@@ -2,8 +2,12 @@
 // through `ssh -R`. Scenarios only see this interface, so every measurement runs the same load
 // tool with the same arguments against each target in turn.
 
-export type TargetName = 'direct' | 'burrow' | 'ssh';
-export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'ssh'];
+// `burrow1` is burrowd with one shard (`--workers 1`), measured beside `burrow` (the default
+// shard count, or --workers) when asked for: the check that a second shard never makes a row slower.
+export type TargetName = 'direct' | 'burrow' | 'burrow1' | 'ssh';
+export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'burrow1', 'ssh'];
+/** What a run measures unless --targets says otherwise. */
+export const DEFAULT_TARGETS: readonly TargetName[] = ['direct', 'burrow', 'ssh'];
 
 /**
  * Where the load tool connects: 127.0.0.1:port, with a Host header for burrow's HTTP routing,
