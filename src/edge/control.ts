@@ -9,7 +9,7 @@ import type { Logger } from '../log.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
-  type Frame, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
+  type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
 import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
 import type { ShardContext } from './shard-context.js';
@@ -34,7 +34,7 @@ export interface ControlHost {
   ctx: ShardContext;
   log: Logger;
   /** Registers a tunnel (registry admission, TCP listener); answers Opened or throws ApiError. */
-  open(conn: ControlConnection, req: OpenRequest): Promise<{ id: string; url: string; remotePort: number | null }>;
+  open(conn: ControlConnection, req: OpenRequest): Promise<Opened>;
   /** Bumped by every endConnections (revoke, deactivation) on this shard. */
   revocations(): number;
   /** The client gave a tunnel up, or the connection ended: forget it and report. */
@@ -291,7 +291,10 @@ export class ControlConnection implements StreamCarrier {
     }
     this.helloDone = true;
     clearTimeout(this.helloTimer);
-    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs }]);
+    // Several shards: say which one this is, so the client can open lanes to the others.
+    const { workers } = this.host.ctx.config;
+    const shard = workers > 1 ? { shard: this.host.ctx.index, shards: workers } : {};
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, ...shard }]);
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {

@@ -3,8 +3,8 @@ import type net from 'node:net';
 import type { ShardContext } from './shard-context.js';
 import { writeProblem, type HostDispatch } from '../http/uws.js';
 import { prefersHtml } from '../http/problem-page.js';
-import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
-import { F, HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
+import type { ShardCounts, TunnelAdmitted, TunnelLaneAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
+import { F, HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type Opened, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever, unavailableError } from '../errors.js';
 import { TunnelActor } from './tunnel.js';
 import { ControlConnection, installControlRoute, type ControlHost } from './control.js';
@@ -21,11 +21,14 @@ import { countHttpAnswer } from './metrics.js';
 // The tunnel data plane of one shard worker:
 //
 //   control WS ─▶ ControlConnection ─Open─▶ registry (main, tunnel-admit) ─▶ TunnelActor here
-//   public HTTP (Host <id>.<domain>) ─▶ dispatch ─▶ local TunnelActor, or Mesh ─▶ owner shard
+//   public HTTP (Host <id>.<domain>) ─▶ dispatch ─▶ local TunnelActor (owned, or the client's
+//                                       lane here), else Mesh ─▶ owner shard
 //   every STATS_REPORT_MS: counter deltas of this shard's tunnels ─▶ main (tunnel-stats)
 //
 // `routes` mirrors the registry's id → shard map (tunnel-route broadcasts), so routing a
-// visitor costs one Map lookup and no round trip.
+// visitor costs one Map lookup and no round trip. A lane (frames.ts) is a TunnelActor here for
+// a tunnel owned elsewhere, carried by another control connection of the same client; it
+// lives while the route names its session (`routeSessions`), so it ends with its tunnel.
 
 /** What the shard worker calls into the tunnel data plane. */
 export interface ShardTunnels {
@@ -58,6 +61,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const log = ctx.log.child({ part: 'tunnels' });
   const tunnels = new Map<string, TunnelActor>();
   const routes = new Map<string, number>();
+  /** The session each route belongs to: a lane of any other session is stale. */
+  const routeSessions = new Map<string, string>();
   const dirty = new Set<TunnelActor>();
   const connections = new Set<ControlConnection>();
   const markDirty = (t: TunnelActor): void => void dirty.add(t);
@@ -99,7 +104,44 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
 
   const report = (t: TunnelActor, last: StatsDelta | null): void => {
     dirty.delete(t);
+    // A lane's end is not its tunnel's: only its last counters go to the session.
+    if (t.spec.lane) {
+      if (last) ctx.main.tell({ type: 'tunnel-stats', deltas: [last] });
+      return;
+    }
     ctx.main.tell({ type: 'tunnel-down', id: t.id, sessionId: t.spec.sessionId, last });
+  };
+
+  /** A lane of tunnel `id` on this connection: serves the visitors that reach this shard. */
+  const openLane = async (conn: ControlConnection, id: string, key: string): Promise<Opened> => {
+    let admitted: TunnelLaneAdmitted;
+    pendingAdmissions++;
+    try {
+      admitted = await ctx.main.ask<TunnelLaneAdmitted>({ type: 'tunnel-lane', id, userId: conn.principal.userId, key }, ADMIT_TIMEOUT_MS);
+    } finally {
+      pendingAdmissions--;
+    }
+    if (conn.isClosed) throw new ApiError('unavailable', 'the control connection closed while the lane was being admitted');
+    // The route is the registration's truth here: a lane admitted just before its tunnel ended
+    // or was taken over must not serve the id (a later route for it would find nothing to close).
+    if (routeSessions.get(id) !== admitted.sessionId) throw new ApiError('unavailable', `tunnel "${id}" ended or moved while its lane was admitted`);
+    if (tunnels.has(id)) throw new ApiError('conflict', `tunnel "${id}" already has a lane on this shard`);
+    const actor = new TunnelActor(
+      { id, type: 'http', userId: conn.principal.userId, teamId: admitted.teamId, sessionId: admitted.sessionId, url: admitted.url, remotePort: null, lane: true },
+      conn,
+      markDirty,
+    );
+    localGates.set(actor, AccessGate.of(admitted.access));
+    tunnels.set(id, actor);
+    conn.adopt(actor);
+    log.debug({ id, user: conn.principal.userId }, 'tunnel lane opened');
+    return { id, url: admitted.url, remotePort: null };
+  };
+
+  /** The route of `id` changed or went: a lane of another session closes (the client re-joins). */
+  const closeStaleLane = (id: string): void => {
+    const t = tunnels.get(id);
+    if (t?.spec.lane && routeSessions.get(id) !== t.spec.sessionId) closeLocal(id, 'the tunnel ended or moved', false, t.spec.sessionId, 'unavailable');
   };
 
   const host: ControlHost = {
@@ -110,6 +152,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     draining: () => draining,
     async open(conn: ControlConnection, req: OpenRequest) {
       if (draining) throw unavailableError(SHUTTING_DOWN);
+      if (typeof req.lane === 'string' && typeof req.id === 'string') return openLane(conn, req.id, req.lane);
       const accessProblem = req.access ? accessRulesProblem(req.access, req.type) : null;
       if (accessProblem) throw new ApiError('bad-request', accessProblem);
       // Hashed now: the password goes no further than this function.
@@ -167,7 +210,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       }
       // A takeover on this same shard: the registry's tunnel-close for the old one came first.
       const actor = new TunnelActor(
-        { id: admitted.id, type: req.type, userId: conn.principal.userId, teamId: admitted.teamId, sessionId: admitted.sessionId, url: admitted.url, remotePort: port },
+        { id: admitted.id, type: req.type, userId: conn.principal.userId, teamId: admitted.teamId, sessionId: admitted.sessionId, url: admitted.url, remotePort: port, lane: false },
         conn,
         markDirty,
       );
@@ -181,7 +224,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         tcpListeners.set(actor, tcp);
       }
       log.info({ id: actor.id, type: req.type, user: conn.principal.userId }, 'tunnel registered');
-      return { id: admitted.id, url: admitted.url, remotePort: port, ...(admitted.tookOver ? { tookOver: true } : {}) };
+      return { id: admitted.id, url: admitted.url, remotePort: port, ...(admitted.tookOver ? { tookOver: true } : {}), ...(admitted.laneKey ? { laneKey: admitted.laneKey } : {}) };
     },
     ended(actor: TunnelActor, last: StatsDelta | null) {
       if (tunnels.get(actor.id) === actor) tunnels.delete(actor.id);
@@ -218,6 +261,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       for (const r of list) {
         if (routes.has(r.id)) continue;
         routes.set(r.id, r.shard);
+        routeSessions.set(r.id, r.sessionId);
         routeGates.set(r.id, AccessGate.of(r.access));
       }
     })
@@ -289,11 +333,14 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         case 'tunnel-route':
           if (msg.shard === null) {
             routes.delete(msg.id);
+            routeSessions.delete(msg.id);
             routeGates.delete(msg.id);
           } else {
             routes.set(msg.id, msg.shard);
+            if (msg.sessionId !== undefined) routeSessions.set(msg.id, msg.sessionId);
             routeGates.set(msg.id, AccessGate.of(msg.access ?? null));
           }
+          closeStaleLane(msg.id);
           return undefined;
         case 'tunnel-counts': {
           let streams = 0;
@@ -301,6 +348,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
           const counts: ShardCounts = {
             shard: ctx.index,
             tunnels: tunnels.size,
+            lanes: [...tunnels.values()].filter((t) => t.spec.lane).length,
             routes: routes.size,
             control_connections: connections.size,
             streams,

@@ -34,6 +34,8 @@ export interface TunnelSpec {
   sessionId: string;
   url: string;
   remotePort: number | null;
+  /** a lane: the tunnel is owned by another shard, and this shard's visitors use this connection */
+  lane: boolean;
 }
 
 /**

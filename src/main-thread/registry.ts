@@ -1,4 +1,4 @@
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
 import { closeOrphanedSessions } from '../db/sessions.js';
@@ -6,7 +6,7 @@ import { keyLabel } from '../db/api-keys.js';
 import { getMembership, memberTeamIdByName } from '../db/teams.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
-import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
+import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelLaneAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
 import { accessView, type AccessWire } from '../protocol/access.js';
 import { ApiError, assertNever } from '../errors.js';
@@ -20,6 +20,8 @@ import { StatsActor } from './stats.js';
 //   shard ──tunnel-admit──▶ admit: id rules, team membership, conflict / same-user takeover
 //                           ──▶ StatsActor.open(session) ──▶ tunnel-route to every shard
 //   shard ──tunnel-down───▶ StatsActor.close(session, final counters) ──▶ tunnel-route null
+//   shard ──tunnel-lane───▶ the lane key of a live http tunnel checked; its lanes end with the
+//           route (a tunnel-route of another session, or null, closes them on their shards)
 //   API   ──tunnels-close─▶ owning shard: tunnel-close (permanent: the client must not return)
 //   shard ──tunnel-port-claim─▶ one of the user's --max-tcp-ports-per-user, held until
 //           tunnel-admit spends it or tunnel-port-release returns it (counted before the bind,
@@ -43,6 +45,8 @@ interface Entry {
   keyId: string;
   shard: number;
   sessionId: string;
+  /** http on several shards: what a lane of this registration presents (Opened.laneKey) */
+  laneKey: string | null;
   registeredAtMs: number;
 }
 
@@ -100,13 +104,15 @@ export class RegistryActor {
         return undefined;
       case 'tunnel-admit':
         return this.admit(fromShard, msg);
+      case 'tunnel-lane':
+        return this.lane(fromShard, msg.id, msg.userId, msg.key);
       case 'tunnel-down':
         return this.down(msg.id, msg.sessionId, msg.last);
       case 'tunnel-stats':
         for (const d of msg.deltas) this.stats.add(d);
         return undefined;
       case 'tunnel-routes':
-        return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, access: e.access }));
+        return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, sessionId: e.sessionId, access: e.access }));
       case 'data-plane-counts':
         return this.counts();
       default:
@@ -233,19 +239,37 @@ export class RegistryActor {
     }
     const sessionId = randomUUID();
     const url = this.publicUrl(m.tunnelType, id, m.remotePort);
+    // TCP visitors arrive at the owner's own listener: lanes would carry nothing.
+    const laneKey = m.tunnelType === 'http' && this.config.workers > 1 ? randomBytes(18).toString('base64url') : null;
     this.tunnels.set(id, {
       info: { id, owner_id: m.userId, team_id: teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType, url, local_target: m.local },
       access: m.access,
       keyId: m.keyId,
       shard,
       sessionId,
+      laneKey,
       registeredAtMs: Date.now(),
     });
     this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId, clientIp: m.clientIp });
     // Every shard knows the route before the client hears Opened and prints its URL: a visitor
     // who uses it at once may land on any shard, and must not get 404 there.
-    await this.routeEverywhere({ type: 'tunnel-route', id, shard, access: m.access });
-    return { id, sessionId, url, teamId, tookOver: old !== undefined };
+    await this.routeEverywhere({ type: 'tunnel-route', id, shard, sessionId, access: m.access });
+    return { id, sessionId, url, teamId, tookOver: old !== undefined, ...(laneKey ? { laneKey } : {}) };
+  }
+
+  /**
+   * A lane of live http tunnel `id` on shard `fromShard`. Another user's tunnel answers exactly
+   * like a missing one; the key is compared in constant time. Nothing is recorded: the lane
+   * lives while the route names this session (the shard checks it against its routes).
+   */
+  private lane(fromShard: number, id: string, userId: string, key: string): TunnelLaneAdmitted {
+    const e = this.tunnels.get(id);
+    if (!e || e.info.owner_id !== userId || e.laneKey === null) throw new ApiError('not-found', `no live http tunnel "${id}" of yours takes lanes`);
+    const given = Buffer.from(key);
+    const expected = Buffer.from(e.laneKey);
+    if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new ApiError('forbidden', `wrong lane key for tunnel "${id}"`);
+    if (e.shard === fromShard) throw new ApiError('conflict', `tunnel "${id}" is served by this shard itself: a lane here would carry nothing`);
+    return { sessionId: e.sessionId, url: e.info.url, teamId: e.info.team_id, access: e.access };
   }
 
   private down(id: string, sessionId: string, last: StatsDelta | null): void {

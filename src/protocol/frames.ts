@@ -8,6 +8,7 @@ import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRule
 //   ◀──────────────────────────────── Welcome {v}          (or Fatal + close)
 //   ── Open reqId {type,id?,teamId?,...} ────▶             (any number of tunnels per connection)
 //   ◀─────────────── Opened reqId {id,url,remotePort}      (or Refused reqId {code,message,permanent})
+//   ── Open reqId {type:'http',id,lane} ──────▶             (on another shard's connection: a lane, below)
 //   ◀── StreamOpen sid tunnelId head                       (a visitor request / TCP connection)
 //   ── Response sid {status,headers} ─────────▶            (http only)
 //   ◀─▶ Data sid bytes / End sid / Reset sid / Credit sid n (both ways)
@@ -24,6 +25,13 @@ import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRule
 // may have at most that many Data bytes unacknowledged; the receiver sends Credit as it
 // hands bytes on to their destination (socket write accepted, not merely received), so a
 // slow visitor or a slow local service stalls only its own stream, never the connection.
+//
+// Lanes: a server with several shards names the one a connection landed on in Welcome
+// {shard, shards}, and gives each http tunnel a `laneKey` in Opened. The kernel spreads
+// public connections over all shards, so a client that also holds a connection on every other
+// shard (a lane: Open {type:'http', id, lane: laneKey} there) gets each visitor's stream on the
+// shard the visitor reached, instead of relayed across threads by the tunnel's own shard.
+// Lanes are optional (an old client never opens one) and end with the tunnel.
 
 export const PROTOCOL_VERSION = 1;
 
@@ -31,7 +39,7 @@ export const PROTOCOL_VERSION = 1;
 export const F = {
   /** c→s [1, {v, agent}] first frame; the server refuses another version with Fatal 'version'. */
   Hello: 1,
-  /** s→c [2, {v, heartbeatMs}] hello accepted. */
+  /** s→c [2, {v, heartbeatMs, shard?, shards?}] hello accepted. */
   Welcome: 2,
   /** c→s [3, reqId, OpenRequest] register a tunnel on this connection. */
   Open: 3,
@@ -96,6 +104,9 @@ export interface Hello {
 export interface Welcome {
   v: number;
   heartbeatMs: number;
+  /** the shard this connection landed on (0-based), of `shards`; absent from older servers */
+  shard?: number;
+  shards?: number;
 }
 export interface OpenRequest {
   type: 'http' | 'tcp';
@@ -109,6 +120,8 @@ export interface OpenRequest {
   access?: AccessRules | null;
   /** the local service as the client names it ("http://localhost:3000"): shown in tunnel listings only */
   local?: string | null;
+  /** with `id`: attach this connection as a lane of that live http tunnel (its Opened's laneKey) */
+  lane?: string | null;
 }
 export interface Opened {
   id: string;
@@ -116,6 +129,8 @@ export interface Opened {
   remotePort: number | null;
   /** this registration closed a live tunnel of the same user that held the id (absent: false) */
   tookOver?: boolean;
+  /** http on a server of several shards: the secret a lane of this registration presents */
+  laneKey?: string;
 }
 export interface Refusal {
   code: RefusalCode;
@@ -187,6 +202,8 @@ export const HEARTBEAT_MISSES = 3;
 export const MAX_STREAMS_PER_CONNECTION = 4096;
 /** Tunnels per control connection. */
 export const MAX_TUNNELS_PER_CONNECTION = 64;
+/** burrowd --workers' bound: Welcome.shards beyond it is malformed. */
+export const MAX_SHARDS = 256;
 /** The server waits this long for the hello after the upgrade. */
 export const HELLO_TIMEOUT_MS = 10_000;
 /** The local service must send a response head within this (else 504). */
@@ -396,6 +413,8 @@ function checkFrame(a: unknown[]): void {
       const w = c.map(a[1], 'welcome');
       c.int(w.v, 'welcome.v', 0, MAX_UINT32);
       c.int(w.heartbeatMs, 'welcome.heartbeatMs', 0, MAX_UINT32);
+      if (w.shards !== undefined) c.int(w.shards, 'welcome.shards', 1, MAX_SHARDS);
+      if (w.shard !== undefined) c.int(w.shard, 'welcome.shard', 0, (typeof w.shards === 'number' ? w.shards : MAX_SHARDS) - 1);
       return;
     }
     case F.Open: {
@@ -410,6 +429,8 @@ function checkFrame(a: unknown[]): void {
       c.optStr(o.local, 'open.local', MAX_NAME_CHARS);
       // Shown to other users (team members, admins): printable ASCII only, no control characters.
       if (typeof o.local === 'string' && !/^[\x21-\x7e]*$/.test(o.local)) c.fail('open.local', 'printable ASCII without spaces', o.local);
+      c.optStr(o.lane, 'open.lane', MAX_NAME_CHARS);
+      if (typeof o.lane === 'string' && (o.type !== 'http' || typeof o.id !== 'string')) c.fail('open.lane', 'only with type "http" and an id', o.lane);
       return;
     }
     case F.Opened: {
@@ -420,6 +441,7 @@ function checkFrame(a: unknown[]): void {
       c.str(o.url, 'opened.url', MAX_TEXT_CHARS);
       if (o.remotePort !== undefined && o.remotePort !== null) c.int(o.remotePort, 'opened.remotePort', 1, 65535);
       if (o.tookOver !== undefined) c.bool(o.tookOver, 'opened.tookOver');
+      if (o.laneKey !== undefined) c.str(o.laneKey, 'opened.laneKey', MAX_NAME_CHARS);
       return;
     }
     case F.Refused:

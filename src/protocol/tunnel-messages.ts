@@ -5,6 +5,7 @@
 //   shard ──tunnel-admit (ask)──────▶ RegistryActor ──tunnel-route (tell, every shard)──▶ shards
 //   shard ──tunnel-stats (tell, ≤250 ms)──▶ RegistryActor ──▶ StatsActor ──one upsert/s──▶ sessions
 //   shard ──tunnel-down (tell)──────▶ RegistryActor (session closed with final counters)
+//   shard ──tunnel-lane (ask)───────▶ RegistryActor (a client's lane on another shard: key checked)
 //   shard A ◀──TunnelMesh (tell, MessagePort mesh)──▶ shard B   (public HTTP landing on B for A's tunnel)
 import type { Principal } from './messages.js';
 import type { RefusalCode, ResetCode, ResponseHead, StreamHead } from './frames.js';
@@ -57,6 +58,10 @@ export type TunnelShardToMain =
       /** the local service as the client names it (shown in listings only), or null */
       local: string | null;
     }
+  /** A client's lane for live http tunnel `id` arrived on this shard (edge/lanes.ts): answers
+   *  TunnelLaneAdmitted, or throws not-found (no such tunnel of this user), forbidden (wrong
+   *  key) or conflict (this is the tunnel's own shard). */
+  | { type: 'tunnel-lane'; id: string; userId: string; key: string }
   /** A tunnel of this shard ended (client gone, stopped, closed); `last` holds its final counters. */
   | { type: 'tunnel-down'; id: string; sessionId: string; last: StatsDelta | null }
   /** Merged counter deltas of this shard's sessions (sent at most every 250 ms). */
@@ -76,13 +81,25 @@ export interface TunnelAdmitted {
   teamId: string | null;
   /** a live tunnel of the same user held this id and was closed for this one */
   tookOver: boolean;
+  /** http on several shards: the key its lanes present (Opened.laneKey) */
+  laneKey?: string;
+}
+
+/** Answer to tunnel-lane: what the lane's TunnelActor needs to serve the tunnel's visitors here. */
+export interface TunnelLaneAdmitted {
+  sessionId: string;
+  url: string;
+  teamId: string | null;
+  access: AccessWire | null;
 }
 
 /** Live objects of one shard's data plane: all 0 once every peer has left (named as gauges). */
 export interface ShardCounts {
   shard: number;
-  /** TunnelActors registered here */
+  /** TunnelActors registered here (lanes included) */
   tunnels: number;
+  /** of which lanes: tunnels owned by another shard, served here over the client's lane */
+  lanes: number;
   /** this shard's copy of the registry's id → shard map */
   routes: number;
   control_connections: number;
@@ -106,6 +123,8 @@ export interface DataPlaneCounts {
 export interface TunnelRoute {
   id: string;
   shard: number;
+  /** the registration: a lane of another session of this id is stale and closes */
+  sessionId: string;
   /** its access rules: every shard checks visitors where they arrive */
   access: AccessWire | null;
 }
@@ -116,8 +135,9 @@ export type TunnelMainToShard =
    *  With `sessionId`, only that registration (a same-user takeover must not close the new one).
    *  `code`: the Closed frame's code (default: deleted / taken-over / unavailable from the reason). */
   | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
-  /** Where a live tunnel lives now (`shard` null: gone) and its access rules. Sent to every shard. */
-  | { type: 'tunnel-route'; id: string; shard: number | null; access?: AccessWire | null }
+  /** Where a live tunnel lives now (`shard` null: gone), its session and access rules. Sent to
+   *  every shard; lanes of `id` with another session (or none) close. */
+  | { type: 'tunnel-route'; id: string; shard: number | null; sessionId?: string; access?: AccessWire | null }
   /** This shard's live data-plane objects; answers ShardCounts. */
   | { type: 'tunnel-counts' };
 

@@ -45,9 +45,11 @@ const access = fc.record(
 
 const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ v: fc.nat(10), agent: str }).map((h): Frame => [F.Hello, h]),
-  fc.record({ v: fc.nat(10), heartbeatMs: fc.nat() }).map((w): Frame => [F.Welcome, w]),
+  fc.record({ v: fc.nat(10), heartbeatMs: fc.nat(), shard: fc.nat(1), shards: fc.integer({ min: 2, max: 256 }) }, { requiredKeys: ['v', 'heartbeatMs'] }).map((w): Frame => [F.Welcome, w]),
+  // a lane's Open: http with an id and the key
+  fc.tuple(sid, str, fc.base64String({ minLength: 4, maxLength: 40 })).map(([r, id, lane]): Frame => [F.Open, r, { type: 'http', id, lane }]),
   fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), access: fc.option(access), local: fc.option(fc.stringMatching(/^[\x21-\x7e]{0,60}$/)) }, { requiredKeys: ['type'] })).map(([r, o]): Frame => [F.Open, r, o]),
-  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), tookOver: fc.boolean() }, { requiredKeys: ['id', 'url', 'remotePort'] })).map(([r, o]): Frame => [F.Opened, r, o]),
+  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), tookOver: fc.boolean(), laneKey: str }, { requiredKeys: ['id', 'url', 'remotePort'] })).map(([r, o]): Frame => [F.Opened, r, o]),
   fc.tuple(sid, refusal).map(([r, x]): Frame => [F.Refused, r, x as never]),
   fc.tuple(str, refusal).map(([t, x]): Frame => [F.Closed, t, x as never]),
   str.map((t): Frame => [F.Close, t]),
@@ -184,6 +186,17 @@ test('wrong shapes are refused', () => {
     [F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, tookOver: 1 }],
     [F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, tookOver: null }],
     [F.Opened, 1, { id: 7, url: 'http://a' }],
+    // lanes: the key only on an http Open with an id; Welcome's shard within its count
+    [F.Open, 1, { type: 'tcp', id: 'a', lane: 'key' }],
+    [F.Open, 1, { type: 'http', lane: 'key' }],
+    [F.Open, 1, { type: 'http', id: 'a', lane: 7 }],
+    [F.Open, 1, { type: 'http', id: 'a', lane: 'k'.repeat(300) }],
+    [F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, laneKey: 7 }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 2, shards: 2 }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, shard: -1, shards: 2 }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 0, shards: 0 }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 0, shards: 1000 }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 'a' }],
     [F.Opened, 1, { id: 'a', url: 'u'.repeat(70_000) }],
     [F.Reset, 1, 'no-such-code'],
     [F.Reset, 1, 7],
@@ -228,6 +241,8 @@ test('a refused field is named in the message', () => {
   assert.match(message([F.Reset, 3, 'bogus']), /^malformed Reset frame: code must be one of local-unreachable, .*, got "bogus"$/);
   assert.match(message([F.Open, 1, { type: 'http', local: 'a\nb' }]), /^malformed Open frame: open\.local must be printable ASCII without spaces/);
   assert.match(message([F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, tookOver: 'yes' }]), /^malformed Opened frame: opened\.tookOver must be/);
+  assert.match(message([F.Open, 1, { type: 'tcp', id: 'a', lane: 'key' }]), /^malformed Open frame: open\.lane must be only with type "http" and an id/);
+  assert.match(message([F.Welcome, { v: 1, heartbeatMs: 5000, shard: 2, shards: 2 }]), /^malformed Welcome frame: welcome\.shard must be/);
 });
 
 test('malformed access rules in an Open are refused, naming the field and never the password', () => {

@@ -204,7 +204,7 @@ test('a dropped control connection reconnects with the same id', async () => {
   const reconnecting = once<[{ attempt: number; delayMs: number }]>(c, 'reconnecting', 5_000);
   const registered = once<[{ id: string }]>(c, 'registered', 10_000);
   // Cut the socket under the client, as a network failure would.
-  (c as unknown as { ws: WsClient }).ws.socket.destroy();
+  (c as unknown as { link: { ws: WsClient } }).link.ws.socket.destroy();
   const [r] = await reconnecting;
   assert.is(r.attempt, 1);
   const [again] = await registered;
@@ -241,7 +241,10 @@ test('a silent client is dropped after three missed heartbeats; its tunnel ends'
     ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: 'test' }]));
     ws.send(encodeFrame([F.Open, 1, { type: 'http', id: 'mute' }]));
     await eventually(() => frames.some((f) => f[0] === F.Opened), 5_000, 'opened');
-    assert.equal(frames.find((f) => f[0] === F.Welcome), [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200 }]);
+    // Two shards: Welcome also names the one this connection landed on (for lanes).
+    const welcome = frames.find((f) => f[0] === F.Welcome)!;
+    assert.equal(welcome, [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200, shard: (welcome[1] as { shard: number }).shard, shards: 2 }]);
+    assert.ok([0, 1].includes((welcome[1] as { shard: number }).shard));
     assert.is((await api(quick, 'GET', '/tunnels/mute', { key: quick.adminKey })).status, 200);
     silent = true;
     const pingsBefore = frames.filter((f) => f[0] === F.Ping).length;
