@@ -1,22 +1,21 @@
 import { EventEmitter } from 'node:events';
 import http from 'node:http';
 import https from 'node:https';
-import net from 'node:net';
-import { Readable } from 'node:stream';
-import { Pool, type Dispatcher } from 'undici';
+import { Pool } from 'undici';
 import {
-  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
-  RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrameHead,
-  type Frame, type HttpHead, type OpenRequest, type Refusal, type ResetCode, type TcpHead,
+  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
+  RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame,
+  type Frame, type HttpHead, type OpenRequest, type Refusal, type TcpHead,
 } from '../protocol/frames.js';
-import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/flow-control.js';
-import { responseHeaders } from '../protocol/http-headers.js';
 import type { AccessRules } from '../protocol/access.js';
-import { guardedExchange, type ExchangeObserver, type TunnelObserver } from './observer.js';
+import { guardedExchange, type TunnelObserver } from './observer.js';
 import { verificationProblem } from './tls-verify.js';
 import { WsClient, WsRefused } from './ws-client.js';
 import { describeLocalError } from './local-error.js';
 import { connectOptions, hostPort, localOrigin, withHostHeader, type LocalTarget } from './local-target.js';
+import { HttpStream, PoolHttpStream, TcpStream, poolCanCarry, type ClientStream } from './streams.js';
+import { Link } from './link.js';
+import { LaneSet } from './lanes.js';
 
 export type { AccessRules } from '../protocol/access.js';
 
@@ -31,6 +30,8 @@ export type { AccessRules } from '../protocol/access.js';
 //   Several tunnels (`burrow start`): one Open each on the one connection; StreamOpen names the
 //   tunnel, whose local service and pools serve the stream; one tunnel refused for good is
 //   reported (`tunnel-failed`) while the others run on, and the client ends with the last one.
+//   On a server of several shards, lanes (lanes.ts) add a connection per other shard once a
+//   tunnel has visitors; streams (streams.ts) answer on the connection they came on (link.ts).
 
 export interface TunnelClientOptions {
   /** http(s)://host:port of burrowd */
@@ -56,6 +57,8 @@ export interface TunnelClientOptions {
   observer?: TunnelObserver;
   /** PEM certificates to verify an https:// server with (default: the system's CAs). */
   ca?: string[];
+  /** Open lanes on a server of several shards (lanes.ts); default true. */
+  lanes?: boolean;
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
@@ -101,330 +104,6 @@ function refusalOfStatus(status: number, body: string): TunnelRefused {
   return new TunnelRefused('unavailable', msg, false);
 }
 
-interface Sender {
-  send(frame: Frame): void;
-  sendData(sid: number, bytes: Uint8Array): void;
-}
-
-/**
- * One stream on the client: a visitor's HTTP request or TCP connection toward the local
- * service. Flow control and the end/reset bookkeeping are protocol/flow-control.ts's: the
- * SendWindow pauses the local source (pauseSource/resumeSource), the CreditMeter returns
- * credit for bytes the local service took, StreamEnds finishes the stream once.
- * local = local service → visitor (our End), peer = visitor → local service (the server's End).
- */
-abstract class ClientStream implements Source {
-  /** Response / TCP bytes we may still send before the server returns credit. */
-  protected readonly window = new SendWindow(this);
-  protected readonly meter = new CreditMeter((n) => {
-    if (!this.ends.done) this.out.send([F.Credit, this.sid, n]);
-  });
-  protected readonly ends = new StreamEnds(() => this.finished());
-  bytesIn = 0;
-  bytesOut = 0;
-  readonly startedMs = Date.now();
-  /** The observer's view of this HTTP exchange (null: nobody observes; it copies ≤ 64 KiB a body). */
-  capture: ExchangeObserver | null = null;
-  /** The local service gave no answer: its error, or null for a timeout (see local-error.ts). */
-  localFailure: { err: Error | null } | null = null;
-
-  constructor(
-    readonly sid: number,
-    protected readonly out: Sender,
-    protected readonly onFinish: (s: ClientStream) => void,
-  ) {}
-
-  get done(): boolean {
-    return this.ends.done;
-  }
-
-  /** Bytes from the server toward the local service. */
-  abstract onData(bytes: Buffer): void;
-  /** Ends the local service's input (request body end, TCP FIN). */
-  protected abstract endDestination(): void;
-  /** Tears down the local side's sockets and requests. */
-  protected abstract destroy(): void;
-  abstract pause(): void;
-  abstract resume(): void;
-
-  onCredit(bytes: number): void {
-    this.window.grant(bytes);
-  }
-
-  /** The server's End: the visitor finished sending. */
-  onEnd(): void {
-    if (this.ends.endPeer() !== 'ok') return;
-    this.endDestination();
-    this.ends.settle();
-  }
-
-  onReset(code: ResetCode): void {
-    this.capture?.fail(code);
-    if (!this.ends.finish()) return;
-    this.destroy();
-  }
-
-  /** The connection is gone: drop everything without reporting (the owner clears its map). */
-  abort(): void {
-    this.capture?.fail('connection-lost');
-    this.ends.finish(false);
-    this.destroy();
-  }
-
-  /** Bytes from the local service toward the visitor. */
-  protected forward(chunk: Buffer): void {
-    if (this.ends.done) return;
-    this.bytesOut += chunk.length;
-    this.capture?.responseBody(chunk);
-    this.out.sendData(this.sid, chunk);
-    this.window.spend(chunk.length);
-  }
-
-  /** The local service finished sending. */
-  protected localEnded(): void {
-    if (!this.ends.endLocal()) return;
-    this.out.send([F.End, this.sid]);
-    this.ends.settle();
-  }
-
-  protected reset(code: ResetCode): void {
-    if (this.ends.done) return;
-    this.capture?.fail(code);
-    this.out.send([F.Reset, this.sid, code]);
-    this.ends.finish();
-  }
-
-  protected finished(): void {
-    this.capture?.end(); // after a fail, a no-op
-    this.onFinish(this);
-  }
-}
-
-class HttpStream extends ClientStream {
-  private readonly req: http.ClientRequest;
-  private res: http.IncomingMessage | null = null;
-  private upgraded: net.Socket | null = null;
-  private status = 0;
-  private readonly headTimer: NodeJS.Timeout;
-
-  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, local: LocalTarget, agent: http.Agent, timeoutMs: number) {
-    super(sid, out, onFinish);
-    this.req = (local.tls ? https : http).request({
-      host: local.host, port: local.port, method: head.method, path: head.target, headers: head.headers, agent: head.upgrade ? false : agent, setHost: false, ...connectOptions(local),
-    });
-    this.req.on('socket', (s: net.Socket) => s.setNoDelay(true));
-    this.headTimer = setTimeout(() => {
-      this.localFailure ??= { err: null };
-      this.reset('local-timeout');
-      this.req.destroy();
-    }, timeoutMs);
-    this.req.on('error', (err) => {
-      clearTimeout(this.headTimer);
-      if (!this.res && !this.upgraded) this.localFailure ??= { err };
-      this.reset(this.res || this.upgraded ? 'closing' : 'local-unreachable');
-    });
-    this.req.on('drain', () => this.meter.drained());
-    this.req.on('response', (res) => this.onResponse(res));
-    this.req.on('upgrade', (res, socket: net.Socket, rest: Buffer) => this.onUpgrade(res, socket, rest));
-    // A request without a body (head.end) goes out whole now. An upgrade request has no
-    // body either; the visitor's End comes only when it closes the upgraded connection.
-    if (head.end && !head.upgrade) {
-      this.ends.endPeer();
-      this.req.end();
-    } else if (head.upgrade) this.req.end();
-  }
-
-  private onResponse(res: http.IncomingMessage): void {
-    clearTimeout(this.headTimer);
-    if (this.done) return void res.destroy();
-    this.res = res;
-    this.status = res.statusCode ?? 502;
-    const headers = responseHeaders(res.rawHeaders);
-    this.capture?.response(this.status, headers);
-    this.out.send([F.Response, this.sid, { status: this.status, headers }]);
-    res.on('data', (chunk: Buffer) => this.forward(chunk));
-    res.on('end', () => this.localEnded());
-    res.on('error', () => this.reset('closing'));
-  }
-
-  /** 101: from now on raw bytes both ways (WebSocket or any other upgraded protocol). */
-  private onUpgrade(res: http.IncomingMessage, socket: net.Socket, rest: Buffer): void {
-    clearTimeout(this.headTimer);
-    if (this.done) return void socket.destroy();
-    socket.setNoDelay(true);
-    this.upgraded = socket;
-    this.status = 101;
-    // The upgraded bytes (WebSocket frames) are no HTTP body: the capture ends with the 101.
-    this.capture?.response(101, res.rawHeaders);
-    this.capture?.end();
-    this.capture = null;
-    this.out.send([F.Response, this.sid, { status: 101, headers: res.rawHeaders }]);
-    if (rest.length) this.forward(rest);
-    socket.on('data', (chunk: Buffer) => this.forward(chunk));
-    socket.on('drain', () => this.meter.drained());
-    socket.on('end', () => this.localEnded());
-    socket.on('error', () => this.reset('closing'));
-    socket.on('close', () => this.reset('closing'));
-  }
-
-  onData(bytes: Buffer): void {
-    if (this.done) return;
-    this.bytesIn += bytes.length;
-    if (!this.upgraded) this.capture?.requestBody(bytes);
-    this.meter.wrote(bytes.length, (this.upgraded ?? this.req).write(bytes));
-  }
-  protected endDestination(): void {
-    if (this.upgraded) this.upgraded.end();
-    else if (!this.head.upgrade) this.req.end();
-  }
-  protected destroy(): void {
-    clearTimeout(this.headTimer);
-    this.upgraded?.destroy();
-    this.res?.destroy();
-    this.req.destroy();
-  }
-  pause(): void {
-    (this.upgraded ?? this.res)?.pause();
-  }
-  resume(): void {
-    (this.upgraded ?? this.res)?.resume();
-  }
-  get statusCode(): number {
-    return this.status;
-  }
-  protected override finished(): void {
-    clearTimeout(this.headTimer);
-    super.finished();
-  }
-}
-
-/**
- * A plain (non-upgrade) HTTP request on undici's Pool. Measured here against node:http with a
- * keep-alive Agent at 64 concurrent small requests: about 40% less client CPU per request, and
- * the single-threaded client is the busiest process on the tunnel's path.
- */
-class PoolHttpStream extends ClientStream {
-  private status = 0;
-  private resumeSocket: (() => void) | null = null;
-  private abortRequest: ((err?: Error) => void) | null = null;
-  private readonly body: Readable | null;
-  private readonly headTimer: NodeJS.Timeout;
-
-  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, pool: Pool, timeoutMs: number) {
-    super(sid, out, onFinish);
-    if (head.end) this.ends.endPeer();
-    // Request bodies stream through a Readable: what it buffered is accepted when undici pulls (read()).
-    this.body = head.end ? null : new Readable({ read: () => this.meter.drained() });
-    this.headTimer = setTimeout(() => {
-      this.localFailure ??= { err: null };
-      this.reset('local-timeout');
-      this.abortRequest?.();
-    }, timeoutMs);
-    pool.dispatch(
-      { path: head.target, method: head.method, headers: head.headers, body: this.body, headersTimeout: 0, bodyTimeout: 0 },
-      {
-        onConnect: (abort: (err?: Error) => void) => {
-          this.abortRequest = abort;
-          if (this.done) abort();
-        },
-        onHeaders: (status: number, raw: Buffer[], resume: () => void) => {
-          if (status < 200) return true; // 1xx interim answers are not relayed
-          clearTimeout(this.headTimer);
-          if (this.done) return false;
-          this.status = status;
-          this.resumeSocket = resume;
-          const headers = responseHeaders(raw.map((b) => b.toString('latin1')));
-          this.capture?.response(status, headers);
-          this.out.send([F.Response, this.sid, { status, headers }]);
-          return true;
-        },
-        onData: (chunk: Buffer) => {
-          this.forward(chunk);
-          return !this.window.paused && !this.done;
-        },
-        onComplete: () => this.localEnded(),
-        onError: (err: Error) => {
-          clearTimeout(this.headTimer);
-          if (!this.status && !this.done) this.localFailure ??= { err };
-          this.reset(this.status ? 'closing' : 'local-unreachable');
-        },
-      } as unknown as Dispatcher.DispatchHandler,
-    );
-  }
-
-  onData(bytes: Buffer): void {
-    if (this.done || !this.body) return;
-    this.bytesIn += bytes.length;
-    this.capture?.requestBody(bytes);
-    this.meter.wrote(bytes.length, this.body.push(bytes));
-  }
-  protected endDestination(): void {
-    this.body?.push(null);
-  }
-  protected destroy(): void {
-    clearTimeout(this.headTimer);
-    this.abortRequest?.();
-    this.body?.destroy();
-  }
-  pause(): void {
-    // onData's return value pauses the socket; nothing else to do.
-  }
-  resume(): void {
-    this.resumeSocket?.();
-  }
-  get statusCode(): number {
-    return this.status;
-  }
-  protected override finished(): void {
-    clearTimeout(this.headTimer);
-    super.finished();
-  }
-}
-
-/** undici refuses an Expect header (100-continue); such requests take the node:http path. */
-function poolCanCarry(head: HttpHead): boolean {
-  if (head.upgrade) return false;
-  for (let i = 0; i < head.headers.length; i += 2) if (head.headers[i]!.toLowerCase() === 'expect') return false;
-  return true;
-}
-
-class TcpStream extends ClientStream {
-  private readonly sock: net.Socket;
-  private connected = false;
-
-  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: TcpHead, local: LocalTarget) {
-    super(sid, out, onFinish);
-    this.sock = net.connect({ host: local.host, port: local.port, noDelay: true, allowHalfOpen: true, lookup: connectOptions(local).lookup });
-    this.sock.on('connect', () => (this.connected = true));
-    this.sock.on('data', (chunk: Buffer) => this.forward(chunk));
-    this.sock.on('drain', () => this.meter.drained());
-    this.sock.on('end', () => this.localEnded());
-    this.sock.on('error', (err) => {
-      if (!this.connected && !this.done) this.localFailure ??= { err };
-      this.reset(this.connected ? 'closing' : 'local-unreachable');
-    });
-    // Both directions ended normally: the stream is already done and this is a no-op.
-    this.sock.on('close', () => this.reset('closing'));
-  }
-  onData(bytes: Buffer): void {
-    if (this.done) return;
-    this.bytesIn += bytes.length;
-    this.meter.wrote(bytes.length, this.sock.write(bytes));
-  }
-  protected endDestination(): void {
-    this.sock.end();
-  }
-  protected destroy(): void {
-    this.sock.destroy();
-  }
-  pause(): void {
-    this.sock.pause();
-  }
-  resume(): void {
-    this.sock.resume();
-  }
-}
-
 export interface TunnelClientEvents {
   /** `tookOver`: this registration closed a live tunnel of the same user that held the id. */
   registered: [{ tunnel: string; id: string; url: string; tookOver: boolean }];
@@ -455,6 +134,8 @@ class Tunnel {
   registered: { id: string; url: string; remotePort: number | null } | null = null;
   /** registered on the current connection */
   live = false;
+  /** what this registration's lanes present (Opened.laneKey); null: no lanes */
+  laneKey: string | null = null;
   /** refused or closed for good */
   failed: TunnelRefused | null = null;
   /** opened or failed at least once (start() waits for every tunnel) */
@@ -506,9 +187,15 @@ function backoffMs(attempt: number): number {
 }
 
 export class TunnelClient extends EventEmitter<TunnelClientEvents> {
-  private ws: WsClient | null = null;
-  private readonly streams = new Map<number, ClientStream>();
+  /** The main connection: Opens, registrations, and the streams of visitors on its shard. */
+  private link: Link | null = null;
   private readonly owner = new WeakMap<ClientStream, Tunnel>();
+  private readonly lanes = new LaneSet({
+    connect: () => this.dial(),
+    laneTunnels: () => this.tunnels.filter((t) => t.live && t.laneKey && t.registered).map((t) => ({ id: t.registered!.id, key: t.laneKey! })),
+    openStream: (link, sid, tunnelId, head) => this.openStream(link, sid, tunnelId, head),
+    dropStreams: (link, id) => this.dropStreams(link, id),
+  });
   private readonly tunnels: Tunnel[];
   /** Open requests awaiting Opened/Refused on the current connection. */
   private readonly pending = new Map<number, Tunnel>();
@@ -516,20 +203,8 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private attempt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
-  private lastSeenMs = 0;
   private nextReq = 1;
   private first: { resolve: (v: StartedTunnel[]) => void; reject: (e: Error) => void } | null = null;
-  private readonly sender: Sender = {
-    send: (frame) => this.send(frame),
-    sendData: (sid, bytes) => {
-      for (let off = 0; off < bytes.byteLength; off += MAX_DATA_BYTES) {
-        const part = bytes.byteLength <= MAX_DATA_BYTES ? bytes : bytes.subarray(off, off + MAX_DATA_BYTES);
-        // Head and payload as two writes: the payload (a Buffer the local socket handed us,
-        // never reused) is not copied.
-        this.ws?.sendParts(dataFrameHead(sid, part.byteLength), part);
-      }
-    },
-  };
 
   constructor(private readonly opts: TunnelClientOptions) {
     super();
@@ -562,18 +237,19 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (this.stopped) return;
     this.stopped = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    const ws = this.ws;
-    if (ws) for (const t of this.tunnels) if (t.live && t.registered) this.send([F.Close, t.registered.id]);
-    this.ws = null;
+    const link = this.link;
+    if (link) for (const t of this.tunnels) if (t.live && t.registered) this.send([F.Close, t.registered.id]);
+    this.link = null;
     // close() flushes the Close frames, sends a WebSocket close and ends the socket.
-    ws?.close(1000, 'client stopped');
+    link?.ws.close(1000, 'client stopped');
+    link?.abortStreams();
     this.teardown();
     for (const t of this.tunnels) t.destroy();
     this.emit('closed', { permanent: true, code: 'stopped', reason: 'stopped by the client' });
   }
 
   private send(frame: Frame): void {
-    this.ws?.send(encodeFrame(frame));
+    this.link?.send(frame);
   }
 
   private wsUrl(): string {
@@ -582,10 +258,15 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     return u.toString();
   }
 
+  /** A new authenticated control WebSocket (the main connection, or a lane). */
+  private dial(): Promise<WsClient> {
+    return WsClient.connect(this.wsUrl(), { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT }, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
+  }
+
   private async connect(): Promise<void> {
     let ws: WsClient;
     try {
-      ws = await WsClient.connect(this.wsUrl(), { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT }, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
+      ws = await this.dial();
     } catch (err) {
       if (this.stopped) return;
       // A certificate we do not trust will not become trusted by retrying: permanent.
@@ -597,15 +278,15 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       return this.lost(refusal);
     }
     if (this.stopped) return ws.destroy();
-    this.ws = ws;
-    this.lastSeenMs = Date.now();
-    ws.on('message', (m) => this.onMessage(m));
+    const link = new Link(ws);
+    this.link = link;
+    ws.on('message', (m) => this.onMessage(link, m));
     ws.on('close', (code, reason) => {
-      if (this.ws !== ws) return;
+      if (this.link !== link) return;
       this.teardown();
       this.lost(new TunnelRefused('connection-lost', `control connection closed (${code}${reason ? `: ${reason}` : ''})`, false));
     });
-    this.startHeartbeat(ws, HEARTBEAT_INTERVAL_MS);
+    this.startHeartbeat(link, HEARTBEAT_INTERVAL_MS);
     this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
     for (const t of this.tunnels) if (!t.failed) this.sendOpen(t);
   }
@@ -617,14 +298,17 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   }
 
   /** Ping every `intervalMs`; a server silent for HEARTBEAT_MISSES intervals is a dead connection. */
-  private startHeartbeat(ws: WsClient, intervalMs: number): void {
+  private startHeartbeat(link: Link, intervalMs: number): void {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = setInterval(() => {
-      if (Date.now() - this.lastSeenMs > intervalMs * HEARTBEAT_MISSES) {
-        ws.destroy();
+      const now = Date.now();
+      // Lanes answer the server's pings: one silent as long is as dead.
+      this.lanes.dropSilent(now, intervalMs * HEARTBEAT_MISSES);
+      if (now - link.lastSeenMs > intervalMs * HEARTBEAT_MISSES) {
+        link.ws.destroy();
         return;
       }
-      this.send([F.Ping, Date.now()]);
+      this.send([F.Ping, now]);
     }, intervalMs);
     this.heartbeatTimer.unref();
   }
@@ -633,11 +317,12 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private teardown(): void {
     if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
     this.heartbeatTimer = null;
-    for (const s of this.streams.values()) s.abort();
-    this.streams.clear();
+    this.link?.abortStreams();
+    this.lanes.stop();
     this.pending.clear();
     for (const t of this.tunnels) {
       t.live = false;
+      t.laneKey = null;
       if (t.retryTimer) clearTimeout(t.retryTimer);
       t.retryTimer = null;
       if (t.open) {
@@ -645,9 +330,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         this.emit('open-streams', 0, t.name);
       }
     }
-    const ws = this.ws;
-    this.ws = null;
-    ws?.destroy();
+    const link = this.link;
+    this.link = null;
+    link?.ws.destroy();
   }
 
   /** The connection ended or was refused: give up (permanent) or try again later. */
@@ -691,11 +376,14 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private failTunnel(t: Tunnel, why: TunnelRefused): void {
     t.failed = why;
     t.live = false;
+    t.laneKey = null;
     t.answered = true;
-    for (const [sid, s] of this.streams) {
-      if (this.owner.get(s) !== t) continue;
-      s.abort();
-      this.streams.delete(sid);
+    for (const link of this.link ? [this.link, ...this.lanes.links()] : this.lanes.links()) {
+      for (const [sid, s] of link.streams) {
+        if (this.owner.get(s) !== t) continue;
+        s.abort();
+        link.streams.delete(sid);
+      }
     }
     t.destroy();
     this.emit('tunnel-failed', { tunnel: t.name, code: why.code, reason: why.message });
@@ -708,6 +396,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     const err = new TunnelRefused(r.code, r.message, r.permanent, t.name);
     if (r.permanent) return this.failTunnel(t, err);
     t.live = false;
+    t.laneKey = null;
     // Nothing else up on this connection: start over with a new one, as a single tunnel always did.
     if (!this.tunnels.some((x) => x.live)) {
       this.teardown();
@@ -717,7 +406,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (t.retryTimer) return;
     t.retryTimer = setTimeout(() => {
       t.retryTimer = null;
-      if (this.ws && !t.failed && !t.live) this.sendOpen(t);
+      if (this.link && !t.failed && !t.live) this.sendOpen(t);
     }, backoffMs(++t.attempt));
   }
 
@@ -731,26 +420,24 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.first = null;
   }
 
-  private onMessage(m: Buffer): void {
-    this.lastSeenMs = Date.now();
+  private onMessage(link: Link, m: Buffer): void {
+    link.lastSeenMs = Date.now();
     let frame: Frame;
     try {
       frame = decodeFrame(m);
     } catch (err) {
-      this.ws?.close(1002, (err as FrameError).message);
+      link.ws.close(1002, (err as FrameError).message);
       return;
     }
+    if (link.handleStreamFrame(frame, this.openStream)) return;
     switch (frame[0]) {
       case F.Welcome: {
         // The server's interval (burrowd --heartbeat-interval), within sane bounds.
         const ms = frame[1].heartbeatMs;
-        if (this.ws && ms >= 100 && ms <= 10_000) this.startHeartbeat(this.ws, ms);
+        if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
+        if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
         return;
       }
-      case F.Pong:
-        return;
-      case F.Ping:
-        return this.send([F.Pong, frame[1]]);
       case F.Opened: {
         const t = this.pending.get(frame[1]);
         if (!t) return; // not an Open of this connection
@@ -758,10 +445,12 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         const o = frame[2];
         t.registered = { id: o.id, url: o.url, remotePort: o.remotePort ?? null };
         t.live = true;
+        t.laneKey = o.laneKey ?? null;
         t.answered = true;
         t.attempt = 0;
         this.attempt = 0;
         this.emit('registered', { tunnel: t.name, id: o.id, url: o.url, tookOver: o.tookOver === true });
+        this.lanes.refresh();
         this.checkStarted();
         return;
       }
@@ -781,38 +470,46 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         this.teardown();
         return this.lost(err);
       }
-      case F.StreamOpen:
-        return this.openStream(frame[1], frame[2], frame[3]);
       case F.GoAway:
         // Nothing to stop (the server opens every stream): its Closed/Fatal follows once the
         // open streams ended, and the usual reconnect (backoff) finds the restarted server.
         this.emit('draining', { timeoutMs: frame[1].timeoutMs });
         return;
-      case F.Data:
-        return this.streams.get(frame[1])?.onData(frame[2] as Buffer);
-      case F.End:
-        return this.streams.get(frame[1])?.onEnd();
-      case F.Reset:
-        return this.streams.get(frame[1])?.onReset(frame[2]);
-      case F.Credit:
-        return this.streams.get(frame[1])?.onCredit(frame[2]);
       case F.Hello:
       case F.Open:
       case F.Close:
       case F.Response:
-        this.ws?.close(1002, `frame type ${frame[0]} is client-to-server only`);
+        link.ws.close(1002, `frame type ${frame[0]} is client-to-server only`);
         return;
       default:
-        return frame satisfies never;
+        // Stream frames and heartbeats were handled by the link above.
+        return;
     }
   }
 
-  private openStream(sid: number, tunnelId: string, head: HttpHead | TcpHead): void {
+  /** A lane lost (or its tunnel `id` closed there): those streams are over; the counts follow. */
+  private dropStreams(link: Link, id?: string): void {
+    const touched = new Set<Tunnel>();
+    for (const [sid, s] of link.streams) {
+      const t = this.owner.get(s);
+      if (id !== undefined && t?.registered?.id !== id) continue;
+      s.abort();
+      link.streams.delete(sid);
+      if (!t) continue;
+      t.open = Math.max(0, t.open - 1);
+      touched.add(t);
+    }
+    for (const t of touched) this.emit('open-streams', t.open, t.name);
+  }
+
+  private readonly openStream = (link: Link, sid: number, tunnelId: string, head: HttpHead | TcpHead): void => {
     const t = this.tunnels.find((x) => x.live && x.registered?.id === tunnelId);
-    if (!t || head.kind !== t.opts.type) return this.send([F.Reset, sid, 'no-tunnel']);
+    if (!t || head.kind !== t.opts.type) return link.send([F.Reset, sid, 'no-tunnel']);
+    // Visitors arrive: from now on lanes are worth their connections.
+    if (link === this.link && t.laneKey) this.lanes.wake();
     if (head.kind === 'http' && t.opts.local.hostHeader) head = { ...head, headers: withHostHeader(head.headers, t.opts.local) };
     const onFinish = (s: ClientStream): void => {
-      if (this.streams.get(s.sid) === s) this.streams.delete(s.sid);
+      if (link.streams.get(s.sid) === s) link.streams.delete(s.sid);
       t.open = Math.max(0, t.open - 1);
       this.emit('open-streams', t.open, t.name);
       const durationMs = Date.now() - s.startedMs;
@@ -830,13 +527,13 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     const s =
       head.kind === 'http'
         ? poolCanCarry(head)
-          ? new PoolHttpStream(sid, this.sender, onFinish, head, head.end ? t.pool : t.uploadPool, timeoutMs)
-          : new HttpStream(sid, this.sender, onFinish, head, t.opts.local, t.agent, timeoutMs)
-        : new TcpStream(sid, this.sender, onFinish, head, t.opts.local);
+          ? new PoolHttpStream(sid, link.sender, onFinish, head, head.end ? t.pool : t.uploadPool, timeoutMs)
+          : new HttpStream(sid, link.sender, onFinish, head, t.opts.local, t.agent, timeoutMs)
+        : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
     if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, `${t.opts.local.host}:${t.opts.local.port}`);
-    this.streams.set(sid, s);
+    link.streams.set(sid, s);
     this.owner.set(s, t);
     t.open++;
     this.emit('open-streams', t.open, t.name);
-  }
+  };
 }

@@ -77,7 +77,7 @@ export class ServerMetrics implements StatsObserver {
       labelNames: ['direction'],
       registers,
     });
-    this.controlConnections = new Gauge({ name: 'burrow_control_connections', help: 'Open tunnel control connections (all shards).', registers });
+    this.controlConnections = new Gauge({ name: 'burrow_control_connections', help: 'Open tunnel control connections (all shards), lanes included.', registers });
     this.shardRestarts = new Counter({ name: 'burrow_shard_restarts_total', help: 'Shard worker threads that exited unexpectedly and were restarted.', registers });
     this.authFailures = new Counter({ name: 'burrow_auth_failures_total', help: 'Failed authentications: missing, malformed, unknown, revoked or expired API keys (API and tunnel control).', registers });
     this.flushSeconds = new Histogram({ name: 'burrow_stats_flush_seconds', help: 'Duration of each write of the session counters to the database.', registers });

@@ -127,19 +127,21 @@ test('readiness detail is for admins with the management scope only', async () =
 
 test('every count returns to 0 after HTTP, WebSocket and TCP peers leave', async () => {
   const clients: TunnelClient[] = [];
-  const start = async (type: 'http' | 'tcp', port: number): Promise<string> => {
-    const c = new TunnelClient({ server: server.url, token: server.adminKey, type, local: { host: '127.0.0.1', port } });
+  // lanes: false keeps a tunnel's visitors on the other shard crossing the mesh.
+  const start = async (type: 'http' | 'tcp', port: number, lanes = true): Promise<string> => {
+    const c = new TunnelClient({ server: server.url, token: server.adminKey, type, local: { host: '127.0.0.1', port }, lanes });
     clients.push(c);
     return (await withDeadline(c.start(), 10_000, `${type} tunnel start`)).url;
   };
+  // HTTP tunnels with lanes (their visitors are served where they land) and without.
   const httpIds: string[] = [];
-  for (let i = 0; i < TUNNELS; i++) httpIds.push(new URL(await start('http', origin.port)).hostname);
+  for (let i = 0; i < TUNNELS; i++) httpIds.push(new URL(await start('http', origin.port, i % 2 === 0)).hostname);
   // WebSocket tunnels until one lives on each shard (a control connection lands where the
   // kernel puts it): then a visitor, wherever it lands, crosses the mesh for one of the two.
   const wsIdOn = new Map<number, string>();
   for (let i = 0; i < 16 && wsIdOn.size < 2; i++) {
     const before = await counts();
-    const id = new URL(await start('http', wsPort)).hostname;
+    const id = new URL(await start('http', wsPort, false)).hostname;
     const after = await counts();
     const owner = after.shards.find((s) => s.tunnels > before.shards.find((b) => b.shard === s.shard)!.tunnels)!.shard;
     if (!wsIdOn.has(owner)) wsIdOn.set(owner, id);

@@ -1,0 +1,68 @@
+import { F, MAX_DATA_BYTES, dataFrameHead, encodeFrame, type Frame, type HttpHead, type TcpHead } from '../protocol/frames.js';
+import type { ClientStream, Sender } from './streams.js';
+import type { WsClient } from './ws-client.js';
+
+// One control connection of a client, as its streams see it: the main connection
+// (tunnel-client.ts) or a lane on another shard (lanes.ts). The server opens every stream on
+// the connection the visitor's shard holds, and each stream answers on that same connection.
+
+/** Opens a client stream for StreamOpen `sid` of tunnel `tunnelId` on `link`. */
+export type StreamOpener = (link: Link, sid: number, tunnelId: string, head: HttpHead | TcpHead) => void;
+
+export class Link {
+  readonly streams = new Map<number, ClientStream>();
+  readonly sender: Sender;
+  lastSeenMs = Date.now();
+
+  constructor(readonly ws: WsClient) {
+    this.sender = {
+      send: (frame) => this.send(frame),
+      sendData: (sid, bytes) => {
+        for (let off = 0; off < bytes.byteLength; off += MAX_DATA_BYTES) {
+          const part = bytes.byteLength <= MAX_DATA_BYTES ? bytes : bytes.subarray(off, off + MAX_DATA_BYTES);
+          // Head and payload as two writes: the payload (a Buffer the local socket handed us,
+          // never reused) is not copied.
+          ws.sendParts(dataFrameHead(sid, part.byteLength), part);
+        }
+      },
+    };
+  }
+
+  send(frame: Frame): void {
+    this.ws.send(encodeFrame(frame));
+  }
+
+  /** The frames every connection handles alike (streams, heartbeats); false for the others. */
+  handleStreamFrame(frame: Frame, open: StreamOpener): boolean {
+    switch (frame[0]) {
+      case F.StreamOpen:
+        open(this, frame[1], frame[2], frame[3]);
+        return true;
+      case F.Data:
+        this.streams.get(frame[1])?.onData(frame[2] as Buffer);
+        return true;
+      case F.End:
+        this.streams.get(frame[1])?.onEnd();
+        return true;
+      case F.Reset:
+        this.streams.get(frame[1])?.onReset(frame[2]);
+        return true;
+      case F.Credit:
+        this.streams.get(frame[1])?.onCredit(frame[2]);
+        return true;
+      case F.Ping:
+        this.send([F.Pong, frame[1]]);
+        return true;
+      case F.Pong:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  /** The connection is gone: its streams die with it (no frames: there is no one to tell). */
+  abortStreams(): void {
+    for (const s of this.streams.values()) s.abort();
+    this.streams.clear();
+  }
+}
