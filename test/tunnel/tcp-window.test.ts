@@ -1,0 +1,93 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import net from 'node:net';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { eventually, withDeadline } from '../helpers/fixtures.js';
+import { F, INITIAL_WINDOW_BYTES, MAX_DATA_BYTES, TCP_WINDOW_BYTES, type Frame, type Opened, type Welcome } from '../../src/protocol/frames.js';
+import { WINDOW_SLACK_BYTES } from '../../src/protocol/flow-control.js';
+import { rawPeer, type RawPeer } from './raw-peer.js';
+import { sleep } from './helpers.js';
+
+// TCP streams have a window of their own (TCP_WINDOW_BYTES, twice the HTTP one), offered in
+// Welcome and enforced by the edge both ways: a client that never returns credit receives no
+// more than the window from a visitor, and one that sends past the window and its slack has
+// the stream reset.
+
+let server: TestServer;
+const peers: RawPeer[] = [];
+const sockets: net.Socket[] = [];
+const RANGE_MIN = 36_000 + Math.floor(Math.random() * 2000);
+
+test.before(async () => {
+  server = await startServer({ args: ['--tcp-port-range', `${RANGE_MIN}-${RANGE_MIN + 20}`] });
+});
+
+test.after(async () => {
+  for (const s of sockets) s.destroy();
+  for (const p of peers) p.ws.destroy();
+  await server?.stop();
+});
+
+/** A raw client with a TCP tunnel and one visitor connected to it: the stream's id and the socket. */
+async function tcpStream(): Promise<{ peer: RawPeer; sid: number; visitor: net.Socket }> {
+  const peer = await rawPeer(server.url, server.adminKey);
+  peers.push(peer);
+  const opened = await peer.open({ type: 'tcp' });
+  assert.is(opened[0], F.Opened, JSON.stringify(opened));
+  const port = (opened[2] as Opened).remotePort!;
+  const visitor = net.connect(port, '127.0.0.1');
+  visitor.on('error', () => undefined);
+  sockets.push(visitor);
+  const open = await peer.waitFor((f) => f[0] === F.StreamOpen, 5_000, 'StreamOpen');
+  return { peer, sid: open[1] as number, visitor };
+}
+
+const dataBytes = (frames: Frame[], sid: number): number =>
+  frames.reduce((n, f) => n + (f[0] === F.Data && f[1] === sid ? (f[2] as Uint8Array).byteLength : 0), 0);
+
+test('Welcome offers the TCP window', async () => {
+  const peer = await rawPeer(server.url, server.adminKey);
+  peers.push(peer);
+  const welcome = peer.frames.find((f) => f[0] === F.Welcome)![1] as Welcome;
+  assert.is(welcome.tcpWindowBytes, TCP_WINDOW_BYTES);
+  assert.ok(TCP_WINDOW_BYTES > INITIAL_WINDOW_BYTES);
+});
+
+test('a client that returns no credit gets the TCP window from a visitor, and no more', async () => {
+  const { peer, sid, visitor } = await tcpStream();
+  // The visitor sends three windows' worth; the edge stops reading it once one window is out.
+  visitor.write(Buffer.alloc(3 * TCP_WINDOW_BYTES, 7));
+  await eventually(() => dataBytes(peer.frames, sid) >= TCP_WINDOW_BYTES, 10_000, 'a whole TCP window at the client');
+  await sleep(300);
+  const got = dataBytes(peer.frames, sid);
+  // Past the HTTP window, within the TCP one plus what one socket read handed over.
+  assert.ok(got > INITIAL_WINDOW_BYTES, `${got} bytes`);
+  assert.ok(got <= TCP_WINDOW_BYTES + 1024 * 1024, `${got} bytes`);
+  // Credit for all of it: the rest flows.
+  peer.send([F.Credit, sid, got]);
+  await eventually(() => dataBytes(peer.frames, sid) > got, 5_000, 'more after credit');
+});
+
+test('a client may keep the TCP window in flight; past it and the slack the stream is reset', async () => {
+  const { peer, sid, visitor } = await tcpStream();
+  // The visitor reads nothing: once the kernel's buffers are full the edge credits nothing more.
+  visitor.pause();
+  const credited = (): number => peer.frames.reduce((n, f) => n + (f[0] === F.Credit && f[1] === sid ? (f[2] as number) : 0), 0);
+  let sent = 0;
+  for (let round = 0; round < 100; round++) {
+    const before = credited();
+    while (sent + MAX_DATA_BYTES <= before + TCP_WINDOW_BYTES) {
+      peer.send([F.Data, sid, Buffer.alloc(MAX_DATA_BYTES, 1)]);
+      sent += MAX_DATA_BYTES;
+    }
+    await sleep(200);
+    if (credited() === before) break;
+  }
+  assert.is(sent - credited(), TCP_WINDOW_BYTES, 'a whole TCP window in flight');
+  assert.not.ok(peer.frames.some((f) => f[0] === F.Reset && f[1] === sid), 'no reset within the window');
+  for (let extra = 0; extra <= WINDOW_SLACK_BYTES + MAX_DATA_BYTES; extra += MAX_DATA_BYTES) peer.send([F.Data, sid, Buffer.alloc(MAX_DATA_BYTES, 2)]);
+  const reset = await withDeadline(peer.waitFor((f) => f[0] === F.Reset && f[1] === sid, 10_000, 'Reset'), 10_000, 'reset');
+  assert.is(reset[2], 'protocol');
+});
+
+test.run();
