@@ -36,6 +36,14 @@ function procTicks(pid: number | 'self'): number {
   }
 }
 
+/** CPU time (user + system, reaped children included) of these processes, in microseconds. */
+export function cpuMicros(pids: number[]): number {
+  return pids.reduce((us, pid) => us + procTicks(pid), 0) * (1e6 / CLOCK_TICKS_PER_SEC);
+}
+
+/** USER_HZ: /proc reports CPU time in these ticks (100 on every Linux this runs on). */
+const CLOCK_TICKS_PER_SEC = 100;
+
 function oursTicks(): number {
   let t = procTicks('self');
   for (const pid of descendants(process.pid)) t += procTicks(pid);

@@ -13,6 +13,13 @@ import { benchCertificate } from '../lib/tls.js';
 import { dropTarget, measureEach, type Context, type Scenario, type ScenarioOutput } from '../lib/context.js';
 import type { Endpoint, Target } from '../targets/target.js';
 import type { Measurement } from '../lib/report.js';
+import { cpuMicros } from '../lib/cpu.js';
+
+/** A wrk run, and the CPU the target's server and client side spent per request meanwhile. */
+interface HttpRun extends WrkResult {
+  serverUsPerReq: number;
+  clientUsPerReq: number;
+}
 
 const GBIT = 1e9 / 8;
 
@@ -47,19 +54,27 @@ async function runHttp(ctx: Context, tls: boolean): Promise<ScenarioOutput> {
     ];
     for (const body of bodies) {
       for (const connections of s.connections) {
-        const run = async (t: Target): Promise<WrkResult> => {
+        const run = async (t: Target): Promise<HttpRun> => {
           const base = { endpoint: endpoints.get(t)!, path: body.path, connections, threads: s.threads };
           if (s.warmupSecs > 0) await wrk({ ...base, durationSecs: s.warmupSecs });
-          return wrk({ ...base, durationSecs: s.durationSecs });
+          const before = { server: cpuMicros(t.serverPids()), client: cpuMicros(t.clientPids()) };
+          const r = await wrk({ ...base, durationSecs: s.durationSecs });
+          // Where the CPU of a request goes (burrowd vs the burrow CLI; sshd vs ssh): direct has neither.
+          const per = (pids: number[], from: number): number => (pids.length && r.requests ? (cpuMicros(pids) - from) / r.requests : NaN);
+          return { ...r, serverUsPerReq: per(t.serverPids(), before.server), clientUsPerReq: per(t.clientPids(), before.client) };
         };
         const metrics = [
-          { metric: 'req/s', higherIsBetter: true, value: (r: WrkResult) => r.reqPerSec },
-          { metric: 'p50 ms', higherIsBetter: false, value: (r: WrkResult) => r.p50Ms },
-          { metric: 'p99 ms', higherIsBetter: false, value: (r: WrkResult) => r.p99Ms },
+          { metric: 'req/s', higherIsBetter: true, value: (r: HttpRun) => r.reqPerSec },
+          { metric: 'p50 ms', higherIsBetter: false, value: (r: HttpRun) => r.p50Ms },
+          { metric: 'p99 ms', higherIsBetter: false, value: (r: HttpRun) => r.p99Ms },
         ];
         if (body.bytes >= 1 << 20) {
-          metrics.push({ metric: 'Gbit/s', higherIsBetter: true, value: (r: WrkResult) => r.readBytesPerSec / GBIT });
+          metrics.push({ metric: 'Gbit/s', higherIsBetter: true, value: (r: HttpRun) => r.readBytesPerSec / GBIT });
         }
+        metrics.push(
+          { metric: 'server CPU µs/req', higherIsBetter: false, value: (r: HttpRun) => r.serverUsPerReq },
+          { metric: 'client CPU µs/req', higherIsBetter: false, value: (r: HttpRun) => r.clientUsPerReq },
+        );
         measurements.push(
           ...(await measureEach(ctx, `${body.label}, ${connections} conn`, run, metrics, (r) =>
             r.errors > 0 ? `${r.errors} errors (${r.errorDetail})` : undefined,
