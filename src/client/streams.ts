@@ -3,7 +3,7 @@ import https from 'node:https';
 import net from 'node:net';
 import { Readable } from 'node:stream';
 import { Pool, type Dispatcher } from 'undici';
-import { F, INITIAL_WINDOW_BYTES, type Frame, type HttpHead, type ResetCode, type TcpHead } from '../protocol/frames.js';
+import { F, type Frame, type HttpHead, type ResetCode, type TcpHead } from '../protocol/frames.js';
 import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/flow-control.js';
 import { responseHeaders } from '../protocol/http-headers.js';
 import type { ExchangeObserver } from './observer.js';
@@ -27,7 +27,7 @@ export interface Sender {
  */
 export abstract class ClientStream implements Source {
   /** Response / TCP bytes we may still send before the server returns credit. */
-  protected readonly window: SendWindow;
+  protected readonly window = new SendWindow(this);
   protected readonly meter = new CreditMeter((n) => {
     if (!this.ends.done) this.out.send([F.Credit, this.sid, n]);
   });
@@ -44,10 +44,7 @@ export abstract class ClientStream implements Source {
     readonly sid: number,
     protected readonly out: Sender,
     protected readonly onFinish: (s: ClientStream) => void,
-    windowBytes = INITIAL_WINDOW_BYTES,
-  ) {
-    this.window = new SendWindow(this, windowBytes);
-  }
+  ) {}
 
   get done(): boolean {
     return this.ends.done;
@@ -307,9 +304,8 @@ export class TcpStream extends ClientStream {
   private readonly sock: net.Socket;
   private connected = false;
 
-  /** `windowBytes`: what the server's Welcome offered for TCP streams. */
-  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: TcpHead, local: LocalTarget, windowBytes: number) {
-    super(sid, out, onFinish, windowBytes);
+  constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: TcpHead, local: LocalTarget) {
+    super(sid, out, onFinish);
     this.sock = net.connect({ host: local.host, port: local.port, noDelay: true, allowHalfOpen: true, lookup: connectOptions(local).lookup });
     this.sock.on('connect', () => (this.connected = true));
     this.sock.on('data', (chunk: Buffer) => this.forward(chunk));

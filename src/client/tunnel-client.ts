@@ -4,7 +4,7 @@ import https from 'node:https';
 import { Pool } from 'undici';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
-  RESPONSE_HEAD_TIMEOUT_MS, INITIAL_WINDOW_BYTES, FrameError, decodeFrame,
+  RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type TcpHead,
 } from '../protocol/frames.js';
 import type { AccessRules } from '../protocol/access.js';
@@ -203,8 +203,6 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private attempt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
   private heartbeatTimer: NodeJS.Timeout | null = null;
-  /** The TCP stream window the main connection's server offered (older servers: none). */
-  private tcpWindowBytes = INITIAL_WINDOW_BYTES;
   private nextReq = 1;
   private first: { resolve: (v: StartedTunnel[]) => void; reject: (e: Error) => void } | null = null;
 
@@ -437,7 +435,6 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         // The server's interval (burrowd --heartbeat-interval), within sane bounds.
         const ms = frame[1].heartbeatMs;
         if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
-        this.tcpWindowBytes = frame[1].tcpWindowBytes ?? INITIAL_WINDOW_BYTES;
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
         return;
       }
@@ -532,7 +529,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         ? poolCanCarry(head)
           ? new PoolHttpStream(sid, link.sender, onFinish, head, head.end ? t.pool : t.uploadPool, timeoutMs)
           : new HttpStream(sid, link.sender, onFinish, head, t.opts.local, t.agent, timeoutMs)
-        : new TcpStream(sid, link.sender, onFinish, head, t.opts.local, this.tcpWindowBytes);
+        : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
     if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, `${t.opts.local.host}:${t.opts.local.port}`);
     link.streams.set(sid, s);
     this.owner.set(s, t);

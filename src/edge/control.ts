@@ -8,7 +8,7 @@ import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
-  HELLO_TIMEOUT_MS, TCP_WINDOW_BYTES, FrameError, decodeFrame, encodeFrame, dataFrame,
+  HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
 import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
@@ -294,7 +294,7 @@ export class ControlConnection implements StreamCarrier {
     // Several shards: say which one this is, so the client can open lanes to the others.
     const { workers } = this.host.ctx.config;
     const shard = workers > 1 ? { shard: this.host.ctx.index, shards: workers } : {};
-    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, ...shard, tcpWindowBytes: TCP_WINDOW_BYTES }]);
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, ...shard }]);
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {

@@ -1,7 +1,7 @@
 import net from 'node:net';
 import { ApiError } from '../errors.js';
 import { CreditMeter, SendWindow, StreamEnds } from '../protocol/flow-control.js';
-import { TCP_WINDOW_BYTES, type ResetCode, type ResponseHead } from '../protocol/frames.js';
+import type { ResetCode, ResponseHead } from '../protocol/frames.js';
 import type { TunnelActor } from './tunnel.js';
 import type { Downstream, Upstream } from './stream.js';
 import { admitTcpVisitor, type AccessGate } from './access.js';
@@ -26,7 +26,7 @@ class TcpVisitor implements Downstream {
   private readonly ends = new StreamEnds(() => undefined);
 
   constructor(private readonly sock: net.Socket) {
-    this.window = new SendWindow(sock, TCP_WINDOW_BYTES);
+    this.window = new SendWindow(sock);
     sock.on('data', (b: Buffer) => {
       this.up?.data(b);
       this.window.spend(b.byteLength);

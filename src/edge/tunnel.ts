@@ -1,5 +1,5 @@
 import { ReceiveWindow, SendWindow, StreamEnds } from '../protocol/flow-control.js';
-import { INITIAL_WINDOW_BYTES, TCP_WINDOW_BYTES, type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
+import { type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -48,6 +48,8 @@ export interface TunnelSpec {
  */
 export class TunnelStream implements Upstream {
   sid = 0;
+  /** What may answer: 'upgrade' streams alone accept a 101; 'tcp' streams take no head. */
+  kind: 'http' | 'upgrade' | 'tcp' = 'http';
   private responded = false;
   /** local = visitor → client (our End), peer = client → visitor (the client's End). */
   private readonly ends = new StreamEnds(() => {
@@ -55,21 +57,15 @@ export class TunnelStream implements Upstream {
     this.tunnel.streams.delete(this);
   });
   /** Response bytes the client may still send (Data spends, the Credit we send grants). */
-  private readonly clientWindow: ReceiveWindow;
+  private readonly clientWindow = new ReceiveWindow();
   /** Request bytes sent to the client, to check the credit it returns (the adapter pauses the visitor). */
-  private readonly requestWindow: SendWindow;
+  private readonly requestWindow = new SendWindow();
 
   constructor(
     readonly tunnel: TunnelActor,
     private readonly carrier: StreamCarrier,
     readonly down: Downstream,
-    /** What may answer: 'upgrade' streams alone accept a 101; 'tcp' streams take no head. */
-    readonly kind: 'http' | 'upgrade' | 'tcp',
-  ) {
-    const window = kind === 'tcp' ? TCP_WINDOW_BYTES : INITIAL_WINDOW_BYTES;
-    this.clientWindow = new ReceiveWindow(window);
-    this.requestWindow = new SendWindow(undefined, window);
-  }
+  ) {}
 
   /** The head said "no body": the visitor's side is complete without an End frame. */
   bodyless(): void {
@@ -181,9 +177,10 @@ export class TunnelActor {
   /** A new visitor stream (HTTP request or TCP connection); null when the connection is full. */
   openStream(head: StreamHead, down: Downstream): TunnelStream | null {
     if (this.closed) return null;
-    const s = new TunnelStream(this, this.carrier, down, head.kind === 'tcp' ? 'tcp' : head.upgrade ? 'upgrade' : 'http');
+    const s = new TunnelStream(this, this.carrier, down);
     if (!this.carrier.openStream(s, head)) return null;
     if (head.kind === 'http' && head.end) s.bodyless();
+    s.kind = head.kind === 'tcp' ? 'tcp' : head.upgrade ? 'upgrade' : 'http';
     this.streams.add(s);
     this.delta.requests++;
     this.touch();

@@ -39,7 +39,7 @@ export const PROTOCOL_VERSION = 1;
 export const F = {
   /** c→s [1, {v, agent}] first frame; the server refuses another version with Fatal 'version'. */
   Hello: 1,
-  /** s→c [2, {v, heartbeatMs, shard?, shards?, tcpWindowBytes?}] hello accepted. */
+  /** s→c [2, {v, heartbeatMs, shard?, shards?}] hello accepted. */
   Welcome: 2,
   /** c→s [3, reqId, OpenRequest] register a tunnel on this connection. */
   Open: 3,
@@ -107,8 +107,6 @@ export interface Welcome {
   /** the shard this connection landed on (0-based), of `shards`; absent from older servers */
   shard?: number;
   shards?: number;
-  /** the window the client may use for TCP streams toward the server (absent: INITIAL_WINDOW_BYTES) */
-  tcpWindowBytes?: number;
 }
 export interface OpenRequest {
   type: 'http' | 'tcp';
@@ -192,11 +190,6 @@ export const MAX_DATA_BYTES = 256 * 1024;
  *  "RTT" here is milliseconds under load: 1 MiB capped a bulk stream near 4 Gbit/s in
  *  bench tcp; 2 MiB (OpenSSH's channel window) gained ~10-20% more. */
 export const INITIAL_WINDOW_BYTES = 2 * 1024 * 1024;
-/** The window of a TCP stream, both ways (a client sends this much only when Welcome offers it).
- *  Twice the HTTP window: measured, 4 MiB carried ~50% more bulk TCP (8 MiB no more), while for
- *  HTTP it halved a download sharing the tunnel with small requests (uWS buffers what a visitor
- *  has not read yet, and moves it as it drains). TCP visitors are Node sockets. */
-export const TCP_WINDOW_BYTES = 4 * 1024 * 1024;
 /** A receiver returns credit once it consumed this much, so Credit frames stay rare. */
 export const CREDIT_BATCH_BYTES = 128 * 1024;
 /** Request / response head size limit (sum of header names and values). */
@@ -422,7 +415,6 @@ function checkFrame(a: unknown[]): void {
       c.int(w.heartbeatMs, 'welcome.heartbeatMs', 0, MAX_UINT32);
       if (w.shards !== undefined) c.int(w.shards, 'welcome.shards', 1, MAX_SHARDS);
       if (w.shard !== undefined) c.int(w.shard, 'welcome.shard', 0, (typeof w.shards === 'number' ? w.shards : MAX_SHARDS) - 1);
-      if (w.tcpWindowBytes !== undefined) c.int(w.tcpWindowBytes, 'welcome.tcpWindowBytes', INITIAL_WINDOW_BYTES, TCP_WINDOW_BYTES);
       return;
     }
     case F.Open: {
@@ -438,8 +430,7 @@ function checkFrame(a: unknown[]): void {
       // Shown to other users (team members, admins): printable ASCII only, no control characters.
       if (typeof o.local === 'string' && !/^[\x21-\x7e]*$/.test(o.local)) c.fail('open.local', 'printable ASCII without spaces', o.local);
       c.optStr(o.lane, 'open.lane', MAX_NAME_CHARS);
-      // The key itself is not quoted back (nor logged with the error).
-      if (typeof o.lane === 'string' && (o.type !== 'http' || typeof o.id !== 'string')) throw new FrameError('malformed Open frame: open.lane is only allowed with type "http" and an id');
+      if (typeof o.lane === 'string' && (o.type !== 'http' || typeof o.id !== 'string')) c.fail('open.lane', 'only with type "http" and an id', o.lane);
       return;
     }
     case F.Opened: {

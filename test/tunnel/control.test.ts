@@ -6,7 +6,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
 import { WsClient } from '../../src/client/ws-client.js';
-import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, TCP_WINDOW_BYTES, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
+import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
 import { listen, visit, once, type Local } from './helpers.js';
 
 // The control connection: auth before upgrading, hello/version, several tunnels on one
@@ -243,7 +243,7 @@ test('a silent client is dropped after three missed heartbeats; its tunnel ends'
     await eventually(() => frames.some((f) => f[0] === F.Opened), 5_000, 'opened');
     // Two shards: Welcome also names the one this connection landed on (for lanes).
     const welcome = frames.find((f) => f[0] === F.Welcome)!;
-    assert.equal(welcome, [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200, shard: (welcome[1] as { shard: number }).shard, shards: 2, tcpWindowBytes: TCP_WINDOW_BYTES }]);
+    assert.equal(welcome, [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200, shard: (welcome[1] as { shard: number }).shard, shards: 2 }]);
     assert.ok([0, 1].includes((welcome[1] as { shard: number }).shard));
     assert.is((await api(quick, 'GET', '/tunnels/mute', { key: quick.adminKey })).status, 200);
     silent = true;

@@ -3,15 +3,15 @@ import * as assert from 'uvu/assert';
 import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/fixtures.js';
-import { F, INITIAL_WINDOW_BYTES, MAX_DATA_BYTES, TCP_WINDOW_BYTES, type Frame, type Opened, type Welcome } from '../../src/protocol/frames.js';
+import { F, INITIAL_WINDOW_BYTES, MAX_DATA_BYTES, type Frame, type Opened } from '../../src/protocol/frames.js';
 import { WINDOW_SLACK_BYTES } from '../../src/protocol/flow-control.js';
 import { rawPeer, type RawPeer } from './raw-peer.js';
 import { sleep } from './helpers.js';
 
-// TCP streams have a window of their own (TCP_WINDOW_BYTES, twice the HTTP one), offered in
-// Welcome and enforced by the edge both ways: a client that never returns credit receives no
-// more than the window from a visitor, and one that sends past the window and its slack has
-// the stream reset.
+// A TCP stream's window, enforced by the edge both ways: a client that never returns credit
+// receives no more than the window from a visitor, and one that sends past the window and its
+// slack has the stream reset. (A 4 MiB window for TCP streams was tried and measured no faster
+// on the bench: the stream is CPU-bound there, and the window is what a stalled stream holds.)
 
 let server: TestServer;
 const peers: RawPeer[] = [];
@@ -45,30 +45,21 @@ async function tcpStream(): Promise<{ peer: RawPeer; sid: number; visitor: net.S
 const dataBytes = (frames: Frame[], sid: number): number =>
   frames.reduce((n, f) => n + (f[0] === F.Data && f[1] === sid ? (f[2] as Uint8Array).byteLength : 0), 0);
 
-test('Welcome offers the TCP window', async () => {
-  const peer = await rawPeer(server.url, server.adminKey);
-  peers.push(peer);
-  const welcome = peer.frames.find((f) => f[0] === F.Welcome)![1] as Welcome;
-  assert.is(welcome.tcpWindowBytes, TCP_WINDOW_BYTES);
-  assert.ok(TCP_WINDOW_BYTES > INITIAL_WINDOW_BYTES);
-});
-
-test('a client that returns no credit gets the TCP window from a visitor, and no more', async () => {
+test('a client that returns no credit gets one window from a TCP visitor, and no more', async () => {
   const { peer, sid, visitor } = await tcpStream();
   // The visitor sends three windows' worth; the edge stops reading it once one window is out.
-  visitor.write(Buffer.alloc(3 * TCP_WINDOW_BYTES, 7));
-  await eventually(() => dataBytes(peer.frames, sid) >= TCP_WINDOW_BYTES, 10_000, 'a whole TCP window at the client');
+  visitor.write(Buffer.alloc(3 * INITIAL_WINDOW_BYTES, 7));
+  await eventually(() => dataBytes(peer.frames, sid) >= INITIAL_WINDOW_BYTES, 10_000, 'a whole window at the client');
   await sleep(300);
   const got = dataBytes(peer.frames, sid);
-  // Past the HTTP window, within the TCP one plus what one socket read handed over.
-  assert.ok(got > INITIAL_WINDOW_BYTES, `${got} bytes`);
-  assert.ok(got <= TCP_WINDOW_BYTES + 1024 * 1024, `${got} bytes`);
+  // The window, plus at most what the socket handed over in the read that spent it.
+  assert.ok(got <= INITIAL_WINDOW_BYTES + 256 * 1024, `${got} bytes`);
   // Credit for all of it: the rest flows.
   peer.send([F.Credit, sid, got]);
   await eventually(() => dataBytes(peer.frames, sid) > got, 5_000, 'more after credit');
 });
 
-test('a client may keep the TCP window in flight; past it and the slack the stream is reset', async () => {
+test('a client may keep a window in flight on a TCP stream; past it and the slack the stream is reset', async () => {
   const { peer, sid, visitor } = await tcpStream();
   // The visitor reads nothing: once the kernel's buffers are full the edge credits nothing more.
   visitor.pause();
@@ -76,14 +67,14 @@ test('a client may keep the TCP window in flight; past it and the slack the stre
   let sent = 0;
   for (let round = 0; round < 100; round++) {
     const before = credited();
-    while (sent + MAX_DATA_BYTES <= before + TCP_WINDOW_BYTES) {
+    while (sent + MAX_DATA_BYTES <= before + INITIAL_WINDOW_BYTES) {
       peer.send([F.Data, sid, Buffer.alloc(MAX_DATA_BYTES, 1)]);
       sent += MAX_DATA_BYTES;
     }
     await sleep(200);
     if (credited() === before) break;
   }
-  assert.is(sent - credited(), TCP_WINDOW_BYTES, 'a whole TCP window in flight');
+  assert.is(sent - credited(), INITIAL_WINDOW_BYTES, 'a whole window in flight');
   assert.not.ok(peer.frames.some((f) => f[0] === F.Reset && f[1] === sid), 'no reset within the window');
   for (let extra = 0; extra <= WINDOW_SLACK_BYTES + MAX_DATA_BYTES; extra += MAX_DATA_BYTES) peer.send([F.Data, sid, Buffer.alloc(MAX_DATA_BYTES, 2)]);
   const reset = await withDeadline(peer.waitFor((f) => f[0] === F.Reset && f[1] === sid, 10_000, 'Reset'), 10_000, 'reset');
