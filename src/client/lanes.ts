@@ -30,7 +30,7 @@ export interface LaneHost {
 }
 
 /** How often lanes are checked (missing shards connected, tunnels joined). */
-export const LANE_TICK_MS = 5_000;
+const LANE_TICK_MS = 5_000;
 const WELCOME_TIMEOUT_MS = 5_000;
 const AGENT = `burrow-client/${PROTOCOL_VERSION} lane`;
 
@@ -94,10 +94,6 @@ export class LaneSet {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
     for (const l of [...this.lanes.values()]) this.lost(l);
-  }
-
-  get size(): number {
-    return this.lanes.size;
   }
 
   private tick(): void {
