@@ -1,4 +1,4 @@
-import { F, FrameError, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame } from '../protocol/frames.js';
+import { F, PROTOCOL_VERSION, decodeFrame, encodeFrame } from '../protocol/frames.js';
 import { Link, type StreamOpener } from './link.js';
 import type { WsClient } from './ws-client.js';
 
@@ -157,15 +157,8 @@ export class LaneSet {
   }
 
   private onMessage(lane: Lane, m: Buffer): void {
-    lane.link.lastSeenMs = Date.now();
-    let frame: Frame;
-    try {
-      frame = decodeFrame(m);
-    } catch (err) {
-      lane.link.ws.close(1002, (err as FrameError).message);
-      return;
-    }
-    if (lane.link.handleStreamFrame(frame, this.host.openStream)) return;
+    const frame = lane.link.receive(m, this.host.openStream);
+    if (!frame) return;
     switch (frame[0]) {
       case F.Opened: {
         const asked = lane.pending.get(frame[1]);

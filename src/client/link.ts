@@ -1,4 +1,4 @@
-import { F, MAX_DATA_BYTES, dataFrameHead, encodeFrame, type Frame, type HttpHead, type TcpHead } from '../protocol/frames.js';
+import { F, MAX_DATA_BYTES, FrameError, dataFrameHead, decodeFrame, encodeFrame, type Frame, type HttpHead, type TcpHead } from '../protocol/frames.js';
 import type { ClientStream, Sender } from './streams.js';
 import type { WsClient } from './ws-client.js';
 
@@ -32,8 +32,25 @@ export class Link {
     this.ws.send(encodeFrame(frame));
   }
 
+  /**
+   * One message from the server: marks the connection alive, decodes it (a malformed one closes
+   * the connection, 1002), handles what every connection handles alike (streams, heartbeats).
+   * Returns the frame left for the connection's owner, or null.
+   */
+  receive(m: Buffer, open: StreamOpener): Frame | null {
+    this.lastSeenMs = Date.now();
+    let frame: Frame;
+    try {
+      frame = decodeFrame(m);
+    } catch (err) {
+      this.ws.close(1002, (err as FrameError).message);
+      return null;
+    }
+    return this.handleStreamFrame(frame, open) ? null : frame;
+  }
+
   /** The frames every connection handles alike (streams, heartbeats); false for the others. */
-  handleStreamFrame(frame: Frame, open: StreamOpener): boolean {
+  private handleStreamFrame(frame: Frame, open: StreamOpener): boolean {
     switch (frame[0]) {
       case F.StreamOpen:
         open(this, frame[1], frame[2], frame[3]);

@@ -4,7 +4,7 @@ import https from 'node:https';
 import { Pool } from 'undici';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
-  RESPONSE_HEAD_TIMEOUT_MS, FrameError, decodeFrame,
+  RESPONSE_HEAD_TIMEOUT_MS,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type TcpHead,
 } from '../protocol/frames.js';
 import type { AccessRules } from '../protocol/access.js';
@@ -421,15 +421,8 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   }
 
   private onMessage(link: Link, m: Buffer): void {
-    link.lastSeenMs = Date.now();
-    let frame: Frame;
-    try {
-      frame = decodeFrame(m);
-    } catch (err) {
-      link.ws.close(1002, (err as FrameError).message);
-      return;
-    }
-    if (link.handleStreamFrame(frame, this.openStream)) return;
+    const frame = link.receive(m, this.openStream);
+    if (!frame) return;
     switch (frame[0]) {
       case F.Welcome: {
         // The server's interval (burrowd --heartbeat-interval), within sane bounds.
