@@ -73,6 +73,8 @@ export interface Config {
   trustProxy: Cidr[];
   /** The main port expects PROXY protocol v2 headers. */
   proxyProtocol: boolean;
+  /** --proxy-protocol-from: peers allowed to send a PROXY header (empty: any peer). */
+  proxyProtocolFrom: Cidr[];
 }
 
 function int(name: string, min: number, max: number) {
@@ -173,6 +175,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--http-port <n>', 'also serve plain HTTP on this port, redirecting (308) to HTTPS (needs --tls-cert)').argParser(int('--http-port', 1, 65535)))
     .addOption(opt('--trust-proxy <cidrs>', 'load balancers (CIDR[,CIDR...]) whose X-Forwarded-For/-Proto are kept; anyone else\'s are replaced').argParser(cidrList))
     .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol header (v1 or v2) on every connection, from a load balancer; works with --tls-cert').default(false))
+    .addOption(opt('--proxy-protocol-from <cidrs>', 'with --proxy-protocol: the load balancers (CIDR[,CIDR...]) allowed to send the header; connections from anyone else are closed').argParser(cidrList))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .showHelpAfterError('(burrowd --help lists every flag)')
@@ -223,6 +226,7 @@ export function configFromOptions(o: Opts): Config {
   if (httpPort !== null && !tls) throw new Error('--http-port redirects to HTTPS: it needs --tls-cert and --tls-key');
   if (httpPort !== null && httpPort === o.port) throw new Error(`--http-port ${httpPort} is the main --port; choose another`);
   const proxyProtocol = Boolean(o.proxyProtocol);
+  if (o.proxyProtocolFrom !== undefined && !proxyProtocol) throw new Error('--proxy-protocol-from names who may send PROXY headers: it needs --proxy-protocol');
   const port = o.port as number;
   const domain = String(o.domain).toLowerCase();
   const baseUrl = (baseUrlFlag ?? defaultBaseUrl(tls !== null, domain, port)).replace(/\/$/, '');
@@ -258,6 +262,7 @@ export function configFromOptions(o: Opts): Config {
     httpPort,
     trustProxy: (o.trustProxy as Cidr[] | undefined) ?? [],
     proxyProtocol,
+    proxyProtocolFrom: (o.proxyProtocolFrom as Cidr[] | undefined) ?? [],
   });
 }
 

@@ -5,14 +5,19 @@ export const PROBLEMS = {
   forbidden: { status: 403, title: 'Forbidden' },
   'not-found': { status: 404, title: 'Not Found' },
   'method-not-allowed': { status: 405, title: 'Method Not Allowed' },
+  'request-timeout': { status: 408, title: 'Request Timeout' },
   conflict: { status: 409, title: 'Conflict' },
   'payload-too-large': { status: 413, title: 'Payload Too Large' },
+  'uri-too-long': { status: 414, title: 'URI Too Long' },
   'unsupported-media-type': { status: 415, title: 'Unsupported Media Type' },
   'too-many-requests': { status: 429, title: 'Too Many Requests' },
+  'header-too-large': { status: 431, title: 'Request Header Fields Too Large' },
   internal: { status: 500, title: 'Internal Server Error' },
+  'not-implemented': { status: 501, title: 'Not Implemented' },
   'bad-gateway': { status: 502, title: 'Bad Gateway' },
   unavailable: { status: 503, title: 'Service Unavailable' },
   'gateway-timeout': { status: 504, title: 'Gateway Timeout' },
+  'http-version': { status: 505, title: 'HTTP Version Not Supported' },
 } as const;
 
 export type ProblemCode = keyof typeof PROBLEMS;

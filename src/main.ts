@@ -10,7 +10,7 @@ import { createServer, type AddressInfo } from 'node:net';
 import { parseConfig, withPort } from './config.js';
 import { checkOauthConfig } from './auth/oauth/routes.js';
 import { createLogger } from './log.js';
-import { knownBuildFlaw, loadUws, tlsReadFlaw } from './http/uws-loader.js';
+import { loadUws } from './http/uws-loader.js';
 import { connect, type Sql } from './db/sql.js';
 import { startEmbedded, type EmbeddedDb } from './db/embedded.js';
 import { migrate } from './db/migrate.js';
@@ -26,7 +26,7 @@ import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js
 import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
 import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
-import { ProxyFront, shardSockets } from './main-thread/proxy-front.js';
+import { shardSockets } from './main-thread/shards.js';
 
 const parsed = parseConfig(process.argv.slice(2));
 try {
@@ -87,11 +87,6 @@ if (parsed.metricsAddr && parsed.metricsAddr.port !== 0) {
 // Fail before touching the database when uWS cannot load natively.
 const loadedUws = loadUws();
 const { from: uwsFrom } = loadedUws;
-const uwsFlaw = knownBuildFlaw(loadedUws);
-if (uwsFlaw) log.warn({ uws: uwsFrom, version: loadedUws.version }, uwsFlaw);
-// Behind the PROXY front, TLS is Node's (main-thread/proxy-front.ts), not uWS's.
-const tlsFlaw = config.tls && !config.proxyProtocol ? tlsReadFlaw(loadedUws) : null;
-if (tlsFlaw) log.warn({ uws: uwsFrom, version: loadedUws.version }, tlsFlaw);
 
 let embedded: EmbeddedDb | null = null;
 let databaseUrl = config.databaseUrl;
@@ -207,21 +202,17 @@ process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 const seeded = config.seedApiKey ? await seedKey() : null;
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
-// --proxy-protocol: main's front owns the port; each shard listens on a unix socket.
-const frontSockets = config.proxyProtocol ? shardSockets(config.workers) : null;
-let port = await supervisor.start(config.port, frontSockets?.paths ?? null);
-let front: ProxyFront | null = null;
-if (frontSockets) {
-  try {
-    front = await ProxyFront.listen({ host: config.host, port: config.port, certificates: config.tls ? loadCertificates(config.tls) : null, shardPaths: frontSockets.paths, log });
-    port = front.port;
-  } catch (err) {
-    log.fatal({ err, host: config.host, port: config.port }, 'cannot listen (port in use or not permitted)');
-    await supervisor.stop(1_000);
-    frontSockets.remove();
-    await embedded?.stop();
-    process.exit(1);
-  }
+// Each shard's front owns the port (SO_REUSEPORT); its uWS App listens on a unix socket.
+const apiSockets = shardSockets(config.workers);
+let port: number;
+try {
+  port = await supervisor.start(config.port, apiSockets.paths);
+} catch (err) {
+  log.fatal({ err, host: config.host, port: config.port }, 'cannot listen (port in use or not permitted)');
+  await supervisor.stop(1_000);
+  apiSockets.remove();
+  await embedded?.stop();
+  process.exit(1);
 }
 const metricsAt = metricsListener ? `metrics on ${listenAddress(metricsListener.host, metricsListener.port)}/metrics` : '';
 if (seeded) process.stdout.write(`${seeded.key}\n`);
@@ -243,11 +234,9 @@ async function shutdown(reason: string, code = 0): Promise<void> {
   }, config.shutdownTimeoutMs + 15_000);
   hardStop.unref();
   try {
-    front?.stopAccepting();
     await metricsListener?.close();
     await supervisor.stop(config.shutdownTimeoutMs);
-    front?.destroyAll();
-    frontSockets?.remove();
+    apiSockets.remove();
     await registry.stop();
     await jobs.close();
     await sql.end({ timeout: 2 });
@@ -263,16 +252,11 @@ async function shutdown(reason: string, code = 0): Promise<void> {
 /** SIGHUP: every certificate is read again; a file that became unusable keeps the old ones. */
 async function reloadTls(): Promise<void> {
   if (!config.tls || stopping) return;
-  let pairs;
   try {
-    pairs = loadCertificates(config.tls);
+    loadCertificates(config.tls);
   } catch (err) {
     log.error({ err: (err as Error).message }, 'TLS reload refused: keeping the current certificates');
     return;
-  }
-  if (front) {
-    front.setCertificates(pairs);
-    return void log.info({ certificates: config.tls }, 'TLS certificates reloaded');
   }
   await supervisor.askAll({ type: 'tls-reload' }, 10_000).then(
     () => log.info({ certificates: config.tls }, 'TLS certificates reloaded'),
@@ -280,8 +264,6 @@ async function reloadTls(): Promise<void> {
   );
 }
 process.on('SIGHUP', () => void reloadTls());
-// SNI certificates join once burrowd's own stdout lines are out (src/http/tls.ts buildApp).
-if (config.tls?.dir) await reloadTls();
 
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));

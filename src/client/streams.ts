@@ -136,6 +136,10 @@ export class HttpStream extends ClientStream {
       this.reset(this.res || this.upgraded ? 'closing' : 'local-unreachable');
     });
     this.req.on('drain', () => this.meter.drained());
+    // Expect: 100-continue: the origin's go-ahead reaches the visitor, who then sends the body.
+    this.req.on('continue', () => {
+      if (!this.done) this.out.send([F.Response, this.sid, { status: 100, headers: [] }]);
+    });
     this.req.on('response', (res) => this.onResponse(res));
     this.req.on('upgrade', (res, socket: net.Socket, rest: Buffer) => this.onUpgrade(res, socket, rest));
     // A request without a body (head.end) goes out whole now. An upgrade request has no

@@ -1,7 +1,6 @@
 import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type net from 'node:net';
-import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import { requireClientAddress, writeProblem } from '../http/uws.js';
+import type { ProblemCode } from '../errors.js';
 import { type AccessRules, type AccessWire } from '../protocol/access.js';
 import { CidrSet } from '../protocol/cidr.js';
 import { countAccessRefusal, countHttpAnswer } from './metrics.js';
@@ -130,47 +129,44 @@ const guesses = new GuessLimit();
 
 const CHALLENGE = { 'www-authenticate': 'Basic realm="burrow"' };
 
-/** An HTTP visitor's verdict: refused (answered already), or admitted; with basic auth the
- *  Authorization header held the tunnel's password and is not passed on to the client. */
-export type HttpVerdict = 'refused' | 'drop-authorization' | 'admitted';
+/** An HTTP visitor's verdict: admitted (with basic auth the Authorization header held the
+ *  tunnel's password and is not passed on to the client), or refused with the answer to give. */
+export type HttpAdmission =
+  | { verdict: 'admitted' | 'drop-authorization' }
+  | { verdict: 'refused'; code: ProblemCode; detail: string; headers: Record<string, string> };
+
+const ADMITTED: HttpAdmission = { verdict: 'admitted' };
+const DROP_AUTHORIZATION: HttpAdmission = { verdict: 'drop-authorization' };
 
 /**
- * Checks a public HTTP request (plain or WebSocket upgrade) against its tunnel's gate before it
- * goes anywhere; a refused one is answered here (403 address, 401 + challenge credentials,
- * 429 too many wrong guesses). Reads `req` synchronously.
+ * Checks a public HTTP request (plain or WebSocket upgrade) of client `ip` against its tunnel's
+ * gate before it goes anywhere: 403 address, 401 + challenge credentials, 429 too many wrong
+ * guesses. `authorization`: the request's Authorization header ('' when absent).
  */
-export function admitHttpVisitor(gate: AccessGate | null, res: HttpResponse, req: HttpRequest): HttpVerdict {
-  if (!gate) return 'admitted';
-  const client = requireClientAddress(res, req);
-  if (client === null) return 'refused'; // answered 400 (no PROXY header where one is expected)
-  const ip = client.ip;
+export function admitHttpVisitor(gate: AccessGate | null, ip: string, authorization: string): HttpAdmission {
+  if (!gate) return ADMITTED;
   const rule = gate.refusesAddress(ip);
   if (rule) {
     refuse('http', rule);
-    writeProblem(res, 'forbidden', `visitors from ${ip} may not reach this tunnel`);
-    return 'refused';
+    return { verdict: 'refused', code: 'forbidden', detail: `visitors from ${ip} may not reach this tunnel`, headers: {} };
   }
-  if (!gate.basicAuth) return 'admitted';
-  const header = req.getHeader('authorization');
-  if (header === '') {
+  if (!gate.basicAuth) return ADMITTED;
+  if (authorization === '') {
     refuse('http', 'basic_auth');
-    writeProblem(res, 'unauthorized', 'this tunnel needs a user name and password', { extra: { headers: CHALLENGE } });
-    return 'refused';
+    return { verdict: 'refused', code: 'unauthorized', detail: 'this tunnel needs a user name and password', headers: CHALLENGE };
   }
   const now = Date.now();
   const wait = guesses.blocked(ip, now);
   if (wait > 0) {
     refuse('http', 'guess_limit');
-    writeProblem(res, 'too-many-requests', `too many wrong passwords from ${ip}; retry in ${wait} s`, { extra: { headers: { 'retry-after': String(wait) } } });
-    return 'refused';
+    return { verdict: 'refused', code: 'too-many-requests', detail: `too many wrong passwords from ${ip}; retry in ${wait} s`, headers: { 'retry-after': String(wait) } };
   }
-  if (!gate.authorized(header)) {
+  if (!gate.authorized(authorization)) {
     guesses.fail(ip, now);
     refuse('http', 'basic_auth');
-    writeProblem(res, 'unauthorized', 'wrong user name or password for this tunnel', { extra: { headers: CHALLENGE } });
-    return 'refused';
+    return { verdict: 'refused', code: 'unauthorized', detail: 'wrong user name or password for this tunnel', headers: CHALLENGE };
   }
-  return 'drop-authorization';
+  return DROP_AUTHORIZATION;
 }
 
 /** Checks a public TCP connection's address; a refused one is reset at once (nothing read). */

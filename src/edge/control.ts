@@ -1,8 +1,10 @@
-import type { HttpRequest, HttpResponse, us_socket_context_t, WebSocket } from '@trufflesuite/uws-js-unofficial';
+import { createHash } from 'node:crypto';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
-import { afterCallbacks, corkHeldByOther, insideCallbackOf, tlsSockets } from '../http/cork.js';
-import { keepLongSendsWhole, requireClientAddress, writeProblem } from '../http/uws.js';
+import { WsConnection } from '../protocol/ws-connection.js';
+import { headerOf, type Exchange, type FrontConnection } from './front-connection.js';
+import type { RequestHead } from './http1-parser.js';
+import type { VisitorResponse } from './visitor-response.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
@@ -14,7 +16,8 @@ import {
 import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
 import type { ShardContext } from './shard-context.js';
 
-// The control WebSocket `GET /tunnel/v1/connect` (one per `burrow` client).
+// The control WebSocket `GET /tunnel/v1/connect` (one per `burrow` client), upgraded by the
+// front itself (protocol/ws-connection.ts on the visitor socket).
 //
 //   upgrade: Bearer key → ctx.authenticate → scope `tunnels` (401/403 before upgrading)
 //   open → wait for Hello (HELLO_TIMEOUT_MS) → Welcome → Open* → TunnelActors (shard.ts)
@@ -22,12 +25,6 @@ import type { ShardContext } from './shard-context.js';
 //
 // A ControlConnection is the StreamCarrier of its tunnels: it numbers streams, turns stream
 // calls into frames and routes the client's frames back to the streams.
-
-export interface ConnData {
-  principal: Principal;
-  ip: string;
-  conn: ControlConnection | null;
-}
 
 /** What the control connection needs from the shard. */
 export interface ControlHost {
@@ -51,6 +48,11 @@ const WS_POLICY = 1008;
 /** setTimeout's longest wait (2^31-1 ms, ~24.8 days); a key expiring later re-arms. */
 const MAX_TIMER_MS = 2_147_483_647;
 const WS_INTERNAL_ERROR = 1011;
+/**
+ * Frames the client has not read yet, past which it is taken as not reading: the streams'
+ * windows (2 MiB each) bound what a reading client holds, so more means it stopped.
+ */
+const MAX_UNREAD_BYTES = 16 * 1024 * 1024;
 
 export class ControlConnection implements StreamCarrier {
   readonly tunnels = new Map<string, TunnelActor>();
@@ -63,35 +65,16 @@ export class ControlConnection implements StreamCarrier {
   private expiryTimer: NodeJS.Timeout | null = null;
   lastSeenMs = Date.now();
   private readonly helloTimer: NodeJS.Timeout;
-  /** Frame waiting for a cork callback (avoids a closure per frame). */
-  private pending: Uint8Array | null = null;
-  private readonly corkedSend = (): void => void this.write(this.pending!);
-  /** Frames sent while another socket held the cork (visitor requests): one send at turn end. */
-  private outbox: Uint8Array[] | null = null;
-  private readonly corkedOutbox = (): void => {
-    const frames = this.outbox!;
-    this.outbox = null;
-    for (const f of frames) if (this.closed || !this.write(f)) return;
-  };
-  private readonly flushOutbox = (): void => {
-    try {
-      if (this.outbox && !this.closed) this.ws.cork(this.corkedOutbox);
-      else this.outbox = null;
-    } catch (err) {
-      // Runs from setImmediate: an escape here would end the shard, not this connection.
-      this.fault(err);
-    }
-  };
-
-  /** One frame to uWS (inside a cork); a client that stopped reading ends the connection. */
+  /** One frame to the socket (WsConnection joins a loop turn's frames in one send). */
   private write(bytes: Uint8Array): boolean {
-    if (this.ws.send(bytes, true) !== 2) return true;
+    this.ws.send(bytes);
+    if (this.ws.bufferedBytes <= MAX_UNREAD_BYTES) return true;
     this.fail('the client does not read its control connection');
     return false;
   }
 
   constructor(
-    readonly ws: WebSocket<ConnData>,
+    readonly ws: WsConnection,
     private readonly host: ControlHost,
     readonly principal: Principal,
     readonly ip: string,
@@ -120,15 +103,7 @@ export class ControlConnection implements StreamCarrier {
   // ---- sending ----
   private sendRaw(bytes: Uint8Array): void {
     if (this.closed) return;
-    // Frames are fresh buffers (encodeFrame, dataFrame), so they may wait.
-    if (this.outbox) return void this.outbox.push(bytes);
-    if (corkHeldByOther(this.ws)) {
-      this.outbox = [bytes];
-      return afterCallbacks(this.flushOutbox);
-    }
-    this.pending = bytes;
-    this.ws.cork(this.corkedSend);
-    this.pending = null;
+    this.write(bytes);
   }
   send(frame: Frame): void {
     this.sendRaw(encodeFrame(frame));
@@ -197,24 +172,9 @@ export class ControlConnection implements StreamCarrier {
   }
 
   // ---- receiving ----
-  /** Frames read inside a TLS socket's callback, waiting for its end (src/http/cork.ts says why). */
-  private inbox: ArrayBuffer[] = [];
-
-  /** TLS: keep a copy of the frame (uWS reuses its buffer) and handle it after the callback. */
-  enqueue(message: ArrayBuffer): void {
-    if (this.inbox.push(message.slice(0)) === 1) afterCallbacks(this.drainInbox);
-  }
-
-  readonly drainInbox = (): void => {
-    const frames = this.inbox;
-    if (frames.length === 0) return;
-    this.inbox = [];
-    for (const m of frames) this.receive(m);
-  };
-
   /** One frame. Whatever it drives (streams, visitors, the mesh) runs inside this call: an
    * exception ends this connection, never the shard (uncaught, it would crash the worker). */
-  receive(message: ArrayBuffer): void {
+  receive(message: Buffer): void {
     try {
       this.onMessage(message);
     } catch (err) {
@@ -222,13 +182,13 @@ export class ControlConnection implements StreamCarrier {
     }
   }
 
-  onMessage(message: ArrayBuffer): void {
-    // uWS may still deliver what arrived in the same read as the frame that ended us.
+  onMessage(message: Buffer): void {
+    // What arrived in the same read as the frame that ended us may still be delivered.
     if (this.closed) return;
     this.lastSeenMs = Date.now();
     let frame: Frame;
     try {
-      frame = decodeFrame(new Uint8Array(message));
+      frame = decodeFrame(message);
     } catch (err) {
       this.host.log.warn({ ip: this.ip, err: (err as Error).message }, 'malformed control frame: closing the connection');
       this.fatal({ code: 'bad-request', message: (err as FrameError).message, permanent: false }, WS_PROTOCOL_ERROR);
@@ -341,7 +301,7 @@ export class ControlConnection implements StreamCarrier {
     if (nowMs - this.lastSeenMs > timeoutMs) {
       this.host.log.info({ ip: this.ip }, 'control connection silent: closing it');
       this.closed = true;
-      this.ws.close();
+      this.ws.destroy();
       return;
     }
     this.send([F.Ping, nowMs]);
@@ -355,22 +315,19 @@ export class ControlConnection implements StreamCarrier {
   /** Ends the connection after telling the client why. */
   fatal(why: Refusal, code = WS_NORMAL): void {
     if (this.closed) return;
-    // Frames waiting for the turn's end would be dropped by the close: write them first
-    // (when no other socket holds the cork; else the Fatal joins them and may be lost).
-    if (this.outbox && !corkHeldByOther(this.ws)) this.ws.cork(this.corkedOutbox);
     this.send([F.Fatal, why]);
     this.closed = true;
-    this.ws.end(code, why.message.slice(0, 120));
+    this.ws.close(code, truncateUtf8(why.message, 120));
   }
 
   private fail(reason: string): void {
     if (this.closed) return;
     this.host.log.warn({ ip: this.ip, reason }, 'closing control connection');
     this.closed = true;
-    this.ws.close();
+    this.ws.destroy();
   }
 
-  /** uWS close handler: the socket is gone; end every tunnel (clients reconnect). */
+  /** The socket is gone: end every tunnel (clients reconnect). */
   onClosed(): void {
     this.closed = true;
     clearTimeout(this.helloTimer);
@@ -403,88 +360,94 @@ export function refusalOf(err: unknown): Refusal {
   return { code: 'internal', message: 'the server failed to register the tunnel', permanent: false };
 }
 
-/** Registers the control WebSocket route on this shard's uWS app. */
-export function installControlRoute(host: ControlHost): void {
-  const { ctx } = host;
-  ctx.app.ws<ConnData>('/tunnel/v1/connect', {
-    maxPayloadLength: MAX_FRAME_BYTES,
-    // Heartbeats are ours (Ping frames both ways, see shard.ts); uWS's idle timer is a
-    // backstop for a client that stopped sending anything at all. It must stay above
-    // 3 × the largest --heartbeat-interval (10 s).
-    idleTimeout: 32,
-    sendPingsAutomatically: false,
-    maxBackpressure: 64 * 1024 * 1024,
-    compression: 0,
-    upgrade: (res, req, context) => upgrade(host, res, req, context),
-    open: (ws) => {
-      keepLongSendsWhole(ws);
-      const d = ws.getUserData();
-      d.conn = new ControlConnection(ws, host, d.principal, d.ip);
-      host.connections.add(d.conn);
-    },
-    message: (ws, message) => {
-      const conn = ws.getUserData().conn;
-      if (!conn) return;
-      if (tlsSockets()) return conn.enqueue(message);
-      insideCallbackOf(ws, () => conn.receive(message));
-    },
-    close: (ws) => {
-      const conn = ws.getUserData().conn;
-      if (!conn) return;
-      // Frames read before the close are still handled, as without TLS.
-      insideCallbackOf(ws, conn.drainInbox);
-      host.connections.delete(conn);
-      try {
-        conn.onClosed();
-      } catch (err) {
-        host.log.error({ err }, 'control connection teardown failed');
-      }
-    },
-  });
+/** RFC 6455 §4.2.2: the accept value proves the server read this handshake. */
+const WS_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
+
+/** A close reason fits the close frame (123 bytes): cut on a character boundary. */
+function truncateUtf8(s: string, maxBytes: number): string {
+  let out = s.slice(0, maxBytes);
+  while (Buffer.byteLength(out) > maxBytes) out = out.slice(0, -1);
+  return out;
 }
 
-function upgrade(host: ControlHost, res: HttpResponse, req: HttpRequest, context: us_socket_context_t): void {
-  // req is only valid synchronously: copy what the async auth needs.
-  const authorization = req.getHeader('authorization');
-  const key = req.getHeader('sec-websocket-key');
-  const protocol = req.getHeader('sec-websocket-protocol');
-  const extensions = req.getHeader('sec-websocket-extensions');
-  const client = requireClientAddress(res, req);
-  if (client === null) return;
-  const ip = client.ip;
-  let aborted = false;
-  res.onAborted(() => {
-    aborted = true;
-  });
-  // The status is the code's own (one table for every problem answer).
+/** True when the request is the tunnel control WebSocket's handshake (any non-tunnel Host). */
+export function isControlRequest(head: RequestHead): boolean {
+  if (!head.upgrade) return false;
+  const q = head.target.indexOf('?');
+  return (q < 0 ? head.target : head.target.slice(0, q)) === '/tunnel/v1/connect';
+}
+
+/**
+ * The handshake of a control connection: checked, then the key authenticated (401/403/429
+ * answered as problem+json before any upgrade), then 101 and a ControlConnection on the socket.
+ */
+export function acceptControl(host: ControlHost, conn: FrontConnection, head: RequestHead, res: VisitorResponse): Exchange {
+  let gone = false;
   const refuse = (code: ProblemCode, detail: string, headers: Record<string, string> = {}): void => {
-    if (aborted) return;
-    writeProblem(res, code, detail, { extra: { headers }, closeConnection: true });
+    if (gone) return;
+    res.closeAfter();
+    res.problem(code, detail, { extra: { headers } });
   };
-  if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
-  // A revoke that lands while the key is being verified finds no connection to end yet, and
-  // the verification may have read the row before it: verify again (a fresh read) then.
-  const authenticate = async (): Promise<Principal> => {
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const seen = host.revocations();
-      const principal = await host.ctx.authenticate(authorization || undefined, ip);
-      if (host.revocations() === seen) return principal;
-    }
-    throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
-  };
-  authenticate().then(
-    (principal) => {
-      if (!scopeAllows('tunnels', principal.scopes)) return refuse('forbidden', 'this key lacks the "tunnels" scope');
-      if (aborted) return;
-      res.cork(() => res.upgrade<ConnData>({ principal, ip, conn: null }, key, protocol, extensions, context));
+  return {
+    requestBody() {},
+    requestEnd() {},
+    abort() {
+      gone = true;
     },
-    (err: unknown) => {
-      // An 'internal' ApiError carries another thread's exception text: logged, not shown.
-      if (err instanceof ApiError && err.code !== 'internal') {
-        return refuse(err.code, err.detail, err.code === 'unauthorized' ? { 'www-authenticate': 'Bearer', ...err.headers } : err.headers);
+    upgraded(rest: Buffer) {
+      conn.detach();
+      const socket = conn.socket;
+      socket.pause();
+      socket.once('close', () => (gone = true));
+      const key = headerOf(head.headers, 'sec-websocket-key') ?? '';
+      if (head.method !== 'GET' || (headerOf(head.headers, 'upgrade') ?? '').toLowerCase() !== 'websocket') {
+        return refuse('bad-request', 'the control connection is a WebSocket: GET with Upgrade: websocket');
       }
-      host.log.error({ err }, 'control connection authentication failed');
-      refuse('unavailable', 'authentication is unavailable');
+      if (headerOf(head.headers, 'sec-websocket-version') !== '13') return refuse('bad-request', 'only WebSocket version 13 is spoken here', { 'sec-websocket-version': '13' });
+      if (!/^[A-Za-z0-9+/]{22}==$/.test(key)) return refuse('bad-request', 'Sec-WebSocket-Key must be 16 bytes in base64');
+      const ip = conn.clientOf(head).ip;
+      if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
+      const authorization = headerOf(head.headers, 'authorization') ?? '';
+      // A revoke that lands while the key is being verified finds no connection to end yet, and
+      // the verification may have read the row before it: verify again (a fresh read) then.
+      const authenticate = async (): Promise<Principal> => {
+        for (let attempt = 0; attempt < 3; attempt++) {
+          const seen = host.revocations();
+          const principal = await host.ctx.authenticate(authorization || undefined, ip);
+          if (host.revocations() === seen) return principal;
+        }
+        throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
+      };
+      authenticate().then(
+        (principal) => {
+          if (!scopeAllows('tunnels', principal.scopes)) return refuse('forbidden', 'this key lacks the "tunnels" scope');
+          if (gone || socket.destroyed) return;
+          if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
+          const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
+          socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+          const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');
+          const control = new ControlConnection(ws, host, principal, ip);
+          host.connections.add(control);
+          ws.on('message', (m) => control.receive(m));
+          ws.on('close', () => {
+            host.connections.delete(control);
+            try {
+              control.onClosed();
+            } catch (err) {
+              host.log.error({ err }, 'control connection teardown failed');
+            }
+          });
+          socket.resume();
+        },
+        (err: unknown) => {
+          // An 'internal' ApiError carries another thread's exception text: logged, not shown.
+          if (err instanceof ApiError && err.code !== 'internal') {
+            return refuse(err.code, err.detail, err.code === 'unauthorized' ? { 'www-authenticate': 'Bearer', ...err.headers } : err.headers);
+          }
+          host.log.error({ err }, 'control connection authentication failed');
+          refuse('unavailable', 'authentication is unavailable');
+        },
+      );
     },
-  );
+  };
 }

@@ -1,35 +1,31 @@
-import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import { PROBLEMS, type ProblemCode } from '../errors.js';
-import { afterCallbacks, corkHeldByOther, insideCallbackOf } from '../http/cork.js';
-import { requireClientAddress, statusLine, wantsClose, writeProblem } from '../http/uws.js';
-import { prefersHtml } from '../http/problem-page.js';
+import type { ProblemCode } from '../errors.js';
 import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
-import { type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
-import { invalidResponseHead, requestHeaders } from '../protocol/http-headers.js';
+import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
+import { invalidResponseHead, requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
+import type { ClientAddress } from '../http/client-address.js';
+import type { RequestHead } from './http1-parser.js';
+import type { Exchange, FrontConnection } from './front-connection.js';
+import type { VisitorResponse } from './visitor-response.js';
 import type { Downstream, Upstream } from './stream.js';
-import type { VisitorLimit } from './visitor-limit.js';
+import type { Finishing } from './visitor-limit.js';
 import { countHttpAnswer } from './metrics.js';
 
-// Public HTTP ingress: a visitor request for <id>.<domain> on this shard's uWS app.
+// Public HTTP ingress: one visitor request for <id>.<domain>, parsed by the front.
 //
-//   uWS res/req ─▶ HttpVisitor ─Upstream─▶ TunnelStream (tunnel on this shard)
-//                                      └─▶ MeshUpstream (tunnel on another shard, edge/mesh.ts)
+//   FrontConnection ─body/end─▶ TunnelVisitor ─Upstream─▶ TunnelStream (tunnel on this shard, or its lane)
+//                                            └─▶ MeshUpstream (tunnel on another shard, edge/mesh.ts)
+//   visitor socket ◀─VisitorResponse◀─ TunnelVisitor ◀─Downstream── response head, Data, End
 //
-// uWS rules kept here: `req` is read synchronously; nothing touches `res` after onAborted or
-// after the response ended; every write goes through res.cork (one syscall for head and body),
-// and writes that arrive inside another socket's callback (the control WebSocket's message
-// handler, where `res` cannot cork) wait for the end of the loop turn (src/http/cork.ts).
-// Flow control (protocol/flow-control.ts): a SendWindow pauses the request body (res.pause)
-// when the stream's credit runs out; a CreditMeter reports response bytes consumed only once
-// uWS accepted them, so a slow visitor holds back only its own stream.
+// The client is untrusted: its response head is checked (tokens, no CR/LF/NUL, one length)
+// before a byte reaches the visitor, and VisitorResponse frames the body itself, so no client
+// can end a response early or smuggle a second one into a connection a load balancer shares.
+// After a 101 to a WebSocket (or other) upgrade the stream is a byte relay both ways.
+// Flow control (protocol/flow-control.ts): a SendWindow stops reading the visitor's socket when
+// the stream's credit runs out; a CreditMeter reports response bytes consumed once the socket
+// took them (write() under its high-water mark, or at 'drain').
 
 /** Finds where a request for `tunnelId` goes: an Upstream, or null (unknown tunnel). */
-export type OpenUpstream = (tunnelId: string, head: HttpHead, down: HttpVisitor) => Upstream | null;
-
-/** Response chunks under this size wait for the cork rather than go out uncorked. */
-const DEFER_MAX_BYTES = 16 * 1024;
-
-const NO_BODY_STATUS = (s: number): boolean => s === 204 || s === 304 || (s >= 100 && s < 200);
+export type OpenUpstream = (tunnelId: string, head: HttpHead, down: TunnelVisitor) => Upstream | null;
 
 const RESET_STATUS: Record<ResetCode, [ProblemCode, string]> = {
   'local-unreachable': ['bad-gateway', 'the tunnel client could not reach its local service'],
@@ -41,67 +37,78 @@ const RESET_STATUS: Record<ResetCode, [ProblemCode, string]> = {
   busy: ['unavailable', 'the tunnel has too many open requests'],
 };
 
-export class HttpVisitor implements Downstream {
+export class TunnelVisitor implements Downstream, Exchange, Finishing {
   up: Upstream | null = null;
-  private gone = false;
-  private responded = false;
-  private finished = false;
-  /** Request bytes we may still send before the client returns credit. */
-  private readonly window = new SendWindow({
-    pause: () => this.res.pause(),
-    resume: () => {
-      if (!this.gone) this.res.resume();
-    },
-  });
-  /** Response bytes uWS accepted, reported to the client as credit. */
-  private readonly meter = new CreditMeter((n) => this.up?.credit(n));
-  /** Response framing: declared length (tryEnd) or chunked (write). */
-  private total: number | null = null;
-  /** Response chunks uWS did not take yet (copies: frame buffers die after the callback). */
-  private queue: Buffer[] = [];
-  private queueStart = 0;
-  private chunk: Uint8Array | null = null;
-  /** Response chunks (copies) and end that arrived while another socket held the cork. */
-  private deferred: Buffer[] | null = null;
-  private deferredEnd = false;
-  private flushScheduled = false;
   onDone: (() => void) | null = null;
-  get ended(): boolean {
-    return this.finished;
-  }
-
-  private readonly corkedChunk = (): void => {
-    if (this.head || this.deferred) this.corkedFlush();
-    if (this.gone || this.finished) this.meter.accepted(this.chunk!.byteLength);
-    else this.writeChunk(this.chunk!);
-  };
+  private over = false;
+  /** After the 101: raw bytes both ways on the detached socket. */
+  private relaying = false;
+  /** Relay half-closes: the visitor's FIN (sent on as End), the client's End (sent on as FIN). */
+  private visitorEnded = false;
+  private peerEnded = false;
+  private readonly window: SendWindow;
+  private readonly meter = new CreditMeter((n) => this.up?.credit(n));
+  private readonly onDrain = (): void => this.meter.drained();
 
   constructor(
-    private readonly res: HttpResponse,
-    private readonly method: string,
-    /** The visitor sent `Connection: close`: uWS closes after the response; we must say so. */
-    private readonly close = false,
+    private readonly conn: FrontConnection,
+    private readonly res: VisitorResponse,
+    private readonly request: RequestHead,
     /** The visitor's Accept prefers text/html (a browser): errors are an HTML page. */
-    private readonly html = false,
-  ) {}
-
-  // ---- visitor side ----
-  aborted(): void {
-    this.gone = true;
-    if (!this.finished) {
-      this.finished = true;
-      this.up?.reset('visitor-gone');
-      this.onDone?.();
-    }
+    private readonly html: boolean,
+    /** The tunnel's public host (no port), for Set-Cookie's Domain rule. */
+    private readonly tunnelHost: string,
+  ) {
+    // Before a 101 the connection reads the request body; after it, the raw socket is ours.
+    this.window = new SendWindow({
+      pause: () => {
+        if (this.relaying) conn.socket.pause();
+        else if (!this.over) conn.setCreditBlocked(true);
+      },
+      resume: () => {
+        if (this.relaying) conn.socket.resume();
+        else if (!this.over) conn.setCreditBlocked(false);
+      },
+    });
+    conn.socket.on('drain', this.onDrain);
   }
 
-  bodyChunk(chunk: ArrayBuffer, isLast: boolean): void {
-    if (this.gone || !this.up) return;
-    if (chunk.byteLength > 0) {
-      this.up.data(new Uint8Array(chunk));
-      this.window.spend(chunk.byteLength, !isLast);
-    }
-    if (isLast) this.up.end();
+  get ended(): boolean {
+    return this.over;
+  }
+
+  // ---- Exchange: the visitor's request ----
+  requestBody(chunk: Buffer): void {
+    if (this.over || !this.up) return;
+    this.up.data(chunk);
+    this.window.spend(chunk.byteLength);
+  }
+
+  requestEnd(): void {
+    // A bodiless request's head said so (HttpHead.end): no End frame.
+    if (this.over || !this.up || !this.request.hasBody) return;
+    this.up.end();
+  }
+
+  /** An upgrade request: the head went; what follows the 101 is relayed from `rest` on. */
+  upgraded(rest: Buffer): void {
+    this.conn.detach();
+    const socket = this.conn.socket;
+    // Until the answer, bytes wait in the socket (a visitor sends nothing before the 101).
+    socket.pause();
+    if (rest.byteLength > 0) socket.unshift(rest);
+    socket.on('end', () => {
+      if (!this.relaying || this.visitorEnded) return;
+      this.visitorEnded = true;
+      this.up?.end();
+      if (this.peerEnded) this.finish();
+    });
+  }
+
+  abort(): void {
+    if (this.over) return;
+    this.finish();
+    this.up?.reset('visitor-gone');
   }
 
   // ---- Downstream: tunnel → visitor ----
@@ -110,297 +117,129 @@ export class HttpVisitor implements Downstream {
   }
 
   response(head: ResponseHead): void {
-    if (this.gone || this.responded) return;
+    if (this.over || this.res.started) return;
     const invalid = invalidResponseHead(head.status, head.headers);
     if (invalid) return this.problem('bad-gateway', `the tunnel's local service sent an invalid response header: ${invalid}`, 'protocol');
+    const filtered = tunnelResponseHeaders(head.headers, this.tunnelHost);
+    if (typeof filtered === 'string') return this.problem('bad-gateway', `the tunnel's local service sent an invalid response: ${filtered}`, 'protocol');
+    if (head.status === 101) {
+      if (!this.request.upgrade) return this.problem('bad-gateway', "the tunnel's local service switched protocols on a plain request", 'protocol');
+      return this.switchProtocols(head.headers);
+    }
     if (head.status < 200) {
-      // Interim responses (100, 103…) are not relayed; the final one follows. 101 is only
-      // meaningful for an upgrade, and those go through upgrade.ts.
-      if (head.status === 101) this.problem('bad-gateway', "the tunnel's local service switched protocols on a plain request", 'protocol');
+      if (head.status === 100 && this.request.expectContinue) this.res.interim(100, []);
       return;
     }
-    this.responded = true;
-    const h = head.headers;
-    for (let i = 0; i < h.length; i += 2) {
-      if (h[i]!.length === 14 && h[i]!.toLowerCase() === 'content-length') {
-        const n = Number(h[i + 1]);
-        if (Number.isSafeInteger(n) && n >= 0) this.total = n;
-      }
-    }
-    this.head = head;
-    if ((this.method === 'HEAD' || NO_BODY_STATUS(head.status) || this.total === 0) && !corkHeldByOther(this.res)) {
-      this.res.cork(this.corkedFlush);
-      return;
-    }
-    // The head waits for the first body bytes (usually in the same read of the control
-    // socket) so head and body leave in one write; it goes alone at the end of this loop turn
-    // otherwise (a long poll or an event stream must get its head at once).
-    this.scheduleFlush();
-  }
-
-  private head: ResponseHead | null = null;
-
-  private scheduleFlush(): void {
-    if (this.flushScheduled) return;
-    this.flushScheduled = true;
-    afterCallbacks(this.flush);
-  }
-  private readonly flush = (): void => {
-    this.flushScheduled = false;
-    if (this.gone || this.finished) return this.dropDeferred();
-    try {
-      this.res.cork(this.corkedFlush);
-    } catch (err) {
-      // Deferred work of a frame runs from setImmediate, outside the control connection's
-      // handler: an escape here would end the shard.
-      this.fault(err);
-    }
-  };
-
-  /** Our own bug surfaced on this response: drop it and let the carrier end its connection. */
-  private fault(err: unknown): void {
-    const wasOpen = !this.gone && !this.finished;
-    this.gone = true;
-    this.finished = true;
-    if (wasOpen) {
-      try {
-        this.res.close();
-      } catch {
-        // already closed by uWS
-      }
-      this.onDone?.();
-    }
-    if (this.up?.fault) this.up.fault(err);
-    else this.up?.reset('protocol');
-  }
-
-  /** True while no response was started and the visitor is still there (an upgrade may answer). */
-  get awaitingResponse(): boolean {
-    return !this.gone && !this.finished && !this.responded;
-  }
-  /** Head, deferred chunks and deferred end, in order, inside one cork. */
-  private readonly corkedFlush = (): void => {
-    if (this.head) this.writeHead();
-    const chunks = this.deferred;
-    this.deferred = null;
-    if (chunks) for (const c of chunks) {
-      if (this.gone || this.finished) this.meter.accepted(c.byteLength);
-      else this.writeChunk(c);
-    }
-    if (this.deferredEnd) {
-      this.deferredEnd = false;
-      this.endNow();
-    }
-  };
-  /** The visitor left before a deferred flush: the client's window still gets its credit back. */
-  private dropDeferred(): void {
-    const chunks = this.deferred;
-    this.deferred = null;
-    this.deferredEnd = false;
-    if (chunks) for (const c of chunks) this.meter.accepted(c.byteLength);
-  }
-
-  /** Status line and headers (inside a cork). uWS writes Content-Length and Date itself. */
-  private writeHead(): void {
-    const head = this.head!;
-    this.head = null;
-    const h = head.headers;
+    // An upgrade the local service declined: the connection cannot go on as HTTP after it.
+    if (this.request.upgrade) this.res.closeAfter();
     countHttpAnswer(head.status);
-    this.res.writeStatus(statusLine(head.status));
-    for (let i = 0; i < h.length; i += 2) {
-      const name = h[i]!;
-      if ((name.length === 14 || name.length === 4) && (name.toLowerCase() === 'content-length' || name.toLowerCase() === 'date')) continue;
-      this.res.writeHeader(name, h[i + 1]!);
-    }
-    if (this.close) this.res.writeHeader('Connection', 'close');
-    if (this.method === 'HEAD' || NO_BODY_STATUS(head.status)) {
-      // endWithoutBody() without arguments: given undefined this uWS build writes
-      // `Content-Length: 9223372036854775808`, given a number it leaves the response pending.
-      // A HEAD or 304 keeps the origin's length (RFC 9110 §8.6); a 204 has none.
-      if (this.total !== null && head.status !== 204) this.res.writeHeader('Content-Length', String(this.total));
-      this.res.endWithoutBody();
-      this.complete();
-    } else if (this.total === 0) {
-      this.res.end();
-      this.complete();
-    }
+    this.res.head(head.status, filtered.headers, filtered.contentLength);
+    if (this.res.finished) this.finish();
+  }
+
+  /** 101: the origin's own head goes out as sent (Upgrade, Sec-WebSocket-Accept…), then raw bytes. */
+  private switchProtocols(headers: string[]): void {
+    countHttpAnswer(101);
+    const socket = this.conn.socket;
+    let text = 'HTTP/1.1 101 Switching Protocols\r\n';
+    for (let i = 0; i < headers.length; i += 2) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
+    this.res.started = true;
+    this.relaying = true;
+    this.conn.corkTurn();
+    socket.write(text + '\r\n', 'latin1');
+    socket.on('data', (b: Buffer) => {
+      if (this.over || this.visitorEnded) return;
+      this.up?.data(b);
+      this.window.spend(b.byteLength);
+    });
+    socket.resume();
   }
 
   data(bytes: Uint8Array): void {
-    if (this.gone || this.finished) {
+    if (this.over) {
       // Still return the credit so the client's window does not leak.
       this.meter.accepted(bytes.byteLength);
       return;
     }
-    // Inside another socket's callback a small chunk is copied and waits for the cork. A large
-    // one goes now, after whatever waits before it: it is a send of its own either way, and
-    // the head's few uncorked sends are paid once per large response.
-    if (bytes.byteLength < DEFER_MAX_BYTES && corkHeldByOther(this.res)) {
-      (this.deferred ??= []).push(Buffer.from(bytes));
-      this.scheduleFlush();
+    if (this.relaying) {
+      this.conn.corkTurn();
+      this.meter.wrote(bytes.byteLength, this.conn.socket.write(bytes));
       return;
     }
-    this.chunk = bytes;
-    this.res.cork(this.corkedChunk);
-    this.chunk = null;
-  }
-
-  private writeChunk(bytes: Uint8Array): void {
-    if (this.head) this.writeHead();
-    const n = bytes.byteLength;
-    if (this.total === null) {
-      // Chunked: uWS buffers what the socket does not take; report it once drained.
-      const taken = this.res.write(bytes);
-      this.meter.wrote(n, taken);
-      if (!taken) this.armWritable();
-      return;
-    }
-    if (this.queue.length > 0) {
-      this.queue.push(Buffer.from(bytes));
-      return;
-    }
-    const start = this.res.getWriteOffset();
-    const [ok, done] = this.res.tryEnd(bytes, this.total);
-    if (done) {
-      this.meter.accepted(n);
-      this.complete();
-      return;
-    }
-    if (ok) {
-      this.meter.accepted(n);
-      return;
-    }
-    // Only part was taken: keep the whole chunk and where it started; onWritable goes on.
-    this.queue.push(Buffer.from(bytes));
-    this.queueStart = start;
-    this.armWritable();
-  }
-
-  private armed = false;
-  private armWritable(): void {
-    if (this.armed) return;
-    this.armed = true;
-    this.res.onWritable((offset) => this.onWritable(offset));
-  }
-
-  private onWritable(offset: number): boolean {
-    if (this.gone || this.finished) return true;
-    if (this.total === null) {
-      this.meter.drained();
-      return true;
-    }
-    while (this.queue.length > 0) {
-      const head = this.queue[0]!;
-      const [ok, done] = this.res.tryEnd(head.subarray(offset - this.queueStart), this.total);
-      if (done) {
-        this.meter.accepted(head.byteLength);
-        this.queue.length = 0;
-        this.complete();
-        return true;
-      }
-      if (!ok) return false;
-      this.queue.shift();
-      this.meter.accepted(head.byteLength);
-      offset = this.res.getWriteOffset();
-      this.queueStart = offset;
-    }
-    return true;
+    this.meter.wrote(bytes.byteLength, this.res.body(bytes));
+    if (this.res.finished) this.finish();
   }
 
   end(): void {
-    if (this.gone || this.finished) return;
-    if (!this.responded) return this.problem('bad-gateway', 'the local service sent no response');
-    if (this.deferred || this.head || corkHeldByOther(this.res)) {
-      this.deferredEnd = true;
-      this.scheduleFlush();
+    if (this.over) return;
+    if (this.relaying) {
+      if (this.peerEnded) return;
+      this.peerEnded = true;
+      this.conn.socket.end();
+      if (this.visitorEnded) this.finish();
       return;
     }
-    this.endNow();
-  }
-
-  private endNow(): void {
-    if (this.gone || this.finished) return;
-    if (this.total === null) {
-      this.res.cork(() => {
-        if (this.head) this.writeHead();
-        this.res.end();
-      });
-      this.complete();
-    } else if (this.queue.length === 0) {
-      // The client said "end" before the declared length: the visitor cannot be told
-      // otherwise than by closing the connection.
-      this.res.close();
-      this.complete();
-    }
-    // else: tryEnd completes the response once the queue drains.
+    if (!this.res.started) return this.problem('bad-gateway', 'the local service sent no response', 'protocol');
+    this.res.end();
+    this.finish();
   }
 
   reset(code: ResetCode): void {
-    if (this.gone || this.finished) return;
-    this.dropDeferred();
-    if (!this.responded || this.head) {
-      this.head = null;
+    if (this.over) return;
+    if (!this.res.started) {
       // Codes are checked at decode; a code of a newer peer still answers 502.
       const [problem, detail] = RESET_STATUS[code] ?? RESET_STATUS.protocol;
-      this.problem(problem, detail);
+      this.problem(problem, detail, null);
       return;
     }
-    this.finished = true;
-    this.gone = true;
-    this.res.close();
-    this.onDone?.();
+    this.finish();
+    if (this.relaying) this.conn.socket.destroy();
+    else this.res.abort();
   }
 
-  /** Answers a short problem+json (404 unknown tunnel, 502, 504). */
-  problem(code: ProblemCode, detail: string, resetWith: ResetCode = 'visitor-gone'): void {
-    if (this.gone || this.finished) return;
-    this.responded = true;
-    countHttpAnswer(PROBLEMS[code].status);
-    writeProblem(this.res, code, detail, { html: this.html, ...(this.close ? { extra: { headers: { Connection: 'close' } } } : {}) });
-    this.complete();
-    // The stream (if any) is over for us; tell the other side.
-    this.up?.reset(resetWith);
+  /** Answers a short problem (404 unknown tunnel, 502, 504); `resetWith` tells the stream, if any. */
+  problem(code: ProblemCode, detail: string, resetWith: ResetCode | null = 'visitor-gone'): void {
+    if (this.over || this.res.started) return;
+    if (this.request.upgrade) this.res.closeAfter();
+    this.res.problem(code, detail, { html: this.html });
+    countHttpAnswer(this.res.status);
+    this.finish();
+    if (resetWith) this.up?.reset(resetWith);
   }
 
-  private complete(): void {
-    if (this.finished) return;
-    this.finished = true;
+  private finish(): void {
+    if (this.over) return;
+    this.over = true;
+    this.conn.socket.off('drain', this.onDrain);
     this.onDone?.();
   }
 }
 
 /**
- * Serves one public request. Called from the shard's HostDispatch with the raw uWS objects;
- * `open` finds the tunnel (local or over the mesh). `dropAuthorization`: the header held the
- * tunnel's basic-auth password (edge/access.ts), which the client and local service never see.
+ * Builds the head toward the client and opens the stream. `dropAuthorization`: the header held
+ * the tunnel's basic-auth password (edge/access.ts), which the client and local service never see.
  */
-export function serveVisitor(res: HttpResponse, req: HttpRequest, tunnelId: string, open: OpenUpstream, limit?: VisitorLimit, dropAuthorization = false): void {
-  const method = req.getCaseSensitiveMethod();
-  const query = req.getQuery();
-  const target = query ? `${req.getUrl()}?${query}` : req.getUrl();
-  const raw: string[] = [];
-  req.forEach((k, v) => {
-    if (!(dropAuthorization && k === 'authorization')) raw.push(k, v);
-  });
-  const client = requireClientAddress(res, req);
-  if (client === null) return;
-  const ip = client.ip;
-  const html = prefersHtml(req.getHeader('accept'));
-  if (limit && !limit.admit(ip, res, html)) return;
-  // WebSocket upgrades are caught by the ws route (upgrade.ts); any other Upgrade (h2c...)
-  // is served as a plain request, its Upgrade/Connection headers dropped as hop-by-hop.
-  const upgrade = false;
-  const contentLength = req.getHeader('content-length');
-  const hasBody = (contentLength !== '' && contentLength !== '0') || req.getHeader('transfer-encoding') !== '';
-  const visitor = new HttpVisitor(res, method.toUpperCase(), wantsClose(req.getHeader('connection')), html);
-  res.onAborted(() => insideCallbackOf(res, () => visitor.aborted()));
-  const head: HttpHead = { kind: 'http', method, target, headers: requestHeaders(raw, client, upgrade), upgrade, end: !hasBody };
-  const up = insideCallbackOf(res, () => open(tunnelId, head, visitor));
-  limit?.track(ip, visitor);
-  if (!up) {
-    visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`);
-    return;
-  }
+export function serveVisitor(visitor: TunnelVisitor, request: RequestHead, client: ClientAddress, tunnelId: string, open: OpenUpstream, dropAuthorization: boolean): void {
+  const raw = dropAuthorization ? withoutAuthorization(request.headers) : request.headers;
+  const head: HttpHead = {
+    kind: 'http',
+    method: request.method,
+    target: request.target,
+    headers: requestHeaders(raw, client, request.upgrade, request.host),
+    upgrade: request.upgrade,
+    end: !request.hasBody && !request.upgrade,
+  };
+  const up = open(tunnelId, head, visitor);
+  if (!up) return visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`, null);
   visitor.up = up;
-  if (hasBody) res.onData((chunk, isLast) => insideCallbackOf(res, () => visitor.bodyChunk(chunk, isLast)));
+}
+
+function withoutAuthorization(headers: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i]!;
+    if (name.length === 13 && name.toLowerCase() === 'authorization') continue;
+    out.push(name, headers[i + 1]!);
+  }
+  return out;
 }

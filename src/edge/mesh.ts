@@ -12,8 +12,8 @@ import type { Downstream, Upstream } from './stream.js';
 // another shard (the ingress) becomes mesh messages:
 //
 //   ingress shard                                        owner shard
-//   HttpVisitor ─▶ MeshUpstream ──x-open/x-data/x-end──▶ MeshDownstream ◀─▶ TunnelStream ─▶ client
-//   HttpVisitor ◀─────────── x-response/x-data/x-end/x-reset/x-credit ◀─┘
+//   TunnelVisitor ─▶ MeshUpstream ──x-open/x-data/x-end──▶ MeshDownstream ◀─▶ TunnelStream ─▶ client
+//   TunnelVisitor ◀───────── x-response/x-data/x-end/x-reset/x-credit ◀─┘
 //
 // Credit stays end to end (x-credit carries the visitor's and the client's consumption), so the
 // owner never buffers for a slow visitor and the ingress never buffers for a slow client.

@@ -1,6 +1,6 @@
 import { rmSync } from 'node:fs';
 import { parentPort, workerData, type MessagePort } from 'node:worker_threads';
-import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
+import type { TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
 import { loadUws } from '../http/uws-loader.js';
 import { closeApp, Inflight, problemReply, route, type HttpServer } from '../http/uws.js';
 import { Mailbox, type PortLike } from '../actors/actor.js';
@@ -16,55 +16,56 @@ import { installTunnels } from './shard.js';
 import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from './shard-context.js';
 import { setAddressPolicy } from '../http/client-address.js';
-import { setTlsSockets } from '../http/cork.js';
-import { buildApp, loadCertificates, RouteRecorder } from '../http/tls.js';
+import { loadCertificates, SniContexts } from '../http/tls.js';
+import { CidrSet } from '../protocol/cidr.js';
 import type { Config } from '../config.js';
+import { Front } from './front.js';
+import { DISCARD, type FrontHost } from './front-connection.js';
+import { ApiExchange } from './api-relay.js';
+import { acceptControl, isControlRequest } from './control.js';
 
-//   main thread ◀──Mailbox(parentPort)──▶ this shard: one uWS App on the shared port
-//                                          (on a unix socket behind main's ProxyFront with --proxy-protocol)
+//   public port (SO_REUSEPORT) ─▶ this shard's Front (edge/front.ts): node:net/tls + llhttp
+//        ├─ Host <id>.<domain>     ─▶ tunnel data plane (edge/shard.ts)
+//        ├─ /tunnel/v1/connect WS  ─▶ control connection (edge/control.ts)
+//        └─ anything else          ─▶ unix socket + PROXY v2 ─▶ this shard's uWS App (API, login, health)
+//   main thread ◀──Mailbox(parentPort)──▶ this shard
 //   other shards ◀──mesh MessagePorts──▶ tunnel data plane (edge/shard.ts)
 //
 // Thread entry of a shard worker: builds the shard's context, installs the API, health,
-// OAuth and tunnel routes, listens, then reports `ready` with the port.
+// OAuth routes on the uWS App and the tunnel data plane on the front, listens, then reports
+// `ready` with the port.
 
 export interface ShardWorkerData {
   index: number;
   config: Config;
   databaseUrl: string;
-  /** Port to listen on (0 for the first shard: the kernel picks; the others reuse it). */
+  /** The public port (fixed: main picked it; every shard listens on it with SO_REUSEPORT). */
   port: number;
-  /** First start of the server: SNI certificates wait for main's `tls-reload` (tls.ts buildApp). */
-  deferServerNames: boolean;
-  /**
-   * --proxy-protocol: main's ProxyFront owns the port (and TLS); this shard serves plain HTTP on
-   * this unix socket, each connection prefixed with a PROXY v2 header.
-   */
-  frontPath: string | null;
+  /** The unix socket this shard's uWS App (management API) listens on, behind the front. */
+  apiPath: string;
 }
 
-const { index, config, databaseUrl, port, deferServerNames, frontPath } = workerData as ShardWorkerData;
+const { index, config, databaseUrl, port, apiPath } = workerData as ShardWorkerData;
 const SQL_POOL_PER_SHARD = 4;
 const MAX_API_BODY_BYTES = 64 * 1024;
 const VERIFY_TIMEOUT_MS = 15_000;
 
 const log = createLogger(config.logLevel, { shard: index });
-setAddressPolicy({ tls: config.tls !== null, trustProxy: config.trustProxy, proxyProtocol: config.proxyProtocol });
-setTlsSockets(config.tls !== null && frontPath === null);
+// The App sees every request through the front, with a PROXY v2 header naming the client.
+setAddressPolicy({ tls: config.tls !== null, trustProxy: config.trustProxy, proxyProtocol: true });
 const { uws, from } = loadUws();
 const main = new Mailbox<ShardToMain, MainToShard>(parentPort as unknown as PortLike);
 const sql = connect(databaseUrl, { max: SQL_POOL_PER_SHARD, applicationName: `burrowd-shard-${index}`, bounded: true });
-// Routes are recorded, then replayed on each App: TLS reloads and SNI names need them again.
-const routes = new RouteRecorder();
-const http: HttpServer = { app: routes.app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
+const app: TemplatedApp = uws.App();
+const http: HttpServer = { app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
 const auth = new Authenticator({
   sql,
   verify: (req) => main.ask<KeyVerdict>({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
   reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
 });
-const ctx: ShardContext = { index, config, log, sql, uws, app: routes.app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
+const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
 
 const tunnels = installTunnels(ctx);
-http.dispatch = tunnels.dispatch;
 installHealth(ctx);
 installMetrics(ctx);
 const stopEdgeCounters = pushEdgeCounters(main);
@@ -72,23 +73,48 @@ installApi(ctx);
 if (config.github || config.oidc) installOauth(ctx);
 route(http, 'any', '/*', 0, (req) => problemReply('not-found', `no such endpoint: ${req.method} ${req.path}`));
 
-let listenSocket: us_listen_socket | null = null;
-let redirectSocket: us_listen_socket | null = null;
-/** The App serving new connections; `retired` ones (replaced by a TLS reload) keep theirs until they end. */
-let app: TemplatedApp | null = null;
-const retired: TemplatedApp[] = [];
-let redirectApp: TemplatedApp | null = null;
+const apiTarget = { path: apiPath, defaultHost: config.domain };
+/** Who answers each request the front parsed: by Host, then the control path, then the API. */
+const frontHost: FrontHost = {
+  log,
+  exchange(conn, head, res) {
+    const tunnelId = head.host === null ? null : tunnels.tunnelOf(head.host);
+    if (tunnelId !== null) return tunnels.serve(conn, head, res, tunnelId);
+    if (isControlRequest(head)) return acceptControl(tunnels.control, conn, head, res);
+    if (head.upgrade) {
+      res.closeAfter();
+      res.problem('not-found', 'no WebSocket endpoint here');
+      return DISCARD;
+    }
+    return new ApiExchange(conn, head, res, apiTarget);
+  },
+};
 
-function closeApps(): void {
-  for (const a of [app, redirectApp, ...retired.splice(0)]) if (a) closeApp(a);
-  app = redirectApp = null;
-}
+/** --http-port: every plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
+const redirectHost: FrontHost = {
+  log,
+  exchange(_conn, head, res) {
+    const base = new URL(config.baseUrl);
+    const httpsPort = base.protocol === 'https:' ? base.port : String(port);
+    const sent = (head.host ?? '').replace(/:\d+$/, '');
+    // The visitor's Host goes into Location: only a plain host name or address is echoed.
+    const host = /^([a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\])$/i.test(sent) ? sent : base.hostname;
+    const location = `https://${host}${httpsPort && httpsPort !== '443' ? `:${httpsPort}` : ''}${head.target.startsWith('/') ? head.target : '/'}`;
+    res.reply(308, { location, 'content-type': 'text/plain; charset=utf-8' }, `Redirecting to ${location}\n`);
+    return DISCARD;
+  },
+};
+
+let apiListen: us_listen_socket | null = null;
+let front: Front | null = null;
+let redirectFront: Front | null = null;
+const contexts = config.tls ? new SniContexts(loadCertificates(config.tls)) : null;
 
 // A crash ends this thread only (the supervisor restarts it): close uWS first, because a
 // thread that exits with uWS sockets open aborts the whole process.
 function crash(err: unknown): never {
   log.fatal({ err }, 'shard crashed');
-  closeApps();
+  closeApp(app);
   process.exit(1);
 }
 process.on('uncaughtException', crash);
@@ -97,9 +123,10 @@ process.on('unhandledRejection', crash);
 if (config.faultInjection) {
   // Tests only (hidden --fault-injection): lets a test crash this shard for real.
   route(http, 'post', '/__fault/crash-shard', 0, () => {
-    setImmediate(() => {
+    // Late enough for the 202 to cross the front to the test first.
+    setTimeout(() => {
       throw new Error('fault injection: shard crash requested');
-    });
+    }, 100);
     return { status: 202, body: String(index) };
   });
 }
@@ -129,107 +156,59 @@ main.handle(async (msg) => {
 
 async function drain(timeoutMs: number): Promise<{ idle: boolean }> {
   http.inflight.draining = true;
-  if (listenSocket) uws.us_listen_socket_close(listenSocket);
-  if (redirectSocket) uws.us_listen_socket_close(redirectSocket);
-  listenSocket = redirectSocket = null;
+  front?.stopAccepting();
+  redirectFront?.stopAccepting();
   // API requests and tunnelled streams finish side by side, both within the one timeout.
   const [idle] = await Promise.all([http.inflight.idle(timeoutMs), tunnels.drain(timeoutMs)]);
   stopEdgeCounters();
   await sql.end({ timeout: 2 });
-  // Closes every socket of this App. A worker whose uWS loop still has sockets must not
-  // end: Node aborts the whole process on thread exit with open uv handles.
-  closeApps();
+  front?.destroyAll();
+  redirectFront?.destroyAll();
+  if (apiListen) uws.us_listen_socket_close(apiListen);
+  apiListen = null;
+  // A worker whose uWS loop still has sockets must not end: Node aborts the whole process
+  // on thread exit with open uv handles.
+  closeApp(app);
   return { idle };
 }
 
-/**
- * SIGHUP (via main): a new App with the certificates read again takes the port beside the old
- * one (SO_REUSEPORT), then the old listen socket closes. Connections the old App accepted stay
- * with it, so nothing in flight is cut; new handshakes get the new certificates.
- */
+/** SIGHUP (via main): new handshakes get the certificates read again; open connections keep theirs. */
 function reloadTls(): { error: string | null } {
-  if (!config.tls || !app || http.inflight.draining || frontPath !== null) return { error: null };
-  let next: TemplatedApp;
+  if (!config.tls || !contexts || http.inflight.draining) return { error: null };
   try {
-    next = buildApp(uws, routes, loadCertificates(config.tls));
+    contexts.set(loadCertificates(config.tls));
   } catch (err) {
     log.error({ err: (err as Error).message }, 'TLS reload failed; keeping the current certificates');
     return { error: (err as Error).message };
   }
-  let socket: us_listen_socket | false = false;
-  next.listen(config.host, boundPort, (s) => {
-    socket = s;
-  });
-  if (!socket) {
-    closeApp(next);
-    log.error({ port: boundPort }, 'TLS reload could not listen beside the current App; keeping it');
-    return { error: 'cannot listen with the reloaded certificates' };
-  }
-  if (listenSocket) uws.us_listen_socket_close(listenSocket);
-  listenSocket = socket;
-  retired.push(app);
-  app = next;
   log.info({ shard: index }, 'TLS certificates reloaded');
   return { error: null };
-}
-
-/** --http-port: every plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
-function redirectToHttps(res: HttpResponse, req: HttpRequest): void {
-  const base = new URL(config.baseUrl);
-  const httpsPort = base.protocol === 'https:' ? base.port : String(boundPort);
-  const sent = req.getHeader('host').replace(/:\d+$/, '');
-  // The visitor's Host goes into Location: only a plain host name or address is echoed.
-  const host = /^([a-z0-9.-]{1,253}|\[[0-9a-f:.]{2,45}\])$/i.test(sent) ? sent : base.hostname;
-  const query = req.getQuery();
-  const location = `https://${host}${httpsPort && httpsPort !== '443' ? `:${httpsPort}` : ''}${req.getUrl()}${query ? `?${query}` : ''}`;
-  res.cork(() => {
-    res.writeStatus('308 Permanent Redirect');
-    res.writeHeader('location', location);
-    res.writeHeader('content-type', 'text/plain; charset=utf-8');
-    res.end(`Redirecting to ${location}\n`);
-  });
 }
 
 // Main holds the blocks: a restarted shard applies those in force before it serves anyone.
 for (const b of await main.ask<IpBlock[]>({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);
 
-let boundPort = port;
-app = buildApp(uws, routes, config.tls && frontPath === null ? loadCertificates(config.tls) : null, !deferServerNames);
-if (config.httpPort !== null) {
-  redirectApp = uws.App().any('/*', redirectToHttps);
-  redirectApp.listen(config.host, config.httpPort, (s) => {
-    if (!s) {
-      log.fatal({ host: config.host, port: config.httpPort }, 'cannot listen on --http-port (port in use or not permitted)');
-      closeApps();
-      process.exit(1);
-    }
-    redirectSocket = s;
-  });
-}
-if (frontPath !== null) {
-  // A restarted shard finds its predecessor's socket file: listening needs the path free.
-  rmSync(frontPath, { force: true });
+// The App first (the front relays to it), then the public port.
+rmSync(apiPath, { force: true }); // a restarted shard finds its predecessor's socket file
+await new Promise<void>((resolve) => {
   app.listen_unix((s) => {
     if (!s) {
-      log.fatal({ path: frontPath }, 'cannot listen on the unix socket for the PROXY front');
-      closeApps();
+      log.fatal({ path: apiPath }, 'cannot listen on the unix socket of the management API');
+      closeApp(app);
       process.exit(1);
     }
-    listenSocket = s;
-    log.debug({ path: frontPath, uws: from }, 'shard listening behind the PROXY front');
-    main.tell({ type: 'ready', port });
-  }, frontPath);
-} else {
-  app.listen(config.host, port, (s) => {
-    if (!s) {
-      log.fatal({ host: config.host, port }, 'cannot listen (port in use or not permitted)');
-      closeApps();
-      process.exit(1);
-    }
-    listenSocket = s;
-    const actual = uws.us_socket_local_port(s as never);
-    boundPort = actual;
-    log.debug({ port: actual, uws: from }, 'shard listening');
-    main.tell({ type: 'ready', port: actual });
-  });
+    apiListen = s;
+    resolve();
+  }, apiPath);
+});
+const proxyFrom = new CidrSet(config.proxyProtocolFrom);
+try {
+  front = await Front.listen({ host: config.host, port, tls: contexts, proxyProtocol: config.proxyProtocol, proxyFrom, log, host_: frontHost });
+  if (config.httpPort !== null) redirectFront = await Front.listen({ host: config.host, port: config.httpPort, tls: null, proxyProtocol: false, log, host_: redirectHost });
+} catch (err) {
+  log.fatal({ err, host: config.host, port }, 'cannot listen (port in use or not permitted)');
+  closeApp(app);
+  process.exit(1);
 }
+log.debug({ port, uws: from }, 'shard listening');
+main.tell({ type: 'ready', port });

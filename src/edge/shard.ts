@@ -1,16 +1,16 @@
 import type { MessagePort } from 'node:worker_threads';
 import type net from 'node:net';
 import type { ShardContext } from './shard-context.js';
-import { writeProblem, type HostDispatch } from '../http/uws.js';
-import { prefersHtml } from '../http/problem-page.js';
 import type { ShardCounts, TunnelAdmitted, TunnelLaneAdmitted, TunnelMainToShard, TunnelRoute, StatsDelta } from '../protocol/tunnel-messages.js';
 import { F, HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type Opened, type RefusalCode } from '../protocol/frames.js';
 import { ApiError, assertNever, unavailableError } from '../errors.js';
 import { TunnelActor } from './tunnel.js';
-import { ControlConnection, installControlRoute, type ControlHost } from './control.js';
-import { serveVisitor, type HttpVisitor } from './ingress.js';
+import { ControlConnection, type ControlHost } from './control.js';
+import { serveVisitor, TunnelVisitor } from './ingress.js';
 import { Mesh } from './mesh.js';
-import { installUpgradeRoute } from './upgrade.js';
+import { DISCARD, FrontConnection, headerOf, type Exchange } from './front-connection.js';
+import type { RequestHead } from './http1-parser.js';
+import type { VisitorResponse } from './visitor-response.js';
 import { bindTcpPort, checkTcpRequest, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
 import { VisitorLimit } from './visitor-limit.js';
@@ -32,8 +32,12 @@ import { countHttpAnswer } from './metrics.js';
 
 /** What the shard worker calls into the tunnel data plane. */
 export interface ShardTunnels {
-  /** Claims public traffic for <id>.<domain> before API routing. */
-  dispatch: HostDispatch;
+  /** The tunnel id of a Host header, or null when it is not public tunnel traffic. */
+  tunnelOf(host: string): string | null;
+  /** Serves a visitor request for tunnel `id` (access rules, limits, then the stream). */
+  serve(conn: FrontConnection, head: RequestHead, res: VisitorResponse, id: string): Exchange;
+  /** What control connections (edge/control.ts) need from this shard. */
+  control: ControlHost;
   onMain(msg: TunnelMainToShard): unknown;
   /** A MessagePort to another shard (the mesh); re-sent when that shard restarts. */
   onPeer(shard: number, port: MessagePort): void;
@@ -233,7 +237,6 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       report(actor, last);
     },
   };
-  installControlRoute(host);
 
   const statsTimer = setInterval(() => {
     if (dirty.size === 0) return;
@@ -300,31 +303,50 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     const id = name.slice(0, -suffix.length);
     return id.includes('.') ? null : id;
   };
-  const openAnywhere = (tunnelId: string, head: HttpHead, visitor: HttpVisitor): Upstream | null => {
+  const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => {
     const local = openLocal(tunnelId, head, visitor);
     if (local) return local;
     const shard = routes.get(tunnelId);
     if (shard === undefined || shard === ctx.index) return null;
     return mesh.open(shard, tunnelId, head, visitor);
   };
-  installUpgradeRoute(ctx.app, tunnelOf, openAnywhere, (id, res, req) => admitHttpVisitor(gateFor(id), res, req));
-
-  /** A visitor request while draining: 503, and the connection closes (no keep-alive). */
-  const refuseDraining = (res: Parameters<HostDispatch>[0], html: boolean): void => {
-    countHttpAnswer(503);
-    writeProblem(res, 'unavailable', SHUTTING_DOWN, { extra: unavailableError(SHUTTING_DOWN), closeConnection: true, html });
-  };
 
   return {
-    dispatch: (res, req) => {
-      const id = tunnelOf(req.getHeader('host'));
-      if (id === null) return false;
-      if (draining) refuseDraining(res, prefersHtml(req.getHeader('accept')));
-      else {
-        const verdict = admitHttpVisitor(gateFor(id), res, req);
-        if (verdict !== 'refused') serveVisitor(res, req, id, openAnywhere, visitors, verdict === 'drop-authorization');
+    tunnelOf,
+    control: host,
+    serve(conn, head, res, id) {
+      const html = FrontConnection.wantsHtml(head);
+      if (draining) {
+        // A visitor request while draining: 503, and the connection closes (no keep-alive).
+        res.closeAfter();
+        countHttpAnswer(503);
+        const err = unavailableError(SHUTTING_DOWN);
+        res.problem('unavailable', SHUTTING_DOWN, { extra: err, html });
+        return DISCARD;
       }
-      return true;
+      const client = conn.clientOf(head);
+      const admission = admitHttpVisitor(gateFor(id), client.ip, headerOf(head.headers, 'authorization') ?? '');
+      if (admission.verdict === 'refused') {
+        if (head.upgrade) res.closeAfter();
+        res.problem(admission.code, admission.detail, { extra: { headers: admission.headers } });
+        return DISCARD;
+      }
+      if (!visitors.admit(client.ip)) {
+        if (head.upgrade) res.closeAfter();
+        countHttpAnswer(429);
+        res.problem('too-many-requests', `more than ${visitors.max} concurrent requests from ${client.ip} through this server; retry when some finish`, {
+          extra: { headers: { 'retry-after': '1' } },
+          html,
+        });
+        return DISCARD;
+      }
+      const colon = head.host!.lastIndexOf(':');
+      const publicHost = colon > 0 && !head.host!.endsWith(']') ? head.host!.slice(0, colon) : head.host!;
+      const visitor = new TunnelVisitor(conn, res, head, html, publicHost);
+      serveVisitor(visitor, head, client, id, openAnywhere, admission.verdict === 'drop-authorization');
+      // After the hand-over: the mesh may have replaced onDone, and a 404 is over already.
+      visitors.track(client.ip, visitor);
+      return visitor;
     },
     onMain(msg) {
       switch (msg.type) {

@@ -1,6 +1,6 @@
 import type { ResetCode, ResponseHead } from '../protocol/frames.js';
 
-// A stream has two ends: the visitor side (a uWS HTTP response, a TCP socket, or a proxy for a
+// A stream has two ends: the visitor side (a visitor's HTTP connection, a TCP socket, or a proxy for a
 // visitor on another shard) and the tunnel side (a stream on a control connection).
 //
 //   visitor adapter ──Upstream──▶ tunnel side ──frames──▶ burrow client ──▶ local service
@@ -26,7 +26,7 @@ export interface Upstream {
   fault?(err: unknown): void;
 }
 
-/** Tunnel side → visitor adapter. `data` views are only valid during the call. */
+/** Tunnel side → visitor adapter. `data` views are of buffers nobody reuses (they may be kept). */
 export interface Downstream {
   response(head: ResponseHead): void;
   data(bytes: Uint8Array): void;

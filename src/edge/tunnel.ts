@@ -105,9 +105,12 @@ export class TunnelStream implements Upstream {
     if (this.kind === 'tcp') return this.violation('a response head on a tcp stream');
     if (this.responded) return this.violation('a second response head');
     if (head.status === 101 && this.kind !== 'upgrade') return this.violation('status 101 as the response to a plain request');
-    // Interim answers (100, 102, 103) are the origin's to send and the visitor's to do without:
-    // they are not relayed, and the final head still follows.
-    if (head.status < 200 && head.status !== 101) return;
+    // Interim answers are the origin's to send and the visitor's to do without: only 100
+    // Continue goes on (to a visitor that asked for it); the final head still follows.
+    if (head.status < 200 && head.status !== 101) {
+      if (head.status === 100 && this.kind === 'http') this.down.response(head);
+      return;
+    }
     this.responded = true;
     this.down.response(head);
   }

@@ -1,6 +1,3 @@
-import type { HttpResponse } from '@trufflesuite/uws-js-unofficial';
-import { writeProblem } from '../http/uws.js';
-import { countHttpAnswer } from './metrics.js';
 
 // Per-visitor-IP concurrency at the edge. A tunnel's streams share its client's connection
 // and the local service: without a bound, one address that opens hundreds of requests and
@@ -23,17 +20,10 @@ export class VisitorLimit {
 
   constructor(readonly max: number) {}
 
-  /** Counts a request of `ip`, or answers 429 and returns false when `ip` is at the bound. */
-  admit(ip: string, res: HttpResponse, html = false): boolean {
+  /** Counts a request of `ip`; false (the caller answers 429) when `ip` is at the bound. */
+  admit(ip: string): boolean {
     const n = this.perIp.get(ip) ?? 0;
-    if (n >= this.max) {
-      countHttpAnswer(429);
-      writeProblem(res, 'too-many-requests', `more than ${this.max} concurrent requests from ${ip} through this server; retry when some finish`, {
-        extra: { headers: { 'retry-after': '1' } },
-        html,
-      });
-      return false;
-    }
+    if (n >= this.max) return false;
     this.perIp.set(ip, n + 1);
     this.inflight++;
     return true;

@@ -73,18 +73,42 @@ export function peerAddress(res: HttpResponse): string | null {
 }
 
 /**
- * The client of this request, or null when the connection broke the listener's rules (no PROXY
- * header where one is expected). `req` is read synchronously (uWS: valid only in the callback).
- * From a trusted proxy, the client is the right-most X-Forwarded-For entry that is not itself a
- * trusted proxy (entries further left were written by whoever the client is, so they prove nothing).
+ * The client of a uWS request (the management API, behind the front): null when the connection
+ * broke the listener's rules (no PROXY header). `req` is read synchronously (uWS: valid only in
+ * the callback). The front joins every X-Forwarded-For line into one before relaying.
  */
 export function clientAddress(res: HttpResponse, req: HttpRequest): ClientAddress | null {
   const peer = peerAddress(res);
   if (peer === null) return null;
+  return resolveClient(peer, [req.getHeader('x-forwarded-for')], req.getHeader('x-forwarded-proto'));
+}
+
+/**
+ * The client of a request the front parsed: `headers` flat [name, value, ...] as sent. Every
+ * X-Forwarded-For line counts (a proxy may add a line of its own rather than append to the
+ * client's), and the last X-Forwarded-Proto line is the nearest proxy's.
+ */
+export function clientOfHeaders(peer: string, headers: readonly string[]): ClientAddress {
+  if (!trusted.has(peer)) return { ip: peer, peer, forwardedFor: peer, proto: policy.tls ? 'https' : 'http' };
+  const xff: string[] = [];
+  let proto = '';
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i]!;
+    if (name.length === 15 && name.toLowerCase() === 'x-forwarded-for') xff.push(headers[i + 1]!);
+    else if (name.length === 17 && name.toLowerCase() === 'x-forwarded-proto') proto = headers[i + 1]!;
+  }
+  return resolveClient(peer, xff, proto);
+}
+
+/**
+ * From a trusted proxy, the client is the right-most X-Forwarded-For entry that is not itself a
+ * trusted proxy (entries further left were written by whoever the client is, so they prove
+ * nothing). `xffLines` are the header's lines in order, read as one list.
+ */
+function resolveClient(peer: string, xffLines: readonly string[], protoClaim: string): ClientAddress {
   const own = policy.tls ? 'https' : 'http';
   if (!trusted.has(peer)) return { ip: peer, peer, forwardedFor: peer, proto: own };
-  const xff = req.getHeader('x-forwarded-for');
-  const hops = xff === '' ? [] : xff.split(',').map((s) => s.trim());
+  const hops = xffLines.flatMap((line) => (line === '' ? [] : line.split(',').map((s) => s.trim())));
   let ip = peer;
   for (let i = hops.length - 1; i >= 0; i--) {
     const hop = canonicalIp(hops[i]!);
@@ -92,9 +116,9 @@ export function clientAddress(res: HttpResponse, req: HttpRequest): ClientAddres
     ip = hop;
     if (!trusted.has(hop)) break;
   }
-  const claimed = req.getHeader('x-forwarded-proto').trim().toLowerCase();
+  const claimed = protoClaim.trim().toLowerCase();
   const proto = claimed === 'https' || claimed === 'http' ? claimed : own;
-  // Kept as sent (bounded: uWS limits header size), with the peer appended, as proxies do.
+  // Kept as sent (bounded by the head limit), with the peer appended, as proxies do.
   const forwardedFor = hops.length > 0 ? `${hops.join(', ')}, ${peer}` : peer;
   return { ip, peer, forwardedFor, proto };
 }

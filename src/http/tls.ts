@@ -1,14 +1,11 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { createSecureContext } from 'node:tls';
-import type { AppOptions, TemplatedApp } from '@trufflesuite/uws-js-unofficial';
+import { createSecureContext, type SecureContext } from 'node:tls';
 import type { TlsConfig } from '../config.js';
-import type { Uws } from './uws-loader.js';
 
-// TLS on the one port (uWS SSLApp). Certificates are files: --tls-cert/--tls-key is the default
-// (no SNI, or a name no pair matches), --tls-dir adds NAME.crt/NAME.key pairs served for the SNI
-// name NAME (wildcards like *.example.org allowed). SIGHUP rebuilds the App from the files and
-// lets it take the port (ARCHITECTURE.md "TLS"), so routes are recorded once and replayed.
+// TLS on the one port, ended by the front (node:tls). Certificates are files: --tls-cert/--tls-key
+// is the default (no SNI, or a name no pair matches), --tls-dir adds NAME.crt/NAME.key pairs served
+// for the SNI name NAME (wildcards like *.example.org allowed). SIGHUP reads them again.
 
 export interface CertPair {
   /** null: the default certificate. */
@@ -67,58 +64,30 @@ function checkPair(p: CertPair): void {
   }
 }
 
-function optionsOf(p: CertPair): AppOptions {
-  return { cert_file_name: p.certFile, key_file_name: p.keyFile };
-}
-
-type RouteMethod = 'get' | 'post' | 'put' | 'del' | 'patch' | 'head' | 'options' | 'any' | 'connect' | 'trace' | 'ws';
-const METHODS: RouteMethod[] = ['get', 'post', 'put', 'del', 'patch', 'head', 'options', 'any', 'connect', 'trace', 'ws'];
-
 /**
- * Stands in for the App while features install their routes, and replays them on every App built
- * later: the first one, each SNI name's router (uWS keeps one per server name), and the App a
- * certificate reload builds.
+ * The TLS contexts of the front, chosen per handshake by SNI: an exact --tls-dir name, then a
+ * wildcard one, then the default (--tls-cert). SIGHUP swaps the whole set at once.
  */
-export class RouteRecorder {
-  private readonly calls: [RouteMethod, unknown[]][] = [];
-  readonly app: TemplatedApp;
+export class SniContexts {
+  private contexts = new Map<string, SecureContext>();
 
-  constructor() {
-    const target: Record<string, unknown> = {};
-    for (const m of METHODS) {
-      target[m] = (...args: unknown[]) => {
-        this.calls.push([m, args]);
-        return this.app;
-      };
-    }
-    this.app = target as unknown as TemplatedApp;
+  constructor(pairs: CertPair[]) {
+    this.set(pairs);
   }
 
-  replay(app: TemplatedApp): void {
-    for (const [m, args] of this.calls) (app[m] as (...a: unknown[]) => unknown).apply(app, args);
+  /** New handshakes get these; connections already open keep theirs. */
+  set(pairs: CertPair[]): void {
+    const contexts = new Map<string, SecureContext>();
+    for (const p of pairs) contexts.set(p.serverName ?? '', createSecureContext({ cert: readFileSync(p.certFile), key: readFileSync(p.keyFile), minVersion: 'TLSv1.2' }));
+    this.contexts = contexts;
   }
-}
 
-/**
- * A plain App (no TLS) or an SSLApp with every certificate, all carrying the recorded routes.
- * `withServerNames` false leaves the SNI pairs out (uWS prints two debug lines on stdout for each
- * name it routes, so the first App of a start skips them until burrowd has written its own lines).
- */
-export function buildApp(uws: Uws, routes: RouteRecorder, pairs: CertPair[] | null, withServerNames = true): TemplatedApp {
-  if (pairs === null) {
-    const app = uws.App();
-    routes.replay(app);
-    return app;
+  contextFor(name: string): SecureContext {
+    const n = name.toLowerCase();
+    const exact = n === '' ? undefined : this.contexts.get(n);
+    if (exact) return exact;
+    const dot = n.indexOf('.');
+    const wildcard = dot > 0 ? this.contexts.get(`*${n.slice(dot)}`) : undefined;
+    return wildcard ?? this.contexts.get('')!;
   }
-  const [main, ...named] = pairs;
-  const app = uws.SSLApp(optionsOf(main!));
-  routes.replay(app);
-  if (!withServerNames || named.length === 0) return app;
-  for (const p of named) {
-    app.addServerName(p.serverName!, optionsOf(p));
-    app.domain(p.serverName!);
-    routes.replay(app);
-  }
-  app.domain(''); // back to the default router (no server name is empty)
-  return app;
 }

@@ -1,10 +1,11 @@
-import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket, WebSocket } from '@trufflesuite/uws-js-unofficial';
-import { STATUS_CODES } from 'node:http';
-import { ApiError, problemOf, unavailableError, type ProblemCode } from '../errors.js';
+import type { HttpRequest, HttpResponse, TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unofficial';
+import { ApiError, unavailableError, type ProblemCode } from '../errors.js';
 import { isDatabaseDown } from '../db/sql.js';
 import type { Logger } from '../log.js';
-import { problemPage } from './problem-page.js';
+import { problemReply, renderProblem, statusLine, type Reply } from './problem.js';
 import { clientAddress, type ClientAddress } from './client-address.js';
+
+export { problemReply, statusLine, type Reply };
 
 // The only file that touches uWS HttpRequest/HttpResponse for buffered (non-streaming)
 // routes. uWS rules this file keeps so no handler has to:
@@ -26,30 +27,7 @@ export interface RequestData {
   body: Buffer;
 }
 
-export interface Reply {
-  status: number;
-  headers?: Record<string, string>;
-  body?: string | Buffer;
-}
-
 export type RouteHandler = (req: RequestData) => Promise<Reply> | Reply;
-
-/** Hands a request to someone else before any parsing (public tunnel traffic by Host). */
-export type HostDispatch = (res: HttpResponse, req: HttpRequest) => boolean;
-
-/** The status line for any status (a tunnel's local service may answer with any). */
-export function statusLine(status: number): string {
-  return `${status} ${STATUS_CODES[status] ?? 'Status'}`;
-}
-
-export function problemReply(code: ProblemCode, detail: string, extra?: Pick<ApiError, 'errors' | 'headers'>): Reply {
-  const body = problemOf(code, detail, extra?.errors);
-  return {
-    status: body.status,
-    headers: { 'content-type': 'application/problem+json', ...extra?.headers },
-    body: JSON.stringify(body),
-  };
-}
 
 /**
  * Answers problem+json on a raw uWS response (tunnel traffic, refusals outside the router): the
@@ -64,14 +42,9 @@ export function writeProblem(
   detail: string,
   opts: { extra?: Pick<ApiError, 'errors' | 'headers'>; status?: number; closeConnection?: boolean; html?: boolean } = {},
 ): void {
-  const reply = problemReply(code, detail, opts.extra);
-  if (opts.html) {
-    const problem = problemOf(code, detail);
-    reply.headers = { ...reply.headers, 'content-type': 'text/html; charset=utf-8' };
-    reply.body = problemPage(opts.status ? { ...problem, status: opts.status } : problem);
-  }
+  const reply = renderProblem(code, detail, opts);
   res.cork(() => {
-    res.writeStatus(statusLine(opts.status ?? reply.status));
+    res.writeStatus(statusLine(reply.status));
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
     res.end(reply.body, opts.closeConnection);
   });
@@ -111,7 +84,6 @@ export interface HttpServer {
   inflight: Inflight;
   log: Logger;
   maxBodyBytes: number;
-  dispatch?: HostDispatch;
 }
 
 type Method = 'get' | 'post' | 'put' | 'del' | 'patch' | 'head' | 'options' | 'any';
@@ -133,7 +105,6 @@ export function requireClientAddress(res: HttpResponse, req: HttpRequest): Clien
 export function route(server: HttpServer, method: Method, pattern: string, paramCount: number, handler: RouteHandler): void {
   const callback = (res: HttpResponse, req: HttpRequest): void => {
     if (refuseBadFraming(res, req)) return;
-    if (server.dispatch?.(res, req)) return;
     const address = requireClientAddress(res, req);
     if (address === null) return;
     serve(server, res, req, paramCount, handler, address);
@@ -368,20 +339,4 @@ export function closeListen(uws: { us_listen_socket_close(s: us_listen_socket): 
 /** Closes the App's listen sockets and every connection (present in the binary, missing from its typings). */
 export function closeApp(app: TemplatedApp): void {
   (app as TemplatedApp & { close(): void }).close();
-}
-
-/** A topic nothing publishes to (see `keepLongSendsWhole`). */
-const NEVER_PUBLISHED = 'burrow/never-published';
-
-/**
- * uWS 20.30 sends a WebSocket message of 16 KiB or more on a plain (non-TLS) socket with one
- * writev, and when the kernel takes no more than the frame header (its send buffer is full) it
- * keeps only the rest of the header: the payload is lost, the peer reads the next message as
- * this one's body and the connection fails (upstream WebSocket.h, "Special path for long sends").
- * A slow tunnel client over plain HTTP, or any peer behind a unix socket, hits it. A socket that
- * subscribes to a topic takes the general path instead, which buffers what the kernel did not take.
- * Used for control connections only (edge/upgrade.ts says why not for visitor WebSockets).
- */
-export function keepLongSendsWhole(ws: WebSocket<unknown>): void {
-  ws.subscribe(NEVER_PUBLISHED);
 }

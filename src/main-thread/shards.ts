@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { MessageChannel, Worker } from 'node:worker_threads';
 import { Mailbox, mailboxOfWorker } from '../actors/actor.js';
 import type { MainToShard, ShardToMain } from '../protocol/messages.js';
@@ -38,8 +41,8 @@ export class ShardSupervisor {
   private readonly shards: (Shard | undefined)[] = [];
   private readonly restarts: number[] = [];
   private port = 0;
-  /** --proxy-protocol: shard i listens on frontPaths[i] behind main's ProxyFront. */
-  private frontPaths: string[] | null = null;
+  /** Shard i's uWS App (the management API) listens on apiPaths[i], behind its front. */
+  private apiPaths: string[] = [];
   private stopping = false;
 
   constructor(
@@ -49,13 +52,10 @@ export class ShardSupervisor {
     private readonly events: ShardEvents,
   ) {}
 
-  /**
-   * Starts every shard on the one (fixed) port; they share it through SO_REUSEPORT. With
-   * `frontPaths`, each listens on its unix socket instead and `port` is the front's.
-   */
-  async start(port: number, frontPaths: string[] | null = null): Promise<number> {
+  /** Starts every shard on the one (fixed) port; they share it through SO_REUSEPORT. */
+  async start(port: number, apiPaths: string[]): Promise<number> {
     this.port = port;
-    this.frontPaths = frontPaths;
+    this.apiPaths = apiPaths;
     await Promise.all(Array.from({ length: this.config.workers }, (_, i) => this.spawn(i, port, true)));
     return this.port;
   }
@@ -112,7 +112,7 @@ export class ShardSupervisor {
   }
 
   private spawn(index: number, port: number, first = false): Promise<number> {
-    const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port, deferServerNames: first, frontPath: this.frontPaths?.[index] ?? null };
+    const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port, apiPath: this.apiPaths[index]! };
     const worker = new Worker(new URL('../edge/shard-worker.js', import.meta.url), { workerData: data, name: `shard-${index}` });
     const mailbox = mailboxOfWorker<MainToShard, ShardToMain>(worker);
     const shard: Shard = { index, worker, mailbox, ready: false, stopping: false };
@@ -171,4 +171,16 @@ export class ShardSupervisor {
       other.mailbox.attach('peer', port2, { shard: shard.index });
     }
   }
+}
+
+/**
+ * The shards' API sockets, in a directory only this user can enter (a local process must not
+ * forge client addresses with a PROXY header): one path per shard, and `remove` for the end.
+ */
+export function shardSockets(workers: number): { paths: string[]; remove: () => void } {
+  const dir = mkdtempSync(join(tmpdir(), 'burrowd-api-'));
+  return {
+    paths: Array.from({ length: workers }, (_, i) => join(dir, `shard-${i}.sock`)),
+    remove: () => rmSync(dir, { recursive: true, force: true }),
+  };
 }

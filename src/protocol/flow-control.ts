@@ -17,7 +17,7 @@ import { CREDIT_BATCH_BYTES, INITIAL_WINDOW_BYTES } from './frames.js';
 // StreamEnds is the one end/reset state machine of a stream: each direction ends once (End),
 // the stream is over when both did or at the first Reset, and it is over exactly once.
 
-/** What a window pauses: a socket, a uWS response, an undici handler. */
+/** What a window pauses: a socket, a visitor connection's reading, an undici handler. */
 export interface Source {
   pause(): void;
   resume(): void;

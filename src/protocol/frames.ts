@@ -483,8 +483,8 @@ function checkFrame(a: unknown[]): void {
 
 /**
  * Decodes one frame and checks every field's type, range and length (never trust the peer:
- * what passes here cannot make a handler throw). Bin payloads are views into `bytes`: consume
- * them before `bytes` is reused (uWS reuses message buffers after the callback).
+ * what passes here cannot make a handler throw). Bin payloads are views into `bytes` (a message
+ * buffer nobody reuses, so a view may be kept).
  */
 export function decodeFrame(bytes: Uint8Array): Frame {
   if (bytes.byteLength > MAX_FRAME_BYTES) throw new FrameError(`frame of ${bytes.byteLength} bytes is over ${MAX_FRAME_BYTES}`);

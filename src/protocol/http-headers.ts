@@ -29,30 +29,37 @@ export interface ForwardedFrom {
 }
 
 /**
- * Request headers toward the local service, in arrival order. uWS hands names in lower case
- * (HTTP/1.1 names are case-insensitive); order is kept. `upgrade` keeps Connection/Upgrade so
- * the local service sees the handshake.
+ * Request headers toward the local service, in arrival order with the visitor's case. `upgrade`
+ * keeps Connection/Upgrade so the local service sees the handshake. `host`: the request's
+ * authority (an absolute-form target's overrides the Host header, RFC 9112 §3.2.2).
  */
-export function requestHeaders(raw: string[], client: ForwardedFrom, upgrade: boolean): string[] {
+export function requestHeaders(raw: readonly string[], client: ForwardedFrom, upgrade: boolean, host: string | null = null): string[] {
   let connection: string | undefined;
-  let host = '';
   for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i] === 'connection') connection = raw[i + 1];
-    else if (raw[i] === 'host') host = raw[i + 1]!;
+    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection}, ${raw[i + 1]}`;
   }
   const listed = connectionTokens(connection);
   const out: string[] = [];
+  let sawHost = false;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
-    if (FORWARDED.has(name)) continue;
-    if (upgrade && (name === 'connection' || name === 'upgrade')) {
+    const lower = name.toLowerCase();
+    if (FORWARDED.has(lower)) continue;
+    if (lower === 'host') {
+      if (sawHost) continue;
+      sawHost = true;
+      out.push(name, host ?? raw[i + 1]!);
+      continue;
+    }
+    if (upgrade && (lower === 'connection' || lower === 'upgrade')) {
       out.push(name, raw[i + 1]!);
       continue;
     }
-    if (HOP_BY_HOP.has(name) || (listed?.has(name) && !NOT_DROPPABLE.has(name))) continue;
+    if (HOP_BY_HOP.has(lower) || (listed?.has(lower) && !NOT_DROPPABLE.has(lower))) continue;
     out.push(name, raw[i + 1]!);
   }
-  out.push('x-forwarded-for', client.forwardedFor, 'x-forwarded-proto', client.proto, 'x-forwarded-host', host, 'x-real-ip', client.ip);
+  if (!sawHost && host !== null) out.unshift('Host', host);
+  out.push('x-forwarded-for', client.forwardedFor, 'x-forwarded-proto', client.proto, 'x-forwarded-host', host ?? '', 'x-real-ip', client.ip);
   return out;
 }
 
@@ -80,7 +87,7 @@ const LINE_BREAKING = /[\r\n\0]/;
 
 /**
  * Why a response head from a tunnel client cannot be written to a visitor, or null when it can.
- * uWS writes names and values as given, so this is the only guard against a client (or its local
+ * The front writes names and values as given, so this is the only guard against a client (or its local
  * service) forging a second response or headers with CR/LF.
  */
 export function invalidResponseHead(status: unknown, headers: string[]): string | null {
@@ -94,4 +101,56 @@ export function invalidResponseHead(status: unknown, headers: string[]): string 
     if (LINE_BREAKING.test(value)) return `header ${JSON.stringify(name)} has a CR, LF or NUL in its value`;
   }
   return null;
+}
+
+/**
+ * A tunnel's response headers as the visitor gets them, or why they cannot be (a string):
+ * hop-by-hop fields dropped again (the client is untrusted), one Content-Length at most (equal
+ * repeats fold, RFC 9110 §8.6), and Set-Cookie kept host-only (below).
+ */
+export function tunnelResponseHeaders(raw: readonly string[], tunnelHost: string): { headers: string[]; contentLength: number | null } | string {
+  let contentLength: number | null = null;
+  const headers: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const name = raw[i]!;
+    const lower = name.toLowerCase();
+    if (lower === 'content-length') {
+      const v = raw[i + 1]!.trim();
+      if (!/^\d{1,15}$/.test(v)) return `Content-Length ${JSON.stringify(v.slice(0, 32))} is not a length`;
+      const n = Number(v);
+      if (contentLength !== null && contentLength !== n) return 'two different Content-Length values';
+      contentLength = n;
+      continue;
+    }
+    if (HOP_BY_HOP.has(lower)) continue;
+    if (lower === 'set-cookie') {
+      headers.push(name, hostOnlyCookie(raw[i + 1]!, tunnelHost));
+      continue;
+    }
+    headers.push(name, raw[i + 1]!);
+  }
+  return { headers, contentLength };
+}
+
+/**
+ * Drops a Set-Cookie `Domain=` that names the server's domain or a parent of it: such a cookie
+ * would reach every other tunnel (cookie tossing between tunnels). Without it the cookie is
+ * host-only, for the tunnel that set it.
+ */
+export function hostOnlyCookie(value: string, tunnelHost: string): string {
+  if (!/;\s*domain\s*=/i.test(value)) return value;
+  const parts = value.split(';');
+  const kept = [parts[0]!];
+  const own = tunnelHost.toLowerCase();
+  for (const part of parts.slice(1)) {
+    const m = /^\s*domain\s*=\s*\.?([^\s]*)\s*$/i.exec(part);
+    if (m) {
+      const d = m[1]!.toLowerCase();
+      // Its own host (or a name below it) stays; the domain, a parent of it, or another host
+      // (which browsers refuse anyway) goes.
+      if (d !== own && !d.endsWith(`.${own}`)) continue;
+    }
+    kept.push(part);
+  }
+  return kept.join(';');
 }

@@ -1,8 +1,7 @@
-// RFC 6455 framing, the one codec behind both raw-socket WebSocket ends: the tunnel client's
-// control socket (client/ws-client.ts) and the edge's relay of a visitor's WebSocket to the
-// local service (edge/upgrade.ts). Both of those are the *client* side of the framing (they
-// receive unmasked server frames and send masked ones), but the decoder takes the expected
-// masking as a parameter so either side can use it.
+// RFC 6455 framing, the one codec behind both ends of the control WebSocket: the tunnel
+// client's (client/ws-client.ts) and the edge's (edge/control.ts), both through
+// protocol/ws-connection.ts. The decoder takes the expected masking as a parameter: a client
+// receives unmasked server frames and sends masked ones, a server the other way round.
 //
 // Outgoing masked frames use an all-zero masking key: masking exists to stop browsers' scripts
 // from poisoning proxy caches; a zero key is valid framing and saves an XOR pass and a copy

@@ -5,7 +5,6 @@ import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { exchange, parseResponses, sequence } from '../tunnel/raw-http.js';
-import { knownBuildFlaw, loadUws } from '../../src/http/uws-loader.js';
 
 // HTTP/1.1 at the API's edge, with raw sockets: HEAD, Connection: close, bodies over the
 // limit, Content-Length framing this uWS build cannot carry.
@@ -118,7 +117,8 @@ test('after a 413 the server keeps reading the body: a client still uploading se
           pump();
         }
       });
-      s.on('end', () => (serverEnded = true));
+      // A FIN once the whole body is in is the close the 413 announced: only one before counts.
+      s.on('end', () => (serverEnded = sent < n));
       s.on('error', (e: NodeJS.ErrnoException) => {
         error = e.code ?? e.message;
         done();
@@ -198,7 +198,8 @@ test('Content-Length of 10 digits or more: 413 with a detail, not a bare reset',
     assert.is(r.header('content-type')[0], 'application/problem+json');
     const p = JSON.parse(r.body.toString()) as { type: string; detail: string };
     assert.is(p.type, '/problems/payload-too-large');
-    assert.ok(p.detail.includes(cl), p.detail);
+    // Past 2^64 llhttp itself stops at the header: the detail names it, not the digits.
+    assert.ok(cl.length === 20 ? /Content-Length/.test(p.detail) : p.detail.includes(cl), p.detail);
   }
   // 999,999,999 is still within what uWS frames: the ordinary limit answers (its end waits for
   // the body, which never comes here).
@@ -215,11 +216,17 @@ test('malformed or conflicting Content-Length: 400', async () => {
   }
 });
 
-test('the uWS 20.30 build is warned about once at start-up (its chunk-extension misparse)', () => {
-  const flaw = knownBuildFlaw(loadUws());
-  const warnings = server.stderr().split('\n').filter((l) => l.includes('misparses chunk extensions'));
-  assert.is(warnings.length, flaw ? 1 : 0, server.stderr().slice(0, 500));
-  if (flaw) assert.is((JSON.parse(warnings[0]!) as { level: number }).level, 40);
+test('a chunk extension in an API body is ignored, and the request pipelined after it is answered on its own', async () => {
+  const body = JSON.stringify({ name: 'chunk-ext' });
+  const post =
+    `POST /api/v1/keys HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer ${server.adminKey}\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n` +
+    `${body.length.toString(16)};a=b\r\n${body}\r\n0\r\n\r\n`;
+  const x = await exchange(server.port, post + get('/healthz'), { expect: 2 });
+  assert.is(x.responses.length, 2, x.text);
+  assert.is(x.responses[0]!.status, 201, x.text);
+  assert.is((JSON.parse(x.responses[0]!.body.toString()) as { info: { name: string } }).info.name, 'chunk-ext');
+  assert.is(x.responses[1]!.status, 200);
+  assert.is(x.responses[1]!.body.toString(), '{"status":"ok"}');
 });
 
 test.run();

@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import { encodeProxyV2, parseProxyHeader, V2_MAX, type ProxyParse } from '../../src/protocol/proxy-header.js';
 
-// The PROXY header parser of the --proxy-protocol front (main-thread/proxy-front.ts): every byte
+// The PROXY header parser of the --proxy-protocol front (edge/front.ts): every byte
 // is a balancer's (or an attacker's who reaches the port), so besides the formats themselves:
 // whatever the input, the parser answers (never throws), a header never claims more bytes than it
 // was given or than the limits, and feeding the same bytes in pieces changes nothing.

@@ -104,7 +104,7 @@ export function exchange(port: number, bytes: string | Buffer, opts: { expect?: 
 
 /**
  * Requests one after another on one connection, each written once the previous answer is
- * complete (uWS closes a connection whose requests are pipelined while an answer is pending).
+ * complete (a client that does not pipeline).
  */
 export function sequence(port: number, steps: { bytes: string | Buffer; head?: boolean }[], ms = 10_000): Promise<{ responses: RawResponse[]; text: string }> {
   return withDeadline(
@@ -156,6 +156,7 @@ export function rawOrigin(answer: (req: OriginRequest) => string | Buffer): Prom
     s.on('close', () => sockets.delete(s));
     s.on('error', () => undefined);
     let buf = Buffer.alloc(0);
+    const continued = new Set<string>();
     s.on('data', (d: Buffer) => {
       buf = Buffer.concat([buf, d]);
       for (;;) {
@@ -163,6 +164,11 @@ export function rawOrigin(answer: (req: OriginRequest) => string | Buffer): Prom
         if (end < 0) return;
         const head = buf.subarray(0, end + 4).toString('latin1');
         const lower = head.toLowerCase();
+        // As real origins do: the go-ahead for a client waiting on Expect, once per request.
+        if (/\r\nexpect:\s*100-continue/.test(lower) && !continued.has(head)) {
+          continued.add(head);
+          s.write('HTTP/1.1 100 Continue\r\n\r\n');
+        }
         let p = end + 4;
         let body = Buffer.alloc(0);
         const cl = /\r\ncontent-length:\s*(\d+)/.exec(lower);

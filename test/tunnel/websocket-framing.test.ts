@@ -8,8 +8,9 @@ import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { WsClient } from '../../src/client/ws-client.js';
 import { WS_OP, encodeClosePayload, encodeWsFrame } from '../../src/protocol/ws-frames.js';
 
-// A local service that breaks RFC 6455 framing after its 101: the edge's relay must fail the
-// visitor's WebSocket with the matching close code, not relay the frame or drop the socket.
+// After a 101 the edge is a byte relay: whatever the local service sends, even framing that
+// breaks RFC 6455, reaches the visitor byte for byte, and it is the visitor's WebSocket that
+// fails with the matching close code. The edge never re-frames (and so never holds a message).
 
 let server: TestServer;
 let client: TunnelClient;
@@ -59,8 +60,35 @@ test.after(async () => {
   await server?.stop();
 });
 
-for (const [path, { code }] of Object.entries(CASES)) {
-  test(`a local service's bad frame (${path.slice(1)}) closes the visitor with ${code}`, async () => {
+for (const [path, { bytes }] of Object.entries(CASES)) {
+  test(`a local service's bad frame (${path.slice(1)}) reaches the visitor byte for byte after the 101`, async () => {
+    const got = await withDeadline(
+      new Promise<Buffer>((resolve, reject) => {
+        let buf = Buffer.alloc(0);
+        const s = net.connect(server.port, '127.0.0.1', () =>
+          s.write(`GET ${path} HTTP/1.1\r\nHost: framing.localhost:${server.port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n`),
+        );
+        s.on('data', (d: Buffer) => {
+          buf = Buffer.concat([buf, d]);
+          const end = buf.indexOf('\r\n\r\n');
+          if (end >= 0 && buf.length >= end + 4 + bytes.length) {
+            s.destroy();
+            resolve(buf);
+          }
+        });
+        s.on('error', reject);
+      }),
+      10_000,
+      'relayed bytes',
+    );
+    const end = got.indexOf('\r\n\r\n');
+    assert.match(got.subarray(0, end).toString('latin1'), /^HTTP\/1\.1 101 /);
+    assert.equal([...got.subarray(end + 4)], [...bytes]);
+  });
+}
+
+for (const [path, { code }] of Object.entries(CASES).filter(([p]) => p !== '/too-big')) {
+  test(`a local service's bad frame (${path.slice(1)}): the visitor's own WebSocket fails with ${code}`, async () => {
     const ws = await WsClient.connect(`${server.url}${path}`, { host: `framing.localhost:${server.port}` }, 32 * 1024 * 1024, 5_000);
     const messages: Buffer[] = [];
     ws.on('message', (m) => messages.push(m));

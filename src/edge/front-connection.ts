@@ -1,0 +1,314 @@
+import type { Socket } from 'node:net';
+import type { Logger } from '../log.js';
+import type { ProblemCode } from '../errors.js';
+import { clientOfHeaders, type ClientAddress } from '../http/client-address.js';
+import { prefersHtml } from '../http/problem-page.js';
+import { RequestParser, type RequestHead } from './http1-parser.js';
+import { VisitorResponse, type ResponseSink } from './visitor-response.js';
+
+// One public connection on the front: requests parsed by llhttp (http1-parser.ts), answered
+// strictly one at a time and in order, whoever answers them.
+//
+//   socket ─data─▶ parser ─head─▶ FrontHost.exchange(): a tunnel (ingress.ts), the API (api-relay.ts),
+//                          │                            the control WebSocket (control.ts), or a refusal
+//                          ├─body/end─▶ that exchange
+//                          └─paused (message complete) ─▶ wait for the response, then the next request
+//
+// The parser stops after each complete request, so pipelined requests wait (as bytes, one read
+// at most: the socket stops reading meanwhile) until the one before is answered, and a request
+// body is read only while its exchange takes it (the tunnel's credit window pauses the socket).
+
+/** A request head must arrive whole within this long of its first byte (slowloris). */
+const HEAD_TIMEOUT_MS = 10_000;
+/** A keep-alive connection between requests, or a request body that stopped, ends after this. */
+const IDLE_TIMEOUT_MS = 60_000;
+/** After a refusal that closes, what the visitor still sends is read and dropped this long at most. */
+const LINGER_MS = 5_000;
+
+/** Who serves one request. The connection calls these in order: body* then end, or abort. */
+export interface Exchange {
+  requestBody(chunk: Buffer): void;
+  requestEnd(trailers: string[]): void;
+  /** An upgrade request's head was read: the exchange owns the socket from now on, with `rest` its first bytes. */
+  upgraded?(rest: Buffer): void;
+  /** The visitor went away, or the request broke off (a parse error mid-body). */
+  abort(): void;
+}
+
+/** What the shard provides to the front's connections. */
+export interface FrontHost {
+  log: Logger;
+  /** Picks who serves this request; it may answer `response` itself at once. */
+  exchange(conn: FrontConnection, head: RequestHead, response: VisitorResponse): Exchange;
+}
+
+/** Discards a request body (its answer was given without it). */
+export const DISCARD: Exchange = { requestBody() {}, requestEnd() {}, abort() {} };
+
+export class FrontConnection implements ResponseSink {
+  private readonly parser: RequestParser;
+  private exchange: Exchange | null = null;
+  private response: VisitorResponse | null = null;
+  /** Bytes read but not parsed yet: the next pipelined request(s), waiting for this answer. */
+  private pending: Buffer | null = null;
+  /** The current request was read whole (the parser is paused until its answer is written). */
+  private requestComplete = false;
+  private inParser = false;
+  private driving = false;
+  /** The current request's answer is on the wire. */
+  private responseDone = false;
+  /** The connection is ending: nothing more is parsed. */
+  private ended = false;
+  /** The visitor sent its FIN (the socket is half-open): answers still due go out, then we end too. */
+  private peerEnded = false;
+  /** Reading stops while the tunnel has no credit for more request body. */
+  private creditBlocked = false;
+  /** The socket was handed to someone else (a WebSocket, an upgraded relay). */
+  private detached = false;
+  private closing = false;
+  private headTimer: NodeJS.Timeout | null = null;
+  private corked = false;
+  private readonly uncork = (): void => {
+    this.corked = false;
+    this.socket.uncork();
+  };
+
+  constructor(
+    readonly socket: Socket,
+    /** The peer's address (the PROXY header's source under --proxy-protocol). */
+    readonly peer: string,
+    private readonly host: FrontHost,
+  ) {
+    this.parser = new RequestParser({
+      head: (h) => this.onHead(h),
+      body: (chunk) => this.exchange?.requestBody(chunk),
+      end: (trailers) => this.onRequestEnd(trailers),
+    });
+    socket.setNoDelay(true);
+    socket.setTimeout(IDLE_TIMEOUT_MS, () => this.onTimeout());
+    socket.on('data', this.onData);
+    socket.on('end', () => this.onEnd());
+    socket.on('error', () => undefined);
+    socket.on('close', () => this.onClose());
+  }
+
+  /** The client of a request on this connection (--trust-proxy reads its forwarding headers). */
+  clientOf(head: RequestHead): ClientAddress {
+    return clientOfHeaders(this.peer, head.headers);
+  }
+
+  /** Writes of one loop turn leave in one send (setImmediate: after every read of the turn). */
+  corkTurn(): void {
+    if (this.corked) return;
+    this.corked = true;
+    this.socket.cork();
+    setImmediate(this.uncork);
+  }
+
+  /** Stops or restarts reading the request body for the tunnel's credit window. */
+  setCreditBlocked(blocked: boolean): void {
+    this.creditBlocked = blocked;
+    this.updateReading();
+  }
+
+  /** The exchange takes the socket over (after an upgrade's 101 or a WebSocket handshake). */
+  detach(): void {
+    this.detached = true;
+    this.clearHeadTimer();
+    this.socket.off('data', this.onData);
+    this.socket.setTimeout(0);
+    this.parser.close();
+  }
+
+  private readonly onData = (chunk: Buffer): void => {
+    if (this.headTimer === null && this.exchange === null && !this.closing) {
+      this.headTimer = setTimeout(() => this.onHeadTimeout(), HEAD_TIMEOUT_MS);
+    }
+    this.pending = this.pending === null ? chunk : Buffer.concat([this.pending, chunk]);
+    this.drive();
+  };
+
+  /** Parses what is pending while the current exchange lets it. */
+  private drive(): void {
+    if (this.driving) return;
+    this.driving = true;
+    try {
+      while (this.pending !== null && !this.requestComplete && !this.ended && !this.detached) {
+        const data = this.pending;
+        this.pending = null;
+        this.inParser = true;
+        let r;
+        try {
+          r = this.parser.execute(data);
+        } finally {
+          this.inParser = false;
+        }
+        if (this.detached) return;
+        if (r.kind === 'error') return this.refuse(r.status, r.reason);
+        if (r.kind === 'upgrade') {
+          // Refused at its head (access rules, limits): nothing switches; the answer ends it.
+          if (this.responseDone) {
+            this.closing = true;
+            this.advance();
+            break;
+          }
+          const rest = data.subarray(r.consumed);
+          const ex = this.exchange;
+          if (ex?.upgraded) ex.upgraded(rest);
+          else this.refuse(400, 'this request cannot switch protocols here');
+          return;
+        }
+        if (r.kind === 'paused') {
+          const rest = data.subarray(r.consumed);
+          if (rest.byteLength > 0) this.pending = rest;
+          // Answered already (a refusal, a fast answer): the next request goes now.
+          if (this.responseDone) this.advance();
+        }
+      }
+    } finally {
+      this.driving = false;
+    }
+    this.updateReading();
+  }
+
+  private updateReading(): void {
+    if (this.detached || this.socket.destroyed) return;
+    const hold = this.creditBlocked || ((this.requestComplete || this.ended) && this.pending !== null);
+    if (hold) this.socket.pause();
+    else this.socket.resume();
+  }
+
+  private onHead(head: RequestHead): void {
+    this.clearHeadTimer();
+    this.socket.setTimeout(IDLE_TIMEOUT_MS);
+    const response = new VisitorResponse(this, head.method, head.versionMinor, head.keepAlive);
+    this.response = response;
+    if (this.closing) {
+      this.exchange = DISCARD;
+      return;
+    }
+    this.exchange = this.host.exchange(this, head, response);
+  }
+
+  private onRequestEnd(trailers: string[]): void {
+    this.requestComplete = true;
+    // Waiting for the answer (a long poll, an event stream) is not idleness.
+    if (!this.responseDone) this.socket.setTimeout(0);
+    this.exchange?.requestEnd(trailers);
+  }
+
+  /** VisitorResponse: the answer is on the wire. */
+  responded(keepAlive: boolean): void {
+    if (!keepAlive) this.closing = true;
+    this.responseDone = true;
+    // Inside the parser, drive() advances when execute returns; before the request is read
+    // whole, the rest of its body is still read (and dropped by a finished exchange).
+    if (!this.requestComplete || this.inParser) return;
+    this.advance();
+    this.drive();
+  }
+
+  /** Request read and answered: the next one, or the end of the connection. */
+  private advance(): void {
+    this.exchange = null;
+    this.response = null;
+    this.requestComplete = false;
+    this.responseDone = false;
+    this.creditBlocked = false;
+    if (this.closing || (this.peerEnded && this.pending === null)) {
+      this.ended = true;
+      this.socket.end();
+      return;
+    }
+    this.socket.setTimeout(IDLE_TIMEOUT_MS);
+    this.parser.resume();
+  }
+
+  /** The visitor's FIN: a request cut short is aborted; requests read whole are still answered. */
+  private onEnd(): void {
+    if (this.detached) return;
+    this.peerEnded = true;
+    if (this.exchange !== null && !this.requestComplete) {
+      const ex = this.exchange;
+      this.exchange = null;
+      ex.abort();
+      this.socket.destroy();
+      return;
+    }
+    if (this.exchange === null && this.pending === null) {
+      this.ended = true;
+      this.socket.end();
+    }
+  }
+
+  /**
+   * A request the parser refused: its status at once with `Connection: close`, unless an
+   * answer already started (then the connection just ends). What reached a tunnel is reset.
+   */
+  private refuse(status: RefusalStatus, reason: string): void {
+    this.host.log.debug({ peer: this.peer, status, reason }, 'refused a malformed request');
+    const ex = this.exchange;
+    this.exchange = DISCARD;
+    ex?.abort();
+    const started = this.response?.started ?? false;
+    if (started) return void this.socket.destroy();
+    const response = new VisitorResponse(this, 'GET', 1, false);
+    this.response = response;
+    this.responseDone = false;
+    this.requestComplete = true;
+    this.closing = true;
+    response.problem(REFUSAL_PROBLEM[status], reason);
+    // What the visitor still sends is read and dropped for a while, so it reads the answer
+    // rather than a reset; then the connection ends.
+    this.detach();
+    this.socket.on('data', () => undefined);
+    this.socket.resume();
+    setTimeout(() => this.socket.destroy(), LINGER_MS).unref();
+  }
+
+  private clearHeadTimer(): void {
+    if (this.headTimer) clearTimeout(this.headTimer);
+    this.headTimer = null;
+  }
+
+  private onHeadTimeout(): void {
+    this.headTimer = null;
+    if (this.exchange === null && !this.detached) this.refuse(408, `the request head did not arrive within ${HEAD_TIMEOUT_MS / 1000} s`);
+  }
+
+  private onTimeout(): void {
+    if (this.detached) return;
+    const ex = this.exchange;
+    this.exchange = null;
+    ex?.abort();
+    this.socket.destroy();
+  }
+
+  private onClose(): void {
+    this.clearHeadTimer();
+    if (!this.detached) this.parser.close();
+    const ex = this.exchange;
+    this.exchange = null;
+    if (ex && !(this.requestComplete && this.responseDone)) ex.abort();
+  }
+
+  /** True when a browser asked (errors as an HTML page). */
+  static wantsHtml(head: RequestHead): boolean {
+    return prefersHtml(headerOf(head.headers, 'accept') ?? undefined);
+  }
+}
+
+type RefusalStatus = 400 | 408 | 413 | 414 | 431 | 501 | 502 | 505;
+/** The problem code of each status the front refuses a request with. */
+const REFUSAL_PROBLEM: Record<RefusalStatus, ProblemCode> = {
+  400: 'bad-request', 408: 'request-timeout', 413: 'payload-too-large', 414: 'uri-too-long', 431: 'header-too-large', 501: 'not-implemented', 502: 'bad-gateway', 505: 'http-version',
+};
+
+/** The first value of header `lower` (a lower-case name) in a flat list, or null. */
+export function headerOf(headers: readonly string[], lower: string): string | null {
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i]!;
+    if (name.length === lower.length && name.toLowerCase() === lower) return headers[i + 1]!;
+  }
+  return null;
+}

@@ -1,0 +1,170 @@
+import net from 'node:net';
+import tls from 'node:tls';
+import { createRequire } from 'node:module';
+import type { Logger } from '../log.js';
+import { canonicalIp } from '../http/client-address.js';
+import type { SniContexts } from '../http/tls.js';
+import { CidrSet } from '../protocol/cidr.js';
+import { parseProxyHeader, V2_MAX } from '../protocol/proxy-header.js';
+import { DISCARD, FrontConnection, type FrontHost } from './front-connection.js';
+
+// The public port of one shard: node:net (node:tls with --tls-cert), shared by every shard
+// through SO_REUSEPORT, so the kernel spreads connections over the shards' loops.
+//
+//   kernel ─accept─▶ [PROXY header (--proxy-protocol)] ─▶ [TLS: SNI context] ─▶ FrontConnection
+//
+// SO_REUSEPORT: `reusePort: true` on Node ≥ 22.12; on older Node a descriptor made by
+// node-unix-socket's createReuseportFd is passed to listen({ fd }) (Node has no other way to set
+// the option, and worker threads cannot share a listening handle).
+
+/** A PROXY header must arrive within this long, and a TLS handshake finish within the same again. */
+const HANDSHAKE_TIMEOUT_MS = 5_000;
+
+/** Answers every request of a connection that sent no PROXY header where one is expected. */
+const NO_PROXY_HEADER = (log: Logger): FrontHost => ({
+  log,
+  exchange(_conn, _head, res) {
+    res.closeAfter();
+    res.problem('bad-request', 'this listener expects a PROXY protocol header (--proxy-protocol) before the request');
+    return DISCARD;
+  },
+});
+
+export interface FrontOptions {
+  host: string;
+  port: number;
+  /** TLS contexts (--tls-cert, --tls-dir), or null for plain HTTP. */
+  tls: SniContexts | null;
+  /** --proxy-protocol: each connection starts with a PROXY v1/v2 header naming the client. */
+  proxyProtocol: boolean;
+  /** --proxy-protocol-from: the peers allowed to send one (empty: any). */
+  proxyFrom?: CidrSet;
+  log: Logger;
+  host_: FrontHost;
+}
+
+/** True where Node's listen() takes `reusePort` (22.12 and later). */
+function nativeReusePort(): boolean {
+  const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
+  return major > 22 || (major === 22 && minor >= 12);
+}
+
+export class Front {
+  private readonly server: net.Server;
+  private readonly live = new Set<net.Socket>();
+
+  private constructor(private readonly opts: FrontOptions) {
+    this.server = net.createServer({ noDelay: true, allowHalfOpen: true }, (socket) => this.accept(socket));
+    this.server.on('error', (err) => opts.log.error({ err }, 'public listener failed'));
+  }
+
+  /** Listens on host:port beside the other shards; the port must be fixed (main picks it). */
+  static listen(opts: FrontOptions): Promise<Front> {
+    const front = new Front(opts);
+    return new Promise((resolve, reject) => {
+      const done = (): void => {
+        front.server.off('error', reject);
+        resolve(front);
+      };
+      front.server.once('error', reject);
+      if (nativeReusePort()) {
+        front.server.listen({ host: opts.host, port: opts.port, backlog: 4096, reusePort: true } as net.ListenOptions, done);
+        return;
+      }
+      let fd: number;
+      try {
+        const { createReuseportFd } = createRequire(import.meta.url)('node-unix-socket') as { createReuseportFd(port: number, host: string): number };
+        fd = createReuseportFd(opts.port, opts.host);
+      } catch (err) {
+        reject(err as Error);
+        return;
+      }
+      front.server.listen({ fd, backlog: 4096 }, done);
+    });
+  }
+
+  get port(): number {
+    return (this.server.address() as net.AddressInfo).port;
+  }
+
+  /** Stops accepting (a drain); open connections go on until they end. */
+  stopAccepting(): void {
+    this.server.close();
+  }
+
+  /** Every connection at once (the end of a shutdown). */
+  destroyAll(): void {
+    for (const s of this.live) s.destroy();
+  }
+
+  get connections(): number {
+    return this.live.size;
+  }
+
+  private accept(socket: net.Socket): void {
+    this.live.add(socket);
+    socket.on('close', () => this.live.delete(socket));
+    socket.on('error', () => socket.destroy());
+    const peer = canonicalIp(socket.remoteAddress ?? '');
+    if (!this.opts.proxyProtocol) return this.secure(socket, peer);
+    if (this.opts.proxyFrom && !this.opts.proxyFrom.empty && !this.opts.proxyFrom.has(peer)) {
+      this.opts.log.debug({ peer }, 'PROXY header from a peer not in --proxy-protocol-from: closed');
+      return void socket.destroy();
+    }
+    this.readProxyHeader(socket, peer);
+  }
+
+  /** --proxy-protocol: the client's address is the header's; the TLS or HTTP bytes follow it. */
+  private readProxyHeader(socket: net.Socket, peer: string): void {
+    let seen: Buffer = Buffer.alloc(0);
+    const timer = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
+    socket.once('close', () => clearTimeout(timer));
+    const onData = (chunk: Buffer): void => {
+      seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
+      const parsed = parseProxyHeader(seen.subarray(0, V2_MAX));
+      if (parsed.kind === 'more') return;
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.pause();
+      if (parsed.kind === 'invalid') {
+        // debug, not info: anyone who reaches the port can send these.
+        this.opts.log.debug({ peer, why: parsed.why }, 'malformed PROXY header: connection closed');
+        return void socket.destroy();
+      }
+      // No header at all: whatever it sends is answered 400 (its client address is unknown).
+      const rest = parsed.kind === 'header' ? seen.subarray(parsed.length) : seen;
+      if (rest.length > 0) socket.unshift(rest);
+      if (parsed.kind === 'none') return this.secure(socket, peer, NO_PROXY_HEADER(this.opts.log));
+      this.secure(socket, parsed.source ? canonicalIp(parsed.source.ip) : peer);
+    };
+    socket.on('data', onData);
+  }
+
+  private secure(socket: net.Socket, peer: string, host: FrontHost = this.opts.host_): void {
+    const contexts = this.opts.tls;
+    if (!contexts) {
+      new FrontConnection(socket, peer, host);
+      socket.resume();
+      return;
+    }
+    const secure = new tls.TLSSocket(socket, {
+      isServer: true,
+      secureContext: contexts.contextFor(''),
+      SNICallback: (name, cb) => cb(null, contexts.contextFor(name)),
+      ALPNProtocols: ['http/1.1'],
+    });
+    this.live.add(secure);
+    secure.on('close', () => this.live.delete(secure));
+    const timer = setTimeout(() => secure.destroy(), HANDSHAKE_TIMEOUT_MS);
+    secure.on('error', () => {
+      clearTimeout(timer);
+      secure.destroy();
+    });
+    secure.once('secure', () => {
+      clearTimeout(timer);
+      new FrontConnection(secure, peer, host);
+    });
+    // The TLS layer reads the raw socket itself (bytes a PROXY header read left were taken in
+    // by the TLSSocket's constructor): resuming the raw socket here would steal them.
+  }
+}

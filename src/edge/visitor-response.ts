@@ -1,0 +1,185 @@
+import type { Socket } from 'node:net';
+import type { ApiError, ProblemCode } from '../errors.js';
+import { renderProblem, statusLine } from '../http/problem.js';
+
+// One response on a visitor's connection: the only writer of HTTP framing toward the public
+// side. Whoever produces the response (a tunnel's client, the API behind the front, a refusal
+// of the front's own) hands it a status, headers and body bytes; this decides the framing from
+// the request (method, HTTP version, keep-alive) and the response (status, Content-Length):
+//
+//   bodiless (HEAD, 1xx, 204, 304)  head only; HEAD and 304 keep the origin's Content-Length
+//   Content-Length n                 exactly n body bytes (more: cut, and the connection closes)
+//   none, HTTP/1.1 visitor           Transfer-Encoding: chunked (the origin's framing is not kept)
+//   none, HTTP/1.0 visitor           close-delimited: the connection ends with the body
+//
+// Headers come filtered of hop-by-hop fields by the producer; framing fields are dropped here
+// again whatever it sent, so no producer can give the visitor a second framing.
+
+const CRLF = '\r\n';
+const LAST_CHUNK = Buffer.from('0\r\n\r\n');
+
+/** Fields this writer owns: the producer's values never reach the visitor. */
+const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'trailer', 'upgrade']);
+
+/** What the connection does once a response is written (FrontConnection implements it). */
+export interface ResponseSink {
+  readonly socket: Socket;
+  /** Joins this loop turn's writes into one send. */
+  corkTurn(): void;
+  /** The response is complete on the wire: keep the connection for the next request, or close it. */
+  responded(keepAlive: boolean): void;
+}
+
+export class VisitorResponse {
+  /** The status line was written (no other response may start). */
+  started = false;
+  finished = false;
+  /** The connection closes after this response (the request asked, or the framing needs it). */
+  private keepAlive: boolean;
+  private mode: 'none' | 'length' | 'chunked' | 'close' = 'none';
+  private remaining = 0;
+  status = 0;
+
+  constructor(
+    private readonly sink: ResponseSink,
+    readonly method: string,
+    readonly versionMinor: 0 | 1,
+    requestKeepAlive: boolean,
+  ) {
+    this.keepAlive = requestKeepAlive;
+  }
+
+  /** Closes the connection after this response whatever the request asked (an upgrade declined, an error). */
+  closeAfter(): void {
+    this.keepAlive = false;
+  }
+
+  /**
+   * Writes the status line and headers. `headers` flat [name, value, ...], already checked to
+   * be tokens and values without CR/LF/NUL. `contentLength`: the body's declared length, or null.
+   */
+  head(status: number, headers: readonly string[], contentLength: number | null): void {
+    if (this.started) return;
+    this.started = true;
+    this.status = status;
+    const bodiless = this.method === 'HEAD' || status === 204 || status === 304 || status < 200;
+    let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
+    for (let i = 0; i < headers.length; i += 2) {
+      const name = headers[i]!;
+      if (FRAMING.has(name.toLowerCase())) continue;
+      text += `${name}: ${headers[i + 1]}${CRLF}`;
+    }
+    if (bodiless) {
+      this.mode = 'none';
+      if (contentLength !== null && status !== 204 && status >= 200) text += `Content-Length: ${contentLength}${CRLF}`;
+    } else if (contentLength !== null) {
+      this.mode = 'length';
+      this.remaining = contentLength;
+      text += `Content-Length: ${contentLength}${CRLF}`;
+    } else if (this.versionMinor === 1) {
+      this.mode = 'chunked';
+      text += `Transfer-Encoding: chunked${CRLF}`;
+    } else {
+      this.mode = 'close';
+      this.keepAlive = false;
+    }
+    if (!this.keepAlive) text += `Connection: close${CRLF}`;
+    else if (this.versionMinor === 0) text += `Connection: keep-alive${CRLF}`;
+    this.sink.corkTurn();
+    this.sink.socket.write(text + CRLF, 'latin1');
+    if (this.mode === 'none' || (this.mode === 'length' && this.remaining === 0)) this.complete();
+  }
+
+  /** An interim answer (100 Continue, 103 Early Hints) before the final one. */
+  interim(status: number, headers: readonly string[]): void {
+    if (this.started || this.versionMinor === 0) return;
+    let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
+    for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!.toLowerCase())) text += `${headers[i]}: ${headers[i + 1]}${CRLF}`;
+    this.sink.corkTurn();
+    this.sink.socket.write(text + CRLF, 'latin1');
+  }
+
+  /**
+   * Body bytes (kept by reference: callers hand buffers nobody reuses). Returns what
+   * socket.write returned (false: wait for 'drain' before counting them consumed); bytes a
+   * bodiless response cannot carry are dropped and count as taken.
+   */
+  body(bytes: Uint8Array): boolean {
+    if (this.finished || bytes.byteLength === 0) return true;
+    const socket = this.sink.socket;
+    this.sink.corkTurn();
+    switch (this.mode) {
+      case 'none':
+        return true;
+      case 'length': {
+        // More than declared would be read as the next response: cut, and close after.
+        const n = Math.min(bytes.byteLength, this.remaining);
+        if (n < bytes.byteLength) this.keepAlive = false;
+        this.remaining -= n;
+        const ok = socket.write(n === bytes.byteLength ? bytes : bytes.subarray(0, n));
+        if (this.remaining === 0) this.complete();
+        return ok;
+      }
+      case 'chunked':
+        socket.write(`${bytes.byteLength.toString(16)}${CRLF}`, 'latin1');
+        socket.write(bytes);
+        return socket.write(CRLF, 'latin1');
+      case 'close':
+        return socket.write(bytes);
+    }
+  }
+
+  /** The producer has no more body. `trailers` (chunked only) as flat pairs, already checked. */
+  end(trailers: readonly string[] = []): void {
+    if (this.finished || !this.started) return;
+    switch (this.mode) {
+      case 'length':
+        // Fewer bytes than declared: the visitor can only learn it from the connection closing.
+        this.sink.socket.destroy();
+        this.finished = true;
+        return;
+      case 'chunked': {
+        this.sink.corkTurn();
+        if (trailers.length === 0) this.sink.socket.write(LAST_CHUNK);
+        else {
+          let text = `0${CRLF}`;
+          for (let i = 0; i < trailers.length; i += 2) if (!FRAMING.has(trailers[i]!.toLowerCase())) text += `${trailers[i]}: ${trailers[i + 1]}${CRLF}`;
+          this.sink.socket.write(text + CRLF, 'latin1');
+        }
+        break;
+      }
+      case 'none':
+      case 'close':
+        break;
+    }
+    this.complete();
+  }
+
+  /** A whole short answer of the front's own (a refusal, a problem). */
+  reply(status: number, headers: Record<string, string>, body: string | Buffer): void {
+    const bytes = typeof body === 'string' ? Buffer.from(body) : body;
+    const flat: string[] = [];
+    for (const [k, v] of Object.entries(headers)) flat.push(k, v);
+    this.head(status, flat, bytes.byteLength);
+    if (!this.finished) this.body(bytes);
+  }
+
+  /** A problem+json answer (or its HTML page for a browser), rendered by the one renderer. */
+  problem(code: ProblemCode, detail: string, opts: { extra?: Pick<ApiError, 'errors' | 'headers'>; html?: boolean; status?: number } = {}): void {
+    const r = renderProblem(code, detail, opts);
+    this.reply(r.status, r.headers ?? {}, r.body ?? '');
+  }
+
+  /** The response cannot be finished (its producer failed after the head): the connection ends. */
+  abort(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.sink.socket.destroy();
+  }
+
+  private complete(): void {
+    if (this.finished) return;
+    this.finished = true;
+    this.sink.responded(this.keepAlive);
+  }
+}
