@@ -124,8 +124,9 @@ export async function lockLinkableUserByEmail(tx: Sql, email: string): Promise<L
 }
 
 /** A new member user made by a login. */
-export async function insertLoginUser(sql: Sql, u: { email: string; name: string; avatarUrl: string | null }): Promise<LoginUserRow> {
-  const [r] = await sql<LoginUserRow[]>`insert into users (email, name, avatar_url) values (${u.email}, ${u.name}, ${u.avatarUrl})
+export async function insertLoginUser(sql: Sql, u: { email: string; name: string; avatarUrl: string | null; deactivated?: boolean }): Promise<LoginUserRow> {
+  const deactivatedAt = u.deactivated ? new Date() : null;
+  const [r] = await sql<LoginUserRow[]>`insert into users (email, name, avatar_url, deactivated_at) values (${u.email}, ${u.name}, ${u.avatarUrl}, ${deactivatedAt})
       returning id, email, role, deactivated_at`;
   return r!;
 }

@@ -8,7 +8,7 @@ import { GithubProvider } from './github.js';
 import { OidcProvider } from './oidc.js';
 import { LoginFailure, type LoginProvider } from './provider.js';
 import { createLoginCode, savePendingLogin, takeLoginCode, takePendingLogin } from './pending.js';
-import { userForIdentity } from './link.js';
+import { SignupClosed, userForIdentity } from './link.js';
 import { getUser } from '../../db/users.js';
 import { CHALLENGE_RE, VERIFIER_RE, randomToken, verifierMatches } from './secrets.js';
 import { PAGE_HEADERS, RETRY_HINT, pageReply, redirectReply } from './pages.js';
@@ -34,7 +34,7 @@ const BOTH_SCOPES = ['tunnels', 'management'] as const;
 /** The configured providers by name; throws with an operator-facing message if one is unusable. */
 export function buildProviders(config: Config): Map<string, LoginProvider> {
   const providers = new Map<string, LoginProvider>();
-  if (config.github) providers.set('github', new GithubProvider(config.github, config.baseUrl));
+  if (config.github) providers.set('github', new GithubProvider(config.github, config.baseUrl, config.signup.githubAllowedOrgs));
   if (config.oidc) providers.set(config.oidc.name, new OidcProvider(config.oidc, config.baseUrl));
   return providers;
 }
@@ -158,10 +158,24 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
 
   // The state is spent: from here on every outcome goes back to the CLI, which is waiting.
   try {
-    const user = await userForIdentity(ctx.sql, provider.name, { ...who, email: who.email }, ctx.config.initialAdminEmail);
+    const policy = ctx.config.signup;
+    const domain = who.email.slice(who.email.lastIndexOf('@') + 1).toLowerCase();
+    if (policy.allowedEmailDomains.length > 0 && !(who.emailVerified && policy.allowedEmailDomains.includes(domain))) {
+      ctx.log.info({ provider: provider.name, verified: who.emailVerified }, 'browser login refused: email domain not allowed');
+      return toCliError(cli, 'access_denied', `This server admits only verified email addresses in ${policy.allowedEmailDomains.join(', ')}; ${provider.name} gave ${plain(who.email, 320)}${who.emailVerified ? '' : ' (not verified)'}.`);
+    }
+    let user;
+    try {
+      user = await userForIdentity(ctx.sql, provider.name, { ...who, email: who.email }, ctx.config.initialAdminEmail, policy.mode);
+    } catch (err) {
+      if (!(err instanceof SignupClosed)) throw err;
+      ctx.log.info({ provider: provider.name }, 'browser login refused: sign-up is closed');
+      return toCliError(cli, 'access_denied', `Sign-up is closed on this server: there is no burrow account for ${plain(who.email, 320)}. Ask an administrator to create one.`);
+    }
     if (user.roleChanged) await invalidateKeys(ctx, [], [user.id]);
     ctx.log.info({ provider: provider.name, userId: user.id, how: user.how, role: user.role }, 'browser login: provider identity accepted');
     if (user.deactivated) {
+      if (user.how === 'created') return toCliError(cli, 'access_denied', `Your burrow account ${plain(user.email, 320)} was created and waits for an administrator to activate it (burrow users reactivate). Log in again once they have.`);
       return toCliError(cli, 'access_denied', `The burrow account ${plain(user.email, 320)} is deactivated. Ask a burrow administrator to reactivate it.`);
     }
     const code = await createLoginCode(ctx.sql, user.id, provider.name, pending.cliChallenge);
