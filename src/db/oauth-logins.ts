@@ -19,11 +19,17 @@ export async function countLivePendingLogins(sql: Sql): Promise<number> {
   return c!.n;
 }
 
-export async function insertPendingLogin(sql: Sql, stateHash: string, p: PendingLoginRow, ttlSecs: number): Promise<void> {
+/** Live pending logins started from one address group. */
+export async function countPendingLoginsFrom(sql: Sql, clientGroup: string): Promise<number> {
+  const [c] = await sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins where client_group = ${clientGroup} and expires_at > now()`;
+  return c!.n;
+}
+
+export async function insertPendingLogin(sql: Sql, stateHash: string, p: PendingLoginRow, ttlSecs: number, clientGroup: string): Promise<void> {
   await sql`insert into oauth_pending_logins
-      (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at)
+      (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at, client_group)
     values (${stateHash}, ${p.provider}, ${p.cli_port}, ${p.cli_challenge},
-      ${p.provider_verifier}, ${p.nonce}, now() + make_interval(secs => ${ttlSecs}))`;
+      ${p.provider_verifier}, ${p.nonce}, now() + make_interval(secs => ${ttlSecs}), ${clientGroup})`;
 }
 
 /** Deletes the pending login; returns it with whether it was still live, or null if unknown. */

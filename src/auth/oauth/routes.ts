@@ -102,7 +102,12 @@ async function authorize(ctx: ShardContext, providers: Map<string, LoginProvider
   const state = randomToken();
   const providerVerifier = client.randomPKCECodeVerifier();
   const nonce = provider.usesNonce ? randomToken() : null;
-  if (!(await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce }))) {
+  const saved = await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce }, req.ip);
+  if (saved === 'address') {
+    ctx.log.warn({ ip: req.ip }, 'browser login: too many logins in progress from one address');
+    return pageReply(429, 'Too many logins in progress', 'Too many logins were started from your address in the last 10 minutes.', 'Finish or abandon them, and try again in a few minutes.');
+  }
+  if (saved === 'server') {
     ctx.log.warn('browser login: too many logins in progress; refusing new ones until some expire');
     return pageReply(503, 'Too many logins in progress', 'This server is handling too many logins right now.', 'Try again in a few minutes.');
   }
