@@ -1,7 +1,7 @@
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
-import { closeOrphanedSessions } from '../db/sessions.js';
+import { closeOrphanedSessions, pruneClosedSessions } from '../db/sessions.js';
 import { keyLabel } from '../db/api-keys.js';
 import { getMembership, getTeam, memberTeamIdByName } from '../db/teams.js';
 import { getUser } from '../db/users.js';
@@ -59,6 +59,10 @@ interface Entry {
 }
 
 const CLOSE_TIMEOUT_MS = 5_000;
+/** --session-retention: how often closed sessions past it are deleted, and how many per statement. */
+const PRUNE_INTERVAL_MS = 10 * 60_000;
+const PRUNE_BATCH = 1_000;
+const RATE_WINDOW_MS = 60_000;
 const COUNTS_TIMEOUT_MS = 2_000;
 const ROUTE_ACK_TIMEOUT_MS = 2_000;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
@@ -73,6 +77,9 @@ export class RegistryActor {
   private readonly tunnels = new Map<string, Entry>();
   private readonly holds = new Map<string, Hold>();
   private readonly reservations = new Map<string, Reservation>();
+  /** Per user, when their recent Opens were admitted or refused (--max-registrations-per-minute). */
+  private readonly opens = new Map<string, number[]>();
+  private pruneTimer: NodeJS.Timeout | null = null;
   private readonly claims = new Map<number, PortClaim>();
   private nextClaim = 0;
   /** Bumped whenever memberships or users lose tunnels: an admission whose team check
@@ -100,10 +107,46 @@ export class RegistryActor {
     }
     for (const r of await listReservations(this.sql)) this.reservations.set(r.id, r);
     this.stats.start();
+    if (this.config.sessionRetentionSecs !== null) {
+      void this.prune();
+      this.pruneTimer = setInterval(() => void this.prune(), PRUNE_INTERVAL_MS).unref();
+    }
+  }
+
+  /** Deletes closed sessions older than --session-retention, a batch at a time. */
+  async prune(): Promise<number> {
+    const keep = this.config.sessionRetentionSecs;
+    if (keep === null) return 0;
+    let total = 0;
+    try {
+      for (;;) {
+        const n = await pruneClosedSessions(this.sql, keep, PRUNE_BATCH);
+        total += n;
+        if (n < PRUNE_BATCH) break;
+      }
+      if (total > 0) this.log.info({ deleted: total }, 'closed sessions past --session-retention deleted');
+    } catch (err) {
+      this.log.warn({ err }, 'pruning old sessions failed; next try later');
+    }
+    return total;
+  }
+
+  /** --max-registrations-per-minute: counts this Open, or refuses it (transient: the client backs off). */
+  private countOpen(userId: string): void {
+    const now = Date.now();
+    const recent = (this.opens.get(userId) ?? []).filter((t) => t > now - RATE_WINDOW_MS);
+    const max = this.config.maxRegistrationsPerMinute;
+    if (recent.length >= max) {
+      this.opens.set(userId, recent);
+      throw new ApiError('unavailable', `rate-limited: at most ${max} tunnel registrations per user per minute (max-registrations-per-minute); try again in ${Math.ceil((recent[0]! + RATE_WINDOW_MS - now) / 1000)} s`);
+    }
+    recent.push(now);
+    this.opens.set(userId, recent);
   }
 
   /** Shutdown: every session ends; final flush of counters. */
   async stop(): Promise<void> {
+    if (this.pruneTimer) clearInterval(this.pruneTimer);
     this.tunnels.clear();
     await this.stats.stop();
   }
@@ -267,6 +310,7 @@ export class RegistryActor {
   }
 
   private async admitOnce(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
+    this.countOpen(m.userId);
     if (m.id !== null) {
       const problem = tunnelIdProblem(m.id, this.config.domain);
       if (problem) throw new ApiError('bad-request', problem);
@@ -299,6 +343,13 @@ export class RegistryActor {
     // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
     // reservation and the grace hold decide.
     if (!old && claimProblem !== null) throw new ApiError('conflict', claimProblem);
+    if (!old) {
+      // A takeover replaces a tunnel of the user's; anything else adds one.
+      const max = this.config.maxTunnelsPerUser;
+      let held = 0;
+      for (const e of this.tunnels.values()) if (e.info.owner_id === m.userId) held++;
+      if (held >= max) throw new ApiError('forbidden', `limit reached: at most ${max} live tunnels per user (max-tunnels-per-user); you hold ${held}: close one first`);
+    }
     if (old) {
       // Same user: a reconnect whose old connection is stale (or a second client). The new
       // registration wins; the old one is told so and must not come back.
