@@ -27,6 +27,8 @@ export interface PendingLogin {
   cliChallenge: string;
   providerVerifier: string;
   nonce: string | null;
+  /** The CLI's own state for its loopback callback, echoed back to it (null: an older CLI). */
+  cliState: string | null;
 }
 
 /**
@@ -38,7 +40,7 @@ export async function savePendingLogin(sql: Sql, state: string, p: PendingLogin,
   // Sweep here rather than on a timer: logins are rare and the index makes this cheap.
   if ((await countLivePendingLogins(sql)) >= MAX_PENDING_LOGINS) return 'server';
   if ((await countPendingLoginsFrom(sql, group)) >= MAX_PENDING_LOGINS_PER_ADDRESS) return 'address';
-  const row = { provider: p.provider, cli_port: p.cliPort, cli_challenge: p.cliChallenge, provider_verifier: p.providerVerifier, nonce: p.nonce };
+  const row = { provider: p.provider, cli_port: p.cliPort, cli_challenge: p.cliChallenge, provider_verifier: p.providerVerifier, nonce: p.nonce, cli_state: p.cliState };
   await insertPendingLogin(sql, sha256Hex(state), row, PENDING_LOGIN_TTL_SECS, group);
   return 'ok';
 }
@@ -53,6 +55,7 @@ export async function takePendingLogin(sql: Sql, provider: string, state: string
     cliChallenge: r.cli_challenge,
     providerVerifier: r.provider_verifier,
     nonce: r.nonce,
+    cliState: r.cli_state,
   };
 }
 

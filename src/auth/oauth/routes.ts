@@ -102,7 +102,13 @@ async function authorize(ctx: ShardContext, providers: Map<string, LoginProvider
   const state = randomToken();
   const providerVerifier = client.randomPKCECodeVerifier();
   const nonce = provider.usesNonce ? randomToken() : null;
-  const saved = await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce }, req.ip);
+  // The CLI's own state (optional, for older CLIs): sent back with the code or the error, so the
+  // CLI can tell its login's callback from one another web page made its browser send.
+  const cliStateText = req.query.get('state');
+  if (cliStateText !== null && !CLI_STATE_RE.test(cliStateText)) {
+    return pageReply(400, 'Invalid login link', 'The state of this link must be 16-128 base64url characters.', 'Start the login with `burrow login` rather than opening this address by hand.');
+  }
+  const saved = await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce, cliState: cliStateText }, req.ip);
   if (saved === 'address') {
     ctx.log.warn({ ip: req.ip }, 'browser login: too many logins in progress from one address');
     return pageReply(429, 'Too many logins in progress', 'Too many logins were started from your address in the last 10 minutes.', 'Finish or abandon them, and try again in a few minutes.');
@@ -116,8 +122,17 @@ async function authorize(ctx: ShardContext, providers: Map<string, LoginProvider
 }
 
 /** Sends the browser back to the CLI's loopback listener with an OAuth-style error. */
-function toCliError(cliPort: number, code: string, description: string): Reply {
-  const u = new URL(`http://127.0.0.1:${cliPort}/callback`);
+const CLI_STATE_RE = /^[A-Za-z0-9_-]{16,128}$/;
+
+/** Where the login ends: the CLI's loopback listener, with its state when it sent one. */
+function cliCallback(cli: { cliPort: number; cliState: string | null }): URL {
+  const u = new URL(`http://127.0.0.1:${cli.cliPort}/callback`);
+  if (cli.cliState !== null) u.searchParams.set('state', cli.cliState);
+  return u;
+}
+
+function toCliError(cli: { cliPort: number; cliState: string | null }, code: string, description: string): Reply {
+  const u = cliCallback(cli);
   u.searchParams.set('error', code);
   u.searchParams.set('error_description', description);
   return redirectReply(u.toString());
@@ -134,7 +149,7 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
   if (!pending) {
     return pageReply(400, 'Login link expired or already used', 'Each login link works once, within 10 minutes.', RETRY_HINT);
   }
-  const cli = pending.cliPort;
+  const cli = pending;
 
   const providerError = req.query.get('error');
   if (providerError !== null) {
@@ -184,7 +199,9 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
       return toCliError(cli, 'access_denied', `The burrow account ${plain(user.email, 320)} is deactivated. Ask a burrow administrator to reactivate it.`);
     }
     const code = await createLoginCode(ctx.sql, user.id, provider.name, pending.cliChallenge);
-    return redirectReply(`http://127.0.0.1:${cli}/callback?code=${encodeURIComponent(code)}`);
+    const back = cliCallback(cli);
+    back.searchParams.set('code', code);
+    return redirectReply(back.toString());
   } catch (err) {
     ctx.log.error({ err, provider: provider.name }, 'browser login: could not record the login');
     return toCliError(cli, 'server_error', 'The server could not complete the login; its log says why.');
