@@ -1,5 +1,6 @@
 import type { Sql } from '../../db/sql.js';
 import type { Identity } from './provider.js';
+import { nameKey } from '../../names.js';
 import { countAccounts, findUserByAccount, insertAccount, refreshAccountEmail, type LoginUserRow } from '../../db/accounts.js';
 import { insertLoginUser, lockLinkableUserByEmail, promoteToAdmin, setAvatarIfMissing } from '../../db/users.js';
 
@@ -65,7 +66,7 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
     if (user) how = 'linked';
   }
   if (!user) {
-    const named = who.emailVerified && initialAdminEmail !== null && who.email.toLowerCase() === initialAdminEmail;
+    const named = who.emailVerified && initialAdminEmail !== null && nameKey(who.email) === nameKey(initialAdminEmail);
     if (signup === 'closed' && !named) throw new SignupClosed('sign-up is closed');
     user = await insertLoginUser(tx, { email: who.email, name: who.name, avatarUrl: who.avatarUrl, deactivated: signup === 'deactivated' && !named });
   } else if (who.avatarUrl) {
@@ -75,7 +76,7 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
   await insertAccount(tx, { userId: user.id, provider, subject: who.subject, email: who.email, emailVerified: who.emailVerified });
 
   let role = user.role;
-  const promote = earlierAccounts === 0 && who.emailVerified && initialAdminEmail !== null && who.email.toLowerCase() === initialAdminEmail && role !== 'admin';
+  const promote = earlierAccounts === 0 && who.emailVerified && initialAdminEmail !== null && nameKey(who.email) === nameKey(initialAdminEmail) && role !== 'admin';
   if (promote) {
     await promoteToAdmin(tx, user.id);
     role = 'admin';

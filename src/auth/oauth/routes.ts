@@ -9,6 +9,7 @@ import { OidcProvider } from './oidc.js';
 import { LoginFailure, type LoginProvider } from './provider.js';
 import { createLoginCode, savePendingLogin, takeLoginCode, takePendingLogin } from './pending.js';
 import { SignupClosed, userForIdentity } from './link.js';
+import { canonicalName, nameKey, nameProblem } from '../../names.js';
 import { getUser } from '../../db/users.js';
 import { CHALLENGE_RE, VERIFIER_RE, randomToken, verifierMatches } from './secrets.js';
 import { PAGE_HEADERS, RETRY_HINT, pageReply, redirectReply } from './pages.js';
@@ -179,18 +180,21 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
   // The state is spent: from here on every outcome goes back to the CLI, which is waiting.
   try {
     const policy = ctx.config.signup;
-    const domain = who.email.slice(who.email.lastIndexOf('@') + 1).toLowerCase();
+    const email = canonicalName(who.email);
+    const hidden = nameProblem(email, 'the email address');
+    if (hidden) return toCliError(cli, 'access_denied', `The login provider's ${hidden}; burrow refuses it.`);
+    const domain = nameKey(email.slice(email.lastIndexOf('@') + 1));
     if (policy.allowedEmailDomains.length > 0 && !(who.emailVerified && policy.allowedEmailDomains.includes(domain))) {
       ctx.log.info({ provider: provider.name, verified: who.emailVerified }, 'browser login refused: email domain not allowed');
-      return toCliError(cli, 'access_denied', `This server admits only verified email addresses in ${policy.allowedEmailDomains.join(', ')}; ${provider.name} gave ${plain(who.email, 320)}${who.emailVerified ? '' : ' (not verified)'}.`);
+      return toCliError(cli, 'access_denied', `This server admits only verified email addresses in ${policy.allowedEmailDomains.join(', ')}; ${provider.name} gave ${plain(email, 320)}${who.emailVerified ? '' : ' (not verified)'}.`);
     }
     let user;
     try {
-      user = await userForIdentity(ctx.sql, provider.name, { ...who, email: who.email }, ctx.config.initialAdminEmail, policy.mode);
+      user = await userForIdentity(ctx.sql, provider.name, { ...who, email }, ctx.config.initialAdminEmail, policy.mode);
     } catch (err) {
       if (!(err instanceof SignupClosed)) throw err;
       ctx.log.info({ provider: provider.name }, 'browser login refused: sign-up is closed');
-      return toCliError(cli, 'access_denied', `Sign-up is closed on this server: there is no burrow account for ${plain(who.email, 320)}. Ask an administrator to create one.`);
+      return toCliError(cli, 'access_denied', `Sign-up is closed on this server: there is no burrow account for ${plain(email, 320)}. Ask an administrator to create one.`);
     }
     if (user.roleChanged) await invalidateKeys(ctx, [], [user.id]);
     ctx.log.info({ provider: provider.name, userId: user.id, how: user.how, role: user.role }, 'browser login: provider identity accepted');
