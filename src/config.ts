@@ -75,6 +75,26 @@ export interface Config {
   proxyProtocol: boolean;
   /** --proxy-protocol-from: peers allowed to send a PROXY header (empty: any peer). */
   proxyProtocolFrom: Cidr[];
+  /** Seconds an id stays reserved for the user who last held it (0: none). */
+  idGraceSecs: number;
+  /** Live tunnels one user may hold over every connection and shard. */
+  maxTunnelsPerUser: number;
+  /** Opens one user may make per minute. */
+  maxRegistrationsPerMinute: number;
+  /** Closed sessions older than this are deleted (null: kept). */
+  sessionRetentionSecs: number | null;
+  /** Who may sign up and log in through a provider (src/auth/oauth/admission.ts). */
+  signup: SignupPolicy;
+}
+
+/** --signup, --github-allowed-orgs, --oauth-allowed-email-domains. */
+export interface SignupPolicy {
+  /** open: new users are created active; deactivated: created deactivated; closed: refused. */
+  mode: 'open' | 'deactivated' | 'closed';
+  /** GitHub org logins (lowercase); empty: any GitHub account. */
+  githubAllowedOrgs: string[];
+  /** Email domains (lowercase); empty: any. Verified emails only when set. */
+  allowedEmailDomains: string[];
 }
 
 function int(name: string, min: number, max: number) {
@@ -120,6 +140,19 @@ function cidrList(v: string): Cidr[] {
     });
 }
 
+// Returns 'off' rather than null (commander drops a null parse result for env values).
+function durationOrOff(v: string): number | 'off' {
+  return v === 'off' ? 'off' : duration(v);
+}
+
+function nameList(what: string, re: RegExp) {
+  return (v: string): string[] => {
+    const names = v.split(',').map((s) => s.trim().toLowerCase()).filter((s) => s !== '');
+    for (const n of names) if (!re.test(n)) throw new InvalidArgumentError(`"${n}" is not ${what}`);
+    return names;
+  };
+}
+
 function duration(v: string): number {
   const m = /^(\d+)(s|m|h|d)?$/.exec(v);
   if (!m) throw new InvalidArgumentError(`expected a duration like 90d, 12h or 3600 (seconds), got "${v}"`);
@@ -145,6 +178,13 @@ export function buildServerCommand(): Command {
     .addOption(opt('--workers <n>', 'shard worker threads').argParser(int('--workers', 1, 256)).default(availableParallelism(), 'CPU count'))
     .addOption(opt('--tcp-port-range <min-max|off>', 'ports TCP tunnels may take').argParser(portRange).default(portRange('20000-29999'), '20000-29999'))
     .addOption(opt('--max-tcp-ports-per-user <n>', 'TCP tunnel ports one user may hold at once (all connections), so one key cannot take the whole range').argParser(int('--max-tcp-ports-per-user', 1, 65535)).default(10))
+    .addOption(opt('--max-tunnels-per-user <n>', 'live tunnels one user may hold, over every connection and shard').argParser(int('--max-tunnels-per-user', 1, 1_000_000)).default(100))
+    .addOption(opt('--max-registrations-per-minute <n>', 'tunnel Opens one user may make per minute; more are refused (the client retries later)').argParser(int('--max-registrations-per-minute', 1, 1_000_000)).default(120))
+    .addOption(opt('--id-grace <duration>', 'a tunnel id stays reserved this long for the user who last held it (0: not at all); another user is refused').argParser(duration).default(86400, '24h'))
+    .addOption(opt('--session-retention <duration|off>', 'closed sessions older than this are deleted, in batches; off keeps them').argParser(durationOrOff).default(90 * 86400, '90d'))
+    .addOption(opt('--signup <mode>', 'a new user at browser login: open (created active), deactivated (created deactivated until an admin reactivates them), closed (refused: only users an admin created may log in)').choices(['open', 'deactivated', 'closed']).default('open'))
+    .addOption(opt('--github-allowed-orgs <orgs>', 'ORG[,ORG...]: only members of these GitHub organisations may log in through GitHub (asks for the read:org scope)').argParser(nameList('a GitHub organisation name', /^[a-z0-9](?:[a-z0-9-]{0,38})$/)))
+    .addOption(opt('--oauth-allowed-email-domains <domains>', 'D[,D...]: only verified emails in these domains may log in, through any provider').argParser(nameList('a domain name', /^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$/)))
     .addOption(opt('--seed-api-key', 'create the seed admin once; print its admin key (kept in the data dir, the same at every start) as the first stdout line').default(false))
     .addOption(opt('--initial-admin-email <email>', 'promote this user to admin at first OAuth login'))
     .addOption(opt('--github-client-id <id>', 'GitHub OAuth app client id', 'GITHUB_CLIENT_ID'))
@@ -230,10 +270,16 @@ export function configFromOptions(o: Opts): Config {
   const port = o.port as number;
   const domain = String(o.domain).toLowerCase();
   const baseUrl = (baseUrlFlag ?? defaultBaseUrl(tls !== null, domain, port)).replace(/\/$/, '');
+  let baseHost: string;
   try {
-    new URL(baseUrl);
+    baseHost = new URL(baseUrl).hostname.toLowerCase();
   } catch {
     throw new Error(`--base-url must be an absolute URL, got "${baseUrl}"`);
+  }
+  // <label>.<domain> is where a tunnel with id <label> is served: the API (and its login
+  // callbacks) there would be reachable by whoever registers that id, or shadow the tunnel.
+  if (baseHost.endsWith(`.${domain}`) && !baseHost.slice(0, -domain.length - 1).includes('.')) {
+    throw new Error(`--base-url host "${baseHost}" is a tunnel host (<id>.${domain}): use ${domain} itself or a name outside it`);
   }
   return Object.freeze({
     host: String(o.host),
@@ -263,6 +309,15 @@ export function configFromOptions(o: Opts): Config {
     trustProxy: (o.trustProxy as Cidr[] | undefined) ?? [],
     proxyProtocol,
     proxyProtocolFrom: (o.proxyProtocolFrom as Cidr[] | undefined) ?? [],
+    idGraceSecs: o.idGrace as number,
+    maxTunnelsPerUser: o.maxTunnelsPerUser as number,
+    maxRegistrationsPerMinute: o.maxRegistrationsPerMinute as number,
+    sessionRetentionSecs: o.sessionRetention === 'off' ? null : (o.sessionRetention as number),
+    signup: Object.freeze({
+      mode: o.signup as SignupPolicy['mode'],
+      githubAllowedOrgs: (o.githubAllowedOrgs as string[] | undefined) ?? [],
+      allowedEmailDomains: (o.oauthAllowedEmailDomains as string[] | undefined) ?? [],
+    }),
   });
 }
 

@@ -20,6 +20,7 @@ import { ServerMetrics } from './main-thread/metrics.js';
 import { listenMetrics, type MetricsListener } from './main-thread/metrics-listener.js';
 import { RegistryActor } from './main-thread/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
+import { addressGroup } from './protocol/cidr.js';
 import { INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
 import { ensureSeedKey, seedKeyHint, type SeedKey } from './seed-key.js';
 import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js';
@@ -147,7 +148,7 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
     case 'verify-key':
       return verifyKey(msg);
     case 'auth-failure':
-      limiter.fail(msg.ip);
+      limiter.fail(addressGroup(msg.ip));
       metrics.authFailed();
       return undefined;
     case 'auth-blocks':
@@ -169,17 +170,20 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
 
 /** Counts the attempt as pending before it is verified, so concurrent guesses cannot overrun the limit. */
 async function verifyKey(msg: Extract<ShardToMain, { type: 'verify-key' }>): Promise<KeyVerdict> {
-  const admission = limiter.admit(msg.ip, msg.prefix);
+  // IPv6 clients count by /64: one host usually holds a whole /64 (README "Server flags").
+  const who = addressGroup(msg.ip);
+  const admission = limiter.admit(who, msg.prefix);
   if (!admission.admitted) return { verdict: 'limited', kind: admission.kind, retryAfterS: admission.retryAfterS };
   let valid = false;
   try {
-    valid = await jobs.verify(msg.hash, msg.secret, msg.ip);
+    valid = await jobs.verify(msg.hash, msg.secret, who, limiter.isTrusted(who, msg.prefix));
   } catch (err) {
-    limiter.settle(msg.ip, msg.prefix, 'none');
+    // Unverified because the queue was full: a failure of this address all the same.
+    limiter.settle(who, msg.prefix, err instanceof ApiError && err.code === 'unavailable' ? 'dropped' : 'none');
     if (err instanceof ApiError && err.code === 'unavailable') return { verdict: 'busy' };
     throw err;
   }
-  limiter.settle(msg.ip, msg.prefix, valid ? 'valid' : 'invalid');
+  limiter.settle(who, msg.prefix, valid ? 'valid' : 'invalid');
   if (!valid) metrics.authFailed();
   return { verdict: valid ? 'valid' : 'invalid' };
 }

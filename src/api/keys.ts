@@ -43,6 +43,11 @@ async function issueFor({ shard, principal, body }: ApiCall<Static<typeof Create
     expiresAt = new Date(body.expires_at);
     if (expiresAt.getTime() <= Date.now()) throw new ApiError('bad-request', `expires_at ${body.expires_at} is in the past`);
   }
+  // A key cannot mint one that outlives it (a short-lived CI key must not leave a permanent one
+  // behind): no expiry, or a later one, becomes the creator's. Only an admin's key without
+  // expiry creates keys without that bound.
+  const creatorEndsMs = principal.keyExpiresAtMs;
+  if (creatorEndsMs !== null && (expiresAt === null || expiresAt.getTime() > creatorEndsMs)) expiresAt = new Date(creatorEndsMs);
   return issueKey(shard, { userId, name: body.name.trim(), scopes, expiresAt, replaceSameName: false });
 }
 

@@ -5,6 +5,7 @@ import { profileRoutes } from './profile.js';
 import { teamRoutes } from './teams.js';
 import { userRoutes } from './users.js';
 import { tunnelRoutes } from './tunnels.js';
+import { reservationRoutes } from './reservations.js';
 import { isUuid } from './schemas.js';
 import { validate, validateQuery } from './validate.js';
 import { scopeAllows } from '../auth/scopes.js';
@@ -15,7 +16,7 @@ import type { ShardContext } from '../edge/shard-context.js';
 
 // The route table: every operation with the scope and role it needs. Who may do what is
 // read here (and in each resource file's table), never buried in handlers.
-export const ROUTES: readonly ApiRoute[] = [...keyRoutes, ...profileRoutes, ...teamRoutes, ...userRoutes, ...tunnelRoutes];
+export const ROUTES: readonly ApiRoute[] = [...keyRoutes, ...profileRoutes, ...teamRoutes, ...userRoutes, ...tunnelRoutes, ...reservationRoutes];
 
 const SCOPE_WORDS = {
   management: 'the management scope',
@@ -33,6 +34,8 @@ const ACTION_WORDS: Record<string, string> = {
   Get_current_user: 'reading your user',
   Get_tunnel: 'reading a tunnel',
   Delete_tunnel: 'deleting a tunnel',
+  Reserve_tunnel_id: 'reserving a tunnel id',
+  Release_tunnel_id: 'releasing a tunnel id',
 };
 
 /**

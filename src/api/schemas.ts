@@ -98,6 +98,17 @@ export const Tunnel = Type.Object(
   { $id: 'Tunnel' },
 );
 
+export const Reservation = Type.Object(
+  {
+    id: Type.String({ description: 'the reserved tunnel id' }),
+    user_id: Nullable(Uuid),
+    team_id: Nullable(Uuid),
+    created_at: DateTime,
+  },
+  { $id: 'Reservation', description: 'A tunnel id only this user, or members of this team, may register' },
+);
+export type Reservation = Static<typeof Reservation>;
+
 export const Empty = Type.Object({}, { additionalProperties: false, $id: 'Empty' });
 
 export const ProblemSchema = Type.Object(
@@ -127,6 +138,7 @@ export const CreateKeyBody = Type.Object(
 export const CreateTeamBody = Type.Object({ name: Name, owner_id: Type.Optional(Nullable(Uuid)) }, { additionalProperties: false });
 export const AddMemberBody = Type.Object({ user_id: Uuid }, { additionalProperties: false });
 export const TeamRoleBody = Type.Object({ role: TeamRole }, { additionalProperties: false });
+export const ReserveBody = Type.Object({ user_id: Type.Optional(Nullable(Uuid)), team_id: Type.Optional(Nullable(Uuid)) }, { additionalProperties: false });
 export const RoleBody = Type.Object({ role: Role }, { additionalProperties: false });
 // An address a provider could vouch for: one @, a dot in the domain, no spaces or control
 // characters; 254 is the longest address SMTP carries.

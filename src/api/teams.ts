@@ -1,3 +1,4 @@
+import { canonicalName, nameProblem } from '../names.js';
 import { Type, type Static } from '@sinclair/typebox';
 import type { ApiCall, ApiRoute } from './route.js';
 import { AddMemberBody, CreateTeamBody, Empty, Team, TeamMember, TeamRoleBody } from './schemas.js';
@@ -35,10 +36,13 @@ async function create({ shard, principal, body }: ApiCall<Static<typeof CreateTe
     if (principal.role !== 'admin') throw new ApiError('forbidden', 'creating a team for another owner needs the admin role');
     if (!(await getUser(shard.sql, ownerId))) throw new ApiError('not-found', `no user ${ownerId} to own the team`);
   }
+  const name = canonicalName(body.name);
+  const problem = nameProblem(name, 'the team name');
+  if (problem) throw new ApiError('bad-request', problem);
   try {
-    return await teams.createTeamWithOwner(shard.sql, body.name.trim(), ownerId);
+    return await teams.createTeamWithOwner(shard.sql, name, ownerId);
   } catch (err) {
-    if (uniqueViolation(err)) throw new ApiError('conflict', `a team named "${body.name.trim()}" already exists`);
+    if (uniqueViolation(err)) throw new ApiError('conflict', `a team named "${name}" (or one that looks the same: names are compared case-insensitively, in Unicode NFKC form) already exists`);
     throw err;
   }
 }

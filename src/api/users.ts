@@ -1,3 +1,4 @@
+import { canonicalName, nameProblem } from '../names.js';
 import { Type, type Static } from '@sinclair/typebox';
 import type { ApiCall, ApiRoute } from './route.js';
 import { CreateUserBody, RoleBody, User, UsersQuery } from './schemas.js';
@@ -15,10 +16,12 @@ async function list({ shard, query }: ApiCall<unknown, Static<typeof UsersQuery>
 }
 
 async function create({ shard, body }: ApiCall<Static<typeof CreateUserBody>>) {
-  const email = body.email.trim();
+  const email = canonicalName(body.email);
+  const problem = nameProblem(email, 'the email address') ?? (body.name === undefined ? null : nameProblem(canonicalName(body.name), 'the name'));
+  if (problem) throw new ApiError('bad-request', problem);
   // Without a name the address's local part stands in: tables always show something.
-  const u = await users.createUser(shard.sql, { email, name: body.name?.trim() ?? email.split('@')[0]!, role: body.role ?? 'member' });
-  if (u === 'taken') throw new ApiError('conflict', `a user with email ${email} already exists (emails are compared case-insensitively)`);
+  const u = await users.createUser(shard.sql, { email, name: body.name === undefined ? email.split('@')[0]! : canonicalName(body.name), role: body.role ?? 'member' });
+  if (u === 'taken') throw new ApiError('conflict', `a user with email ${email} already exists (emails are compared case-insensitively, in Unicode NFKC form)`);
   return u;
 }
 

@@ -1,3 +1,4 @@
+import { addressGroup } from '../protocol/cidr.js';
 import type { Sql } from '../db/sql.js';
 import { findKeyForAuth } from '../db/api-keys.js';
 import type { KeyVerdict, Principal } from '../protocol/messages.js';
@@ -59,11 +60,13 @@ export class Authenticator {
     if (hit && (hit.expiresAtMs === null || hit.expiresAtMs > Date.now())) return hit.principal;
     if (hit) this.cache.delete(digest!);
 
-    const until = this.blockedUntil.get(ip);
+    // Blocks are per address group (IPv6: the /64), as main counts them.
+    const group = addressGroup(ip);
+    const until = this.blockedUntil.get(group);
     if (until !== undefined) {
       const waitS = Math.ceil((until - Date.now()) / 1000);
-      if (waitS > 0) throw tooMany(`from ${ip}`, waitS);
-      this.blockedUntil.delete(ip);
+      if (waitS > 0) throw tooMany(`from ${group === ip ? ip : `${ip} (${group})`}`, waitS);
+      this.blockedUntil.delete(group);
     }
     if (!token) return this.fail(ip, authorization ? 'the Authorization header must be "Bearer <API key>"' : 'an Authorization: Bearer <API key> header is required');
     const prefix = keyPrefixOf(token);

@@ -1,4 +1,5 @@
-// Failed authentications (main thread), counted per client IP and per key prefix.
+// Failed authentications (main thread), counted per client address and per key prefix. The
+// address is an addressGroup (src/protocol/cidr.ts): IPv4 itself, IPv6 by its /64.
 //
 // Shards ask main before every argon2 verification (`verify-key`), so an attempt counts from
 // the moment it is admitted, while still pending: once pending + failures reach the limit,
@@ -104,13 +105,24 @@ export class FailureLimiter {
     return { admitted: true };
   }
 
-  /** The outcome of an admitted attempt; 'none' when it was never verified (pool overloaded). */
-  settle(ip: string, prefix: string, outcome: 'valid' | 'invalid' | 'none', nowMs = Date.now()): void {
+  /** Whether `ip` authenticated with `prefix` before (and has not failed with it since). */
+  isTrusted(ip: string, prefix: string): boolean {
+    return this.trusted.get(prefix)?.includes(ip) ?? false;
+  }
+
+  /**
+   * The outcome of an admitted attempt. 'dropped': never verified because the queue was full;
+   * it counts as a failure of the address (not of the prefix, which may be a victim's), so a
+   * flood that only ever gets 503 still reaches the limit and 429. 'none': not verified for
+   * another reason (the pool failed): not counted.
+   */
+  settle(ip: string, prefix: string, outcome: 'valid' | 'invalid' | 'dropped' | 'none', nowMs = Date.now()): void {
     const byIp = this.ips.get(ip, nowMs);
     const byPrefix = this.prefixes.get(prefix, nowMs);
     byIp.pending = Math.max(0, byIp.pending - 1);
     byPrefix.pending = Math.max(0, byPrefix.pending - 1);
     if (outcome === 'none') return;
+    if (outcome === 'dropped') return this.count(byIp, 'ip', ip, nowMs);
     if (outcome === 'valid') return this.trust(prefix, ip);
     this.distrust(prefix, ip);
     this.count(byIp, 'ip', ip, nowMs);

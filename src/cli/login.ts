@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { hostname } from 'node:os';
@@ -37,6 +37,12 @@ interface LoginOptions {
 type CallbackResult = { code: string } | { error: string; description: string };
 
 /** The loopback listener the server's redirect comes back to; answers the tab once the login ended. */
+function safeEqual(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
 class Loopback {
   private server: Server;
   /** The tab that brought the callback, answered when the login has ended. */
@@ -45,6 +51,8 @@ class Loopback {
   private settle!: (r: CallbackResult) => void;
   readonly result: Promise<CallbackResult>;
   port = 0;
+  /** Sent in the authorize link; the server returns it with the code or the error. */
+  readonly state = randomBytes(24).toString('base64url');
 
   constructor() {
     this.result = new Promise((resolve) => (this.settle = resolve));
@@ -69,6 +77,13 @@ class Loopback {
     }
     if (this.pending || this.done) {
       send(res, 409, 'Login already handled', 'This login has already finished. Check your terminal.');
+      return;
+    }
+    // Only the callback of the login this process started: any web page can make the browser
+    // request this address, and must not end the login or choose the message shown.
+    const state = url.searchParams.get('state') ?? '';
+    if (!safeEqual(state, this.state)) {
+      send(res, 400, 'Not this login', 'This callback does not belong to the login burrow is waiting for; it was ignored.');
       return;
     }
     const code = url.searchParams.get('code');
@@ -257,6 +272,7 @@ async function login(ctx: ActionContext<LoginOptions>): Promise<void> {
     url.searchParams.set('port', String(loop.port));
     url.searchParams.set('code_challenge', challenge);
     url.searchParams.set('code_challenge_method', 'S256');
+    url.searchParams.set('state', loop.state);
 
     const opened = ctx.opts.browser && (await openBrowser(url.toString()));
     err.line(opened ? 'Opening your browser to log in. If it does not open, visit:' : 'Open this address in a browser to log in:');

@@ -2,6 +2,15 @@ import { Command } from 'commander';
 import { act, examples } from './common.js';
 import { details, formatBytes, formatDuration, out, printJson, printTable } from './output.js';
 import type { Tunnel } from './types.js';
+import { resolveTeam, resolveUserId } from './teams.js';
+import { CliError, EXIT } from './errors.js';
+
+interface Reservation {
+  id: string;
+  user_id: string | null;
+  team_id: string | null;
+  created_at: string;
+}
 
 // burrow tunnels list|get|delete: the live tunnels you own, your teams' tunnels, or all (admins).
 
@@ -26,7 +35,7 @@ function teamOf(t: Tunnel): string {
 
 export function registerTunnels(program: Command): void {
   const tunnels = program.command('tunnels').description('list, inspect and close live tunnels');
-  examples(tunnels, ['burrow tunnels list', 'burrow tunnels get myapp', 'burrow tunnels delete myapp']);
+  examples(tunnels, ['burrow tunnels list', 'burrow tunnels get myapp', 'burrow tunnels delete myapp', 'burrow tunnels reserve shop --team web']);
 
   examples(
     tunnels
@@ -103,5 +112,64 @@ export function registerTunnels(program: Command): void {
         }),
       ),
     ['burrow tunnels delete myapp'],
+  );
+
+  examples(
+    tunnels
+      .command('reserve')
+      .description('admins: keep a tunnel id for one user or the members of one team; nobody else may register it')
+      .argument('<id>', 'tunnel id')
+      .option('--user <id|email>', 'the user who may use it')
+      .option('--team <team>', 'the team whose members may use it (id or name)')
+      .action(
+        act(async (ctx, id: string) => {
+          const o = ctx.opts as { user?: string; team?: string };
+          if ((o.user === undefined) === (o.team === undefined)) throw new CliError(EXIT.usage, 'usage', 'give exactly one of --user and --team');
+          const client = ctx.client();
+          const body = o.user !== undefined ? { user_id: await resolveUserId(client, o.user) } : { team_id: (await resolveTeam(client, o.team!)).id };
+          const r = await client.put<Reservation>(`/reservations/${encodeURIComponent(id)}`, body, { hints: { 403: 'reserving tunnel ids needs an admin' } });
+          if (ctx.json) return printJson(r);
+          out.line(`${out.paint('green', '✓')} reserved ${r.id} for ${r.user_id ? `user ${r.user_id}` : `team ${r.team_id}`}`);
+        }),
+      ),
+    ['burrow tunnels reserve shop --user ann@example.com', 'burrow tunnels reserve docs-preview --team web'],
+  );
+
+  examples(
+    tunnels
+      .command('release')
+      .description("admins: drop a tunnel id's reservation, and the hold its last user keeps for --id-grace, so anyone may take it")
+      .argument('<id>', 'tunnel id')
+      .action(
+        act(async (ctx, id: string) => {
+          const res = await ctx.client().delete<object>(`/reservations/${encodeURIComponent(id)}`, { hints: { 404: 'that id is neither reserved nor held', 403: 'releasing tunnel ids needs an admin' } });
+          if (ctx.json) return printJson(res);
+          out.line(`${out.paint('green', '✓')} released ${id}`);
+        }),
+      ),
+    ['burrow tunnels release shop'],
+  );
+
+  examples(
+    tunnels
+      .command('reservations')
+      .description('admins: list reserved tunnel ids')
+      .action(
+        act(async (ctx) => {
+          const rows = await ctx.client().get<Reservation[]>('/reservations');
+          if (ctx.json) return printJson(rows);
+          printTable(
+            rows,
+            [
+              { header: 'ID', value: (r) => r.id },
+              { header: 'USER', value: (r) => r.user_id ?? '-' },
+              { header: 'TEAM', value: (r) => r.team_id ?? '-' },
+              { header: 'CREATED', value: (r) => r.created_at },
+            ],
+            'no reserved ids: `burrow tunnels reserve ID --user U` adds one',
+          );
+        }),
+      ),
+    ['burrow tunnels reservations --json'],
   );
 }

@@ -393,8 +393,11 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   /** A Refused (to an Open) or Closed for tunnel `t`. */
   private tunnelRefused(t: Tunnel, r: Refusal): void {
-    const err = new TunnelRefused(r.code, r.message, r.permanent, t.name);
-    if (r.permanent) return this.failTunnel(t, err);
+    // An id this client held, refused after a reconnect, is not a final "taken": the server
+    // keeps it for its last user (--id-grace), or an admin may free it; retry with backoff.
+    const mine = r.code === 'conflict' && t.registered !== null;
+    const err = new TunnelRefused(r.code, r.message, r.permanent && !mine, t.name);
+    if (err.permanent) return this.failTunnel(t, err);
     t.live = false;
     t.laneKey = null;
     // Nothing else up on this connection: start over with a new one, as a single tunnel always did.

@@ -10,6 +10,7 @@ export interface PendingLoginRow {
   cli_challenge: string;
   provider_verifier: string;
   nonce: string | null;
+  cli_state: string | null;
 }
 
 /** Sweeps expired pending logins, then counts the rest. */
@@ -19,17 +20,23 @@ export async function countLivePendingLogins(sql: Sql): Promise<number> {
   return c!.n;
 }
 
-export async function insertPendingLogin(sql: Sql, stateHash: string, p: PendingLoginRow, ttlSecs: number): Promise<void> {
+/** Live pending logins started from one address group. */
+export async function countPendingLoginsFrom(sql: Sql, clientGroup: string): Promise<number> {
+  const [c] = await sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins where client_group = ${clientGroup} and expires_at > now()`;
+  return c!.n;
+}
+
+export async function insertPendingLogin(sql: Sql, stateHash: string, p: PendingLoginRow, ttlSecs: number, clientGroup: string): Promise<void> {
   await sql`insert into oauth_pending_logins
-      (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at)
+      (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at, client_group, cli_state)
     values (${stateHash}, ${p.provider}, ${p.cli_port}, ${p.cli_challenge},
-      ${p.provider_verifier}, ${p.nonce}, now() + make_interval(secs => ${ttlSecs}))`;
+      ${p.provider_verifier}, ${p.nonce}, now() + make_interval(secs => ${ttlSecs}), ${clientGroup}, ${p.cli_state})`;
 }
 
 /** Deletes the pending login; returns it with whether it was still live, or null if unknown. */
 export async function deletePendingLogin(sql: Sql, provider: string, stateHash: string): Promise<(PendingLoginRow & { live: boolean }) | null> {
   const [r] = await sql<(PendingLoginRow & { live: boolean })[]>`delete from oauth_pending_logins where state_hash = ${stateHash} and provider = ${provider}
-    returning provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at > now() as live`;
+    returning provider, cli_port, cli_challenge, provider_verifier, nonce, cli_state, expires_at > now() as live`;
   return r ?? null;
 }
 

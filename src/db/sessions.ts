@@ -71,3 +71,13 @@ export async function upsertSessionTotals(sql: Sql, rows: SessionTotals[]): Prom
 export async function closeOrphanedSessions(sql: Sql): Promise<void> {
   await sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null`;
 }
+
+/**
+ * --session-retention: deletes up to `batch` closed sessions that ended more than `olderThanSecs`
+ * ago; returns how many. Callers repeat while a full batch went, so no statement holds locks long.
+ */
+export async function pruneClosedSessions(sql: Sql, olderThanSecs: number, batch: number): Promise<number> {
+  const r = await sql`delete from sessions where id in (
+      select id from sessions where disconnected_at is not null and disconnected_at < now() - make_interval(secs => ${olderThanSecs}) limit ${batch})`;
+  return r.count;
+}

@@ -1,3 +1,4 @@
+import { nameKey } from '../names.js';
 import type { Sql } from './sql.js';
 import { isoRequired } from './sql.js';
 import type { Team, TeamMember } from '../api/schemas.js';
@@ -47,7 +48,7 @@ export async function listTeams(sql: Sql, userId: string | null): Promise<Team[]
 
 /** The id of the team called `name` if the user belongs to it (a tunnel bound by team name). */
 export async function memberTeamIdByName(sql: Sql, userId: string, name: string): Promise<string | null> {
-  const [r] = await sql<{ id: string }[]>`select t.id from teams t join team_members m on m.team_id = t.id and m.user_id = ${userId} where t.name = ${name}`;
+  const [r] = await sql<{ id: string }[]>`select t.id from teams t join team_members m on m.team_id = t.id and m.user_id = ${userId} where t.name_key = ${nameKey(name)}`;
   return r?.id ?? null;
 }
 
@@ -66,7 +67,7 @@ export async function teamIdsOf(sql: Sql, userId: string): Promise<string[]> {
 
 export async function createTeamWithOwner(sql: Sql, name: string, ownerId: string): Promise<Team> {
   return sql.begin(async (tx) => {
-    const [t] = await tx<TeamRow[]>`insert into teams (name) values (${name}) returning *`;
+    const [t] = await tx<TeamRow[]>`insert into teams (name, name_key) values (${name}, ${nameKey(name)}) returning *`;
     await tx`insert into team_members (team_id, user_id, role) values (${t!.id}, ${ownerId}, 'owner')`;
     return toTeam(t!);
   }) as Promise<Team>;

@@ -1,3 +1,4 @@
+import { nameKey } from '../names.js';
 import type { Sql } from './sql.js';
 import { iso, isoRequired } from './sql.js';
 import type { User } from '../api/schemas.js';
@@ -85,13 +86,13 @@ export async function changeUserKeepingAnAdmin(
 
 /** Creates the user once (by email) or returns the existing one; used by --seed-api-key. */
 export async function ensureUser(sql: Sql, email: string, name: string, role: Role): Promise<User> {
-  const [found] = await sql<UserRow[]>`select * from users where lower(email) = lower(${email}) order by created_at limit 1`;
+  const [found] = await sql<UserRow[]>`select * from users where email_key = ${nameKey(email)} order by created_at limit 1`;
   if (found) {
     if (found.role === role && !found.deactivated_at) return toUser(found);
     const [r] = await sql<UserRow[]>`update users set role = ${role}, deactivated_at = null, updated_at = now() where id = ${found.id} returning *`;
     return toUser(r!);
   }
-  const [r] = await sql<UserRow[]>`insert into users (email, name, role) values (${email}, ${name}, ${role}) returning *`;
+  const [r] = await sql<UserRow[]>`insert into users (email, email_key, name, role) values (${email}, ${nameKey(email)}, ${name}, ${role}) returning *`;
   return toUser(r!);
 }
 
@@ -102,10 +103,11 @@ export async function ensureUser(sql: Sql, email: string, name: string, role: Ro
  */
 export async function createUser(sql: Sql, u: { email: string; name: string; role: Role }): Promise<User | 'taken'> {
   return sql.begin(async (tx) => {
-    await tx`select pg_advisory_xact_lock(hashtext(lower(${u.email})))`;
-    const [taken] = await tx<{ id: string }[]>`select id from users where lower(email) = lower(${u.email}) limit 1`;
+    const key = nameKey(u.email);
+    await tx`select pg_advisory_xact_lock(hashtext(${key}))`;
+    const [taken] = await tx<{ id: string }[]>`select id from users where email_key = ${key} limit 1`;
     if (taken) return 'taken' as const;
-    const [r] = await tx<UserRow[]>`insert into users (email, name, role) values (${u.email}, ${u.name}, ${u.role}) returning *`;
+    const [r] = await tx<UserRow[]>`insert into users (email, email_key, name, role) values (${u.email}, ${key}, ${u.name}, ${u.role}) returning *`;
     return toUser(r!);
   }) as Promise<User | 'taken'>;
 }
@@ -116,7 +118,7 @@ export async function createUser(sql: Sql, u: { email: string; name: string; rol
  */
 export async function lockLinkableUserByEmail(tx: Sql, email: string): Promise<LoginUserRow | null> {
   const [r] = await tx<LoginUserRow[]>`select u.id, u.email, u.role, u.deactivated_at from users u
-      where lower(u.email) = lower(${email})
+      where u.email_key = ${nameKey(email)}
         and (not exists (select 1 from accounts a where a.user_id = u.id)
              or exists (select 1 from accounts a where a.user_id = u.id and a.email_verified and lower(a.email) = lower(u.email)))
       order by u.created_at, u.id limit 1 for update of u`;
@@ -124,8 +126,9 @@ export async function lockLinkableUserByEmail(tx: Sql, email: string): Promise<L
 }
 
 /** A new member user made by a login. */
-export async function insertLoginUser(sql: Sql, u: { email: string; name: string; avatarUrl: string | null }): Promise<LoginUserRow> {
-  const [r] = await sql<LoginUserRow[]>`insert into users (email, name, avatar_url) values (${u.email}, ${u.name}, ${u.avatarUrl})
+export async function insertLoginUser(sql: Sql, u: { email: string; name: string; avatarUrl: string | null; deactivated?: boolean }): Promise<LoginUserRow> {
+  const deactivatedAt = u.deactivated ? new Date() : null;
+  const [r] = await sql<LoginUserRow[]>`insert into users (email, email_key, name, avatar_url, deactivated_at) values (${u.email}, ${nameKey(u.email)}, ${u.name}, ${u.avatarUrl}, ${deactivatedAt})
       returning id, email, role, deactivated_at`;
   return r!;
 }

@@ -1,9 +1,12 @@
 import { randomBytes, randomUUID, timingSafeEqual } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
-import { closeOrphanedSessions } from '../db/sessions.js';
+import { closeOrphanedSessions, pruneClosedSessions } from '../db/sessions.js';
 import { keyLabel } from '../db/api-keys.js';
-import { getMembership, memberTeamIdByName } from '../db/teams.js';
+import { getMembership, getTeam, memberTeamIdByName } from '../db/teams.js';
+import { getUser } from '../db/users.js';
+import { deleteReservation, listReservations, putReservation, recentHolders } from '../db/tunnel-reservations.js';
+import type { Reservation } from '../api/schemas.js';
 import type { Config } from '../config.js';
 import type { TunnelInfo, Principal } from '../protocol/messages.js';
 import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelLaneAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
@@ -23,6 +26,11 @@ import { StatsActor } from './stats.js';
 //   shard ──tunnel-lane───▶ the lane key of a live http tunnel checked; its lanes end with the
 //           route (a tunnel-route of another session, or null, closes them on their shards)
 //   API   ──tunnels-close─▶ owning shard: tunnel-close (permanent: the client must not return)
+//   API   ──tunnel-reserve / tunnel-release─▶ the reserved ids (database, then this copy)
+//   Who may take an id: a live tunnel's owner (takeover); else, when an admin reserved it, that
+//   user or that team's members; else, within --id-grace of its last tunnel ending, the user
+//   who held it (so a dropped connection does not hand the id, its webhooks and cookies, to
+//   whoever asks first); else anyone.
 //   shard ──tunnel-port-claim─▶ one of the user's --max-tcp-ports-per-user, held until
 //           tunnel-admit spends it or tunnel-port-release returns it (counted before the bind,
 //           so concurrent Opens cannot overshoot, on one shard or several)
@@ -51,12 +59,27 @@ interface Entry {
 }
 
 const CLOSE_TIMEOUT_MS = 5_000;
+/** --session-retention: how often closed sessions past it are deleted, and how many per statement. */
+const PRUNE_INTERVAL_MS = 10 * 60_000;
+const PRUNE_BATCH = 1_000;
+const RATE_WINDOW_MS = 60_000;
 const COUNTS_TIMEOUT_MS = 2_000;
 const ROUTE_ACK_TIMEOUT_MS = 2_000;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
+/** The user who last held an id, and until when (ms) it stays theirs (--id-grace). */
+interface Hold {
+  userId: string;
+  untilMs: number;
+}
+
 export class RegistryActor {
   private readonly tunnels = new Map<string, Entry>();
+  private readonly holds = new Map<string, Hold>();
+  private readonly reservations = new Map<string, Reservation>();
+  /** Per user, when their recent Opens were admitted or refused (--max-registrations-per-minute). */
+  private readonly opens = new Map<string, number[]>();
+  private pruneTimer: NodeJS.Timeout | null = null;
   private readonly claims = new Map<number, PortClaim>();
   private nextClaim = 0;
   /** Bumped whenever memberships or users lose tunnels: an admission whose team check
@@ -76,11 +99,54 @@ export class RegistryActor {
   /** Start-up: sessions left open by a crash are closed at their last flush. */
   async start(): Promise<void> {
     await closeOrphanedSessions(this.sql);
+    // A restart drops every connection at once: the holds survive it (read from the sessions).
+    if (this.config.idGraceSecs > 0) {
+      for (const r of await recentHolders(this.sql, this.config.idGraceSecs)) {
+        this.holds.set(r.tunnel_id, { userId: r.user_id, untilMs: r.disconnected_at.getTime() + this.config.idGraceSecs * 1000 });
+      }
+    }
+    for (const r of await listReservations(this.sql)) this.reservations.set(r.id, r);
     this.stats.start();
+    if (this.config.sessionRetentionSecs !== null) {
+      void this.prune();
+      this.pruneTimer = setInterval(() => void this.prune(), PRUNE_INTERVAL_MS).unref();
+    }
+  }
+
+  /** Deletes closed sessions older than --session-retention, a batch at a time. */
+  async prune(): Promise<number> {
+    const keep = this.config.sessionRetentionSecs;
+    if (keep === null) return 0;
+    let total = 0;
+    try {
+      for (;;) {
+        const n = await pruneClosedSessions(this.sql, keep, PRUNE_BATCH);
+        total += n;
+        if (n < PRUNE_BATCH) break;
+      }
+      if (total > 0) this.log.info({ deleted: total }, 'closed sessions past --session-retention deleted');
+    } catch (err) {
+      this.log.warn({ err }, 'pruning old sessions failed; next try later');
+    }
+    return total;
+  }
+
+  /** --max-registrations-per-minute: counts this Open, or refuses it (transient: the client backs off). */
+  private countOpen(userId: string): void {
+    const now = Date.now();
+    const recent = (this.opens.get(userId) ?? []).filter((t) => t > now - RATE_WINDOW_MS);
+    const max = this.config.maxRegistrationsPerMinute;
+    if (recent.length >= max) {
+      this.opens.set(userId, recent);
+      throw new ApiError('unavailable', `rate-limited: at most ${max} tunnel registrations per user per minute (max-registrations-per-minute); try again in ${Math.ceil((recent[0]! + RATE_WINDOW_MS - now) / 1000)} s`);
+    }
+    recent.push(now);
+    this.opens.set(userId, recent);
   }
 
   /** Shutdown: every session ends; final flush of counters. */
   async stop(): Promise<void> {
+    if (this.pruneTimer) clearInterval(this.pruneTimer);
     this.tunnels.clear();
     await this.stats.stop();
   }
@@ -97,6 +163,12 @@ export class RegistryActor {
         return this.closeOwner(msg.userId, msg.teamId, msg.reason);
       case 'tunnels-close-member':
         return this.closeMember(msg.teamId, msg.userId, msg.reason);
+      case 'tunnel-reservations':
+        return [...this.reservations.values()].sort((a, b) => a.id.localeCompare(b.id));
+      case 'tunnel-reserve':
+        return this.reserve(msg.id, msg.userId, msg.teamId);
+      case 'tunnel-release':
+        return this.release(msg.id);
       case 'tunnel-port-claim':
         return { claim: this.claimPort(fromShard, msg.userId, msg.id) };
       case 'tunnel-port-release':
@@ -120,6 +192,49 @@ export class RegistryActor {
     }
   }
 
+  /** A live tunnel ends: its id stays its owner's for --id-grace. */
+  private forget(id: string, e: Entry): void {
+    this.tunnels.delete(id);
+    if (this.config.idGraceSecs > 0) this.holds.set(id, { userId: e.info.owner_id, untilMs: Date.now() + this.config.idGraceSecs * 1000 });
+  }
+
+  /** Who else holds `id` against user `userId`, as a refusal, or null when they may take it. */
+  private async claimProblem(id: string, userId: string): Promise<string | null> {
+    const r = this.reservations.get(id);
+    if (r) {
+      if (r.user_id !== null) return r.user_id === userId ? null : `tunnel id "${id}" is reserved for another user`;
+      if (r.team_id !== null && (await getMembership(this.sql, r.team_id, userId))) return null;
+      return `tunnel id "${id}" is reserved for a team you are not in`;
+    }
+    const h = this.holds.get(id);
+    if (!h) return null;
+    if (h.untilMs <= Date.now()) {
+      this.holds.delete(id);
+      return null;
+    }
+    if (h.userId === userId) return null;
+    return `tunnel id "${id}" is held for the user who last used it until ${new Date(h.untilMs).toISOString()} (id grace); an admin can release it`;
+  }
+
+  private async reserve(id: string, userId: string | null, teamId: string | null): Promise<Reservation> {
+    const problem = tunnelIdProblem(id, this.config.domain);
+    if (problem) throw new ApiError('bad-request', problem);
+    if ((userId === null) === (teamId === null)) throw new ApiError('bad-request', 'give exactly one of "user_id" and "team_id"');
+    if (userId !== null && !(await getUser(this.sql, userId))) throw new ApiError('not-found', `no user ${userId}`);
+    if (teamId !== null && !(await getTeam(this.sql, teamId))) throw new ApiError('not-found', `no team ${teamId}`);
+    const r = await putReservation(this.sql, id, userId, teamId);
+    this.reservations.set(id, r);
+    return r;
+  }
+
+  private async release(id: string): Promise<Record<string, never>> {
+    const hadHold = this.holds.delete(id);
+    const hadReservation = this.reservations.delete(id);
+    const deleted = await deleteReservation(this.sql, id);
+    if (!hadHold && !hadReservation && !deleted) throw new ApiError('not-found', `tunnel id "${id}" is neither reserved nor held`);
+    return {};
+  }
+
   /** Live tunnels by type (GET /metrics). */
   liveByType(): { http: number; tcp: number } {
     const n = { http: 0, tcp: 0 };
@@ -141,7 +256,7 @@ export class RegistryActor {
     for (const [claim, c] of this.claims) if (c.shard === shard) this.claims.delete(claim);
     for (const [id, e] of this.tunnels) {
       if (e.shard !== shard) continue;
-      this.tunnels.delete(id);
+      this.forget(id, e);
       this.stats.close(e.sessionId);
       this.broadcast({ type: 'tunnel-route', id, shard: null });
     }
@@ -195,6 +310,7 @@ export class RegistryActor {
   }
 
   private async admitOnce(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
+    this.countOpen(m.userId);
     if (m.id !== null) {
       const problem = tunnelIdProblem(m.id, this.config.domain);
       if (problem) throw new ApiError('bad-request', problem);
@@ -216,13 +332,24 @@ export class RegistryActor {
     // message, read now (before the fresh conflict check below; a race just leaves it unnamed).
     const holder = m.id === null ? undefined : this.tunnels.get(m.id);
     const newKey = holder && holder.info.owner_id === m.userId && holder.keyId !== m.keyId ? await keyLabel(this.sql, m.keyId).catch(() => null) : null;
+    const claimProblem = m.id === null ? null : await this.claimProblem(m.id, m.userId);
     let id = m.id;
     if (id === null) {
       do id = randomTunnelId(randomBytes);
-      while (this.tunnels.has(id) || tunnelIdProblem(id, this.config.domain));
+      while (this.tunnels.has(id) || this.holds.has(id) || this.reservations.has(id) || tunnelIdProblem(id, this.config.domain));
     }
     const old = this.tunnels.get(id);
     if (old && old.info.owner_id !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+    // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
+    // reservation and the grace hold decide.
+    if (!old && claimProblem !== null) throw new ApiError('conflict', claimProblem);
+    if (!old) {
+      // A takeover replaces a tunnel of the user's; anything else adds one.
+      const max = this.config.maxTunnelsPerUser;
+      let held = 0;
+      for (const e of this.tunnels.values()) if (e.info.owner_id === m.userId) held++;
+      if (held >= max) throw new ApiError('forbidden', `limit reached: at most ${max} live tunnels per user (max-tunnels-per-user); you hold ${held}: close one first`);
+    }
     if (old) {
       // Same user: a reconnect whose old connection is stale (or a second client). The new
       // registration wins; the old one is told so and must not come back.
@@ -277,7 +404,7 @@ export class RegistryActor {
     this.stats.close(sessionId);
     const e = this.tunnels.get(id);
     if (e && e.sessionId === sessionId) {
-      this.tunnels.delete(id);
+      this.forget(id, e);
       this.broadcast({ type: 'tunnel-route', id, shard: null });
     }
   }
@@ -309,7 +436,7 @@ export class RegistryActor {
     await this.shards.ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: e.sessionId, code }, CLOSE_TIMEOUT_MS);
     const still = this.tunnels.get(id);
     if (still === e) {
-      this.tunnels.delete(id);
+      this.forget(id, e);
       this.stats.close(e.sessionId);
       this.broadcast({ type: 'tunnel-route', id, shard: null });
     }

@@ -58,3 +58,22 @@ export class CidrSet {
     return v !== 0 && this.list.check(ip, v === 4 ? 'ipv4' : 'ipv6');
   }
 }
+
+/**
+ * The unit every per-address limit counts: an IPv4 address itself (IPv4-mapped IPv6 as IPv4),
+ * an IPv6 address by its /64, since one host or customer usually holds a whole /64 and could
+ * otherwise take a fresh address per attempt. Anything else is returned as is.
+ */
+export function addressGroup(ip: string): string {
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(ip);
+  if (mapped) return mapped[1]!;
+  if (isIP(ip) !== 6) return ip;
+  const bare = ip.split('%')[0]!.toLowerCase();
+  const [head, tail = ''] = bare.split('::') as [string, string?];
+  const h = head === '' ? [] : head.split(':');
+  const t = tail === '' ? [] : tail.split(':');
+  // An embedded IPv4 tail (::a.b.c.d forms) lies past the first 64 bits: count it as two groups.
+  const width = (xs: string[]) => xs.reduce((n, x) => n + (x.includes('.') ? 2 : 1), 0);
+  const groups = bare.includes('::') ? [...h, ...Array(8 - width(h) - width(t)).fill('0'), ...t] : h;
+  return `${groups.slice(0, 4).map((g) => Number.parseInt(g, 16).toString(16)).join(':')}::/64`;
+}

@@ -32,6 +32,13 @@ export type TunnelShardToMain =
   /** A user left a team: close that user's live tunnels bound to the team (and refuse their
    *  admissions in flight for it); answers when closed. */
   | { type: 'tunnels-close-member'; teamId: string; userId: string; reason: string }
+  /** Admin: the reserved ids (the registry's copy of tunnel_reservations). */
+  | { type: 'tunnel-reservations' }
+  /** Admin: reserve an id for one user or one team (written, then admitted against); answers the Reservation. */
+  | { type: 'tunnel-reserve'; id: string; userId: string | null; teamId: string | null }
+  /** Admin: drop an id's reservation and the --id-grace hold of its last holder; throws
+   *  not-found when it had neither. */
+  | { type: 'tunnel-release'; id: string }
   /** Before binding a TCP port: count one toward the user's --max-tcp-ports-per-user (a live
    *  tcp tunnel of the same id, about to be taken over, does not count); answers the claim
    *  number or throws `forbidden` naming the limit. Spent by tunnel-admit, else released. */

@@ -32,6 +32,13 @@ function overloaded(): ApiError {
 
 export class Jobs {
   private readonly pool: Piscina;
+  /**
+   * Verifications of keys whose prefix exists (and key creation) are served before guesses at
+   * unknown prefixes, from a queue of their own: random keys from many addresses, which fill
+   * `queue`, neither delay nor push out a real key. Attempts on one real prefix are bounded by
+   * the failure limiter's per-prefix limit, so this queue cannot be flooded the same way.
+   */
+  private readonly priority = new FairQueue<Job>(MAX_QUEUED_JOBS);
   private readonly queue = new FairQueue<Job>(MAX_QUEUED_JOBS);
   private running = 0;
   private verifications = 0;
@@ -57,13 +64,16 @@ export class Jobs {
   }
 
   hash(secret: string): Promise<string> {
-    return this.enqueue(ISSUE_LANE, { op: 'hash', secret }) as Promise<string>;
+    return this.enqueue(ISSUE_LANE, { op: 'hash', secret }, true) as Promise<string>;
   }
 
-  /** argon2id verify of `secret` against `hash`, or against the dummy hash when `hash` is null. */
-  async verify(hash: string | null, secret: string, lane: string): Promise<boolean> {
+  /**
+   * argon2id verify of `secret` against `hash`, or against the dummy hash when `hash` is null.
+   * A real hash (a prefix that exists) or `trusted` (an address with a good history) goes first.
+   */
+  async verify(hash: string | null, secret: string, lane: string, trusted = false): Promise<boolean> {
     const task: Argon2Task = { op: 'verify', hash: hash ?? (await this.dummyHash), secret };
-    const valid = (await this.enqueue(lane, task)) === true;
+    const valid = (await this.enqueue(lane, task, hash !== null || trusted)) === true;
     this.log.debug({ verifications: ++this.verifications }, 'argon2 verification');
     return valid;
   }
@@ -72,9 +82,9 @@ export class Jobs {
     return this.pool.destroy();
   }
 
-  private enqueue(lane: string, task: Argon2Task): Promise<string | boolean> {
+  private enqueue(lane: string, task: Argon2Task, first: boolean): Promise<string | boolean> {
     return new Promise((resolve, reject) => {
-      const dropped = this.queue.push(lane, { task, queuedAtMs: Date.now(), resolve, reject });
+      const dropped = (first ? this.priority : this.queue).push(lane, { task, queuedAtMs: Date.now(), resolve, reject });
       dropped?.reject(overloaded());
       this.pump();
     });
@@ -83,7 +93,7 @@ export class Jobs {
   /** Keeps every pool thread busy and no more: the waiting happens in the fair queue. */
   private pump(): void {
     while (this.running < this.threads) {
-      const job = this.queue.shift();
+      const job = this.priority.shift() ?? this.queue.shift();
       if (!job) return;
       if (Date.now() - job.queuedAtMs > MAX_QUEUE_WAIT_MS) {
         job.reject(overloaded());

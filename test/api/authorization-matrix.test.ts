@@ -102,6 +102,17 @@ const ROWS: Row[] = [
   // No tunnel is live here: every caller who may ask gets 404, never 403 (nothing to reveal).
   { op: 'Get_tunnel', make: async () => ({ method: 'GET', path: '/tunnels/nosuchtunnel' }), expect: row(404, {}) },
   { op: 'Delete_tunnel', make: async () => ({ method: 'DELETE', path: '/tunnels/nosuchtunnel' }), expect: row(404, {}) },
+  { op: 'List_reservations', make: async () => ({ method: 'GET', path: '/reservations' }), expect: row(200, ADMIN_ONLY) },
+  { op: 'Reserve_tunnel_id', make: async () => ({ method: 'PUT', path: `/reservations/matrix-${++n}`, body: { user_id: users.member } }), expect: row(200, ADMIN_ONLY) },
+  {
+    op: 'Release_tunnel_id',
+    make: async () => {
+      const id = `matrix-${++n}`;
+      await t.sql`insert into tunnel_reservations (id, user_id) values (${id}, ${users.member})`;
+      return { method: 'DELETE', path: `/reservations/${id}` };
+    },
+    expect: row(200, ADMIN_ONLY),
+  },
 ];
 
 test.before(async () => {

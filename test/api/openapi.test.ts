@@ -36,6 +36,10 @@ const OPERATIONS: [string, string, number, string | [string]][] = [
   ['get', '/tunnels', 200, ['Tunnel']],
   ['get', '/tunnels/{id}', 200, 'Tunnel'],
   ['delete', '/tunnels/{id}', 200, 'Empty'],
+  // additive: reserved tunnel ids (admins)
+  ['get', '/reservations', 200, ['Reservation']],
+  ['put', '/reservations/{id}', 200, 'Reservation'],
+  ['delete', '/reservations/{id}', 200, 'Empty'],
 ];
 
 /** how many distinct error responses each operation documents (at least). */
@@ -45,6 +49,7 @@ const SPEC_ERROR_COUNTS: Record<string, number> = {
   'delete /teams/{id}/members/{user_id}': 4, 'put /teams/{id}/members/{user_id}/role': 4, 'get /users': 2,
   'post /users/{id}/deactivate': 4, 'post /users/{id}/reactivate': 2, 'put /users/{id}/role': 4, 'get /tunnels': 2,
   'get /tunnels/{id}': 3, 'delete /tunnels/{id}': 3, 'post /users': 3, 'post /users/{id}/keys': 4,
+  'get /reservations': 1, 'put /reservations/{id}': 3, 'delete /reservations/{id}': 2,
 };
 
 /**
@@ -75,6 +80,9 @@ const OBSERVED_ERRORS: Record<string, number[]> = {
   'get /tunnels': [],
   'get /tunnels/{id}': [404],
   'delete /tunnels/{id}': [404],
+  'get /reservations': [403],
+  'put /reservations/{id}': [...BODY, 403, 404],
+  'delete /reservations/{id}': [403, 404],
 };
 
 /** The resources and their fields, nullable ones marked. */
@@ -92,6 +100,7 @@ const RESOURCES: Record<string, { fields: string[]; nullable: string[] }> = {
   },
   Team: { fields: ['id', 'name', 'created_at', 'updated_at'], nullable: [] },
   TeamMember: { fields: ['id', 'team_id', 'user_id', 'role', 'created_at'], nullable: [] },
+  Reservation: { fields: ['id', 'user_id', 'team_id', 'created_at'], nullable: ['user_id', 'team_id'] },
   Tunnel: {
     fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats', 'access', 'url', 'local_target', 'owner_name', 'owner_email', 'team_name'],
     nullable: ['team_id', 'remote_port', 'local_target', 'owner_name', 'owner_email', 'team_name'],
@@ -145,7 +154,7 @@ test('served without a key, as JSON, OpenAPI 3.1, with this server as its server
   assert.is((await api(t, 'GET', '/openapi.json', { key: 'bk_nope' })).status, 200);
 });
 
-test('exactly the 22 operations (the 20 of the spec, Create_user, Create_user_key), each with its success status and shape', async () => {
+test('exactly the 25 operations (the 20 of the spec, Create_user, Create_user_key, the three of reserved ids), each with its success status and shape', async () => {
   const have = sorted(operations().map(([m, p]) => `${m} ${p}`));
   assert.equal(have, sorted(OPERATIONS.map(([m, p]) => `${m} ${P}${p}`)));
   const ids = new Set<string>();
@@ -240,7 +249,7 @@ test('parameters and request bodies: path ids, limit 1..1000, body fields and wh
     assert.equal(sorted(inPath.map((p: Json) => p.name)), sorted(names as string[]), `${method} ${path} path parameters`);
     for (const p of inPath) {
       assert.is(p.required, true);
-      assert.is(p.schema.format, path.startsWith('/tunnels') ? undefined : 'uuid', `${method} ${path} {${p.name}}`);
+      assert.is(p.schema.format, path.startsWith('/tunnels') || path.startsWith('/reservations') ? undefined : 'uuid', `${method} ${path} {${p.name}}`);
     }
   }
   for (const path of ['/sessions', '/users']) {
@@ -257,6 +266,7 @@ test('parameters and request bodies: path ids, limit 1..1000, body fields and wh
     ['put', '/users/{id}/role', ['role'], ['role']],
     ['post', '/users', ['email', 'name', 'role'], ['email']],
     ['post', '/users/{id}/keys', ['name', 'expires_at', 'scopes'], ['name']],
+    ['put', '/reservations/{id}', ['user_id', 'team_id'], []],
   ];
   for (const [method, path, fields, required] of bodies) {
     const s = doc.paths[P + path][method].requestBody.content['application/json'].schema;

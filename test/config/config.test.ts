@@ -82,4 +82,26 @@ test('burrowd exits 2 with usage on a bad flag and --help lists every flag', () 
   }
 });
 
+test('the per-user limits and sign-up policy have their documented defaults', () => {
+  const c = parse([]);
+  assert.is(c.idGraceSecs, 24 * 3600);
+  assert.is(c.maxTunnelsPerUser, 100);
+  assert.is(c.maxRegistrationsPerMinute, 120);
+  assert.is(c.sessionRetentionSecs, 90 * 86400);
+  assert.equal(c.signup, { mode: 'open', githubAllowedOrgs: [], allowedEmailDomains: [] });
+  assert.is(parse(['--session-retention', 'off']).sessionRetentionSecs, null);
+  assert.equal(parse([], { BURROW_GITHUB_ALLOWED_ORGS: 'Acme, widgets' }).signup.githubAllowedOrgs, ['acme', 'widgets']);
+  assert.equal(parse(['--oauth-allowed-email-domains', 'Example.com']).signup.allowedEmailDomains, ['example.com']);
+  assert.is(parse(['--signup', 'closed']).signup.mode, 'closed');
+});
+
+test('a --base-url whose host is a tunnel host (<label>.<domain>) is refused', () => {
+  assert.throws(() => parse(['--domain', 'example.com', '--base-url', 'https://api.example.com']), /--base-url host "api.example.com" is a tunnel host/);
+  assert.throws(() => parse(['--domain', 'example.com', '--base-url', 'https://Login.Example.com:8443']), /is a tunnel host/);
+  // the domain itself, a name outside it, or deeper than one label are fine
+  assert.is(parse(['--domain', 'example.com', '--base-url', 'https://example.com']).baseUrl, 'https://example.com');
+  assert.is(parse(['--domain', 't.example.com', '--base-url', 'https://example.com']).baseUrl, 'https://example.com');
+  assert.is(parse(['--domain', 'example.com', '--base-url', 'https://a.b.example.com']).baseUrl, 'https://a.b.example.com');
+});
+
 test.run();

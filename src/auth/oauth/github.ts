@@ -20,6 +20,8 @@ import {
 // point them at a local fake.
 
 const SCOPES = 'read:user user:email';
+/** With --github-allowed-orgs: private memberships are visible only with read:org. */
+const SCOPES_WITH_ORGS = `${SCOPES} read:org`;
 const API_HEADERS = { accept: 'application/vnd.github+json', 'x-github-api-version': '2022-11-28', 'user-agent': 'burrow' };
 
 interface GithubUser {
@@ -43,6 +45,8 @@ export class GithubProvider implements LoginProvider {
   constructor(
     private readonly cfg: GithubConfig,
     baseUrl: string,
+    /** --github-allowed-orgs (lowercase); empty: any GitHub account */
+    private readonly allowedOrgs: readonly string[] = [],
   ) {
     this.redirectUri = `${baseUrl}/auth/v1/github/callback`;
     const authorize = `${cfg.webUrl}/login/oauth/authorize`;
@@ -68,7 +72,7 @@ export class GithubProvider implements LoginProvider {
   authorizationUrl(p: AuthorizeParams): URL {
     return client.buildAuthorizationUrl(this.config, {
       redirect_uri: this.redirectUri,
-      scope: SCOPES,
+      scope: this.allowedOrgs.length > 0 ? SCOPES_WITH_ORGS : SCOPES,
       state: p.state,
       code_challenge: p.codeChallenge,
       code_challenge_method: 'S256',
@@ -81,6 +85,9 @@ export class GithubProvider implements LoginProvider {
       expectedState: checks.state,
     });
     const user = (await this.api(tokens.access_token, '/user')) as GithubUser;
+    if (this.allowedOrgs.length > 0 && !(await this.inAllowedOrg(tokens.access_token))) {
+      throw new LoginFailure(`Your GitHub account ${cleanText(user.login, 100) ?? ''} is not an active member of an organisation this server admits (${this.allowedOrgs.join(', ')}). Ask an administrator.`);
+    }
     const emails = await this.api(tokens.access_token, '/user/emails');
     const id = user.id;
     if (typeof id !== 'number' || !Number.isSafeInteger(id)) throw new LoginFailure('GitHub did not say who you are (no user id)', 'server_error');
@@ -93,6 +100,19 @@ export class GithubProvider implements LoginProvider {
       name: cleanText(user.name, 200) ?? login ?? '',
       avatarUrl: safeAvatarUrl(user.avatar_url),
     };
+  }
+
+  /** Active membership in one of the allowed orgs (GET /user/memberships/orgs/{org}: 404 when not a member). */
+  private async inAllowedOrg(accessToken: string): Promise<boolean> {
+    for (const org of this.allowedOrgs) {
+      const path = `/user/memberships/orgs/${encodeURIComponent(org)}`;
+      const res = await client.fetchProtectedResource(this.config, accessToken, new URL(this.cfg.apiUrl + path), 'GET', null, new Headers(API_HEADERS));
+      if (res.status === 404) continue;
+      if (!res.ok) throw new LoginFailure(`GitHub's API answered ${res.status} to GET ${path} (was the read:org scope granted?)`, 'server_error');
+      const m = (await res.json().catch(() => null)) as { state?: unknown } | null;
+      if (m?.state === 'active') return true;
+    }
+    return false;
   }
 
   private async api(accessToken: string, path: string): Promise<unknown> {

@@ -1,5 +1,6 @@
 import type { Sql } from '../../db/sql.js';
 import type { Identity } from './provider.js';
+import { nameKey } from '../../names.js';
 import { countAccounts, findUserByAccount, insertAccount, refreshAccountEmail, type LoginUserRow } from '../../db/accounts.js';
 import { insertLoginUser, lockLinkableUserByEmail, promoteToAdmin, setAvatarIfMissing } from '../../db/users.js';
 
@@ -16,6 +17,9 @@ import { insertLoginUser, lockLinkableUserByEmail, promoteToAdmin, setAvatarIfMi
 // in first with an unverified address would receive the real owner's later logins.
 // Logins of an existing account refresh accounts.email/email_verified from the provider.
 
+/** --signup closed: the identity is no user's and no new user may be made for it. */
+export class SignupClosed extends Error {}
+
 export interface LoginUser {
   id: string;
   email: string;
@@ -28,11 +32,19 @@ export interface LoginUser {
 
 type Row = LoginUserRow;
 
-export async function userForIdentity(sql: Sql, provider: string, who: Identity & { email: string }, initialAdminEmail: string | null): Promise<LoginUser> {
+/**
+ * --signup: a user this login would create is created active (open), deactivated until an admin
+ * reactivates them (deactivated), or not at all (closed: SignupClosed). Logins of existing
+ * users and links to them are not affected. The --initial-admin-email user (verified) is
+ * always created active: the operator named them.
+ */
+export type SignupMode = 'open' | 'deactivated' | 'closed';
+
+export async function userForIdentity(sql: Sql, provider: string, who: Identity & { email: string }, initialAdminEmail: string | null, signup: SignupMode = 'open'): Promise<LoginUser> {
   // Two first logins of one subject can race (two shards); the loser finds the winner's account.
   for (let attempt = 0; ; attempt++) {
     try {
-      return await sql.begin((tx) => resolve(tx as unknown as Sql, provider, who, initialAdminEmail));
+      return await sql.begin((tx) => resolve(tx as unknown as Sql, provider, who, initialAdminEmail, signup));
     } catch (err) {
       if (attempt === 0 && (err as { code?: string }).code === '23505') continue;
       throw err;
@@ -40,7 +52,7 @@ export async function userForIdentity(sql: Sql, provider: string, who: Identity 
   }
 }
 
-async function resolve(tx: Sql, provider: string, who: Identity & { email: string }, initialAdminEmail: string | null): Promise<LoginUser> {
+async function resolve(tx: Sql, provider: string, who: Identity & { email: string }, initialAdminEmail: string | null, signup: SignupMode): Promise<LoginUser> {
   const existing = await findUserByAccount(tx, provider, who.subject);
   if (existing) {
     await refreshAccountEmail(tx, provider, who.subject, who.email, who.emailVerified);
@@ -54,7 +66,9 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
     if (user) how = 'linked';
   }
   if (!user) {
-    user = await insertLoginUser(tx, { email: who.email, name: who.name, avatarUrl: who.avatarUrl });
+    const named = who.emailVerified && initialAdminEmail !== null && nameKey(who.email) === nameKey(initialAdminEmail);
+    if (signup === 'closed' && !named) throw new SignupClosed('sign-up is closed');
+    user = await insertLoginUser(tx, { email: who.email, name: who.name, avatarUrl: who.avatarUrl, deactivated: signup === 'deactivated' && !named });
   } else if (who.avatarUrl) {
     await setAvatarIfMissing(tx, user.id, who.avatarUrl);
   }
@@ -62,7 +76,7 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
   await insertAccount(tx, { userId: user.id, provider, subject: who.subject, email: who.email, emailVerified: who.emailVerified });
 
   let role = user.role;
-  const promote = earlierAccounts === 0 && who.emailVerified && initialAdminEmail !== null && who.email.toLowerCase() === initialAdminEmail && role !== 'admin';
+  const promote = earlierAccounts === 0 && who.emailVerified && initialAdminEmail !== null && nameKey(who.email) === nameKey(initialAdminEmail) && role !== 'admin';
   if (promote) {
     await promoteToAdmin(tx, user.id);
     role = 'admin';

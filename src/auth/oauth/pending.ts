@@ -1,6 +1,7 @@
 import type { Sql } from '../../db/sql.js';
 import { randomToken, sha256Hex } from './secrets.js';
-import { countLivePendingLogins, deleteLoginCode, deletePendingLogin, insertLoginCode, insertPendingLogin } from '../../db/oauth-logins.js';
+import { addressGroup } from '../../protocol/cidr.js';
+import { countLivePendingLogins, countPendingLoginsFrom, deleteLoginCode, deletePendingLogin, insertLoginCode, insertPendingLogin } from '../../db/oauth-logins.js';
 
 // The two short-lived, single-use records of a browser login (migration 002_oauth.sql):
 //   authorize ──PendingLogin (10 min)──▶ callback ──LoginCode (2 min)──▶ POST /auth/v1/token
@@ -14,6 +15,11 @@ export const LOGIN_CODE_TTL_SECS = 2 * 60;
  * bound anyone could grow the table for 10 minutes at a time; past it, new logins wait (503).
  */
 export const MAX_PENDING_LOGINS = 10_000;
+/**
+ * Logins in progress at once from one client address (IPv6: one /64). A person starts a few;
+ * without this one address could take all MAX_PENDING_LOGINS and lock every user out.
+ */
+export const MAX_PENDING_LOGINS_PER_ADDRESS = 20;
 
 export interface PendingLogin {
   provider: string;
@@ -21,15 +27,22 @@ export interface PendingLogin {
   cliChallenge: string;
   providerVerifier: string;
   nonce: string | null;
+  /** The CLI's own state for its loopback callback, echoed back to it (null: an older CLI). */
+  cliState: string | null;
 }
 
-/** Stores a pending login; false when MAX_PENDING_LOGINS are already in progress. */
-export async function savePendingLogin(sql: Sql, state: string, p: PendingLogin): Promise<boolean> {
+/**
+ * Stores a pending login started from `clientIp`; 'address' when that address (group) has
+ * MAX_PENDING_LOGINS_PER_ADDRESS in progress, 'server' when MAX_PENDING_LOGINS are.
+ */
+export async function savePendingLogin(sql: Sql, state: string, p: PendingLogin, clientIp: string): Promise<'ok' | 'address' | 'server'> {
+  const group = addressGroup(clientIp);
   // Sweep here rather than on a timer: logins are rare and the index makes this cheap.
-  if ((await countLivePendingLogins(sql)) >= MAX_PENDING_LOGINS) return false;
-  const row = { provider: p.provider, cli_port: p.cliPort, cli_challenge: p.cliChallenge, provider_verifier: p.providerVerifier, nonce: p.nonce };
-  await insertPendingLogin(sql, sha256Hex(state), row, PENDING_LOGIN_TTL_SECS);
-  return true;
+  if ((await countLivePendingLogins(sql)) >= MAX_PENDING_LOGINS) return 'server';
+  if ((await countPendingLoginsFrom(sql, group)) >= MAX_PENDING_LOGINS_PER_ADDRESS) return 'address';
+  const row = { provider: p.provider, cli_port: p.cliPort, cli_challenge: p.cliChallenge, provider_verifier: p.providerVerifier, nonce: p.nonce, cli_state: p.cliState };
+  await insertPendingLogin(sql, sha256Hex(state), row, PENDING_LOGIN_TTL_SECS, group);
+  return 'ok';
 }
 
 /** Deletes and returns the pending login of `state` for `provider`; null if unknown, used or expired. */
@@ -42,6 +55,7 @@ export async function takePendingLogin(sql: Sql, provider: string, state: string
     cliChallenge: r.cli_challenge,
     providerVerifier: r.provider_verifier,
     nonce: r.nonce,
+    cliState: r.cli_state,
   };
 }
 

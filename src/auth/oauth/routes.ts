@@ -8,7 +8,8 @@ import { GithubProvider } from './github.js';
 import { OidcProvider } from './oidc.js';
 import { LoginFailure, type LoginProvider } from './provider.js';
 import { createLoginCode, savePendingLogin, takeLoginCode, takePendingLogin } from './pending.js';
-import { userForIdentity } from './link.js';
+import { SignupClosed, userForIdentity } from './link.js';
+import { canonicalName, nameKey, nameProblem } from '../../names.js';
 import { getUser } from '../../db/users.js';
 import { CHALLENGE_RE, VERIFIER_RE, randomToken, verifierMatches } from './secrets.js';
 import { PAGE_HEADERS, RETRY_HINT, pageReply, redirectReply } from './pages.js';
@@ -34,7 +35,7 @@ const BOTH_SCOPES = ['tunnels', 'management'] as const;
 /** The configured providers by name; throws with an operator-facing message if one is unusable. */
 export function buildProviders(config: Config): Map<string, LoginProvider> {
   const providers = new Map<string, LoginProvider>();
-  if (config.github) providers.set('github', new GithubProvider(config.github, config.baseUrl));
+  if (config.github) providers.set('github', new GithubProvider(config.github, config.baseUrl, config.signup.githubAllowedOrgs));
   if (config.oidc) providers.set(config.oidc.name, new OidcProvider(config.oidc, config.baseUrl));
   return providers;
 }
@@ -102,7 +103,18 @@ async function authorize(ctx: ShardContext, providers: Map<string, LoginProvider
   const state = randomToken();
   const providerVerifier = client.randomPKCECodeVerifier();
   const nonce = provider.usesNonce ? randomToken() : null;
-  if (!(await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce }))) {
+  // The CLI's own state (optional, for older CLIs): sent back with the code or the error, so the
+  // CLI can tell its login's callback from one another web page made its browser send.
+  const cliStateText = req.query.get('state');
+  if (cliStateText !== null && !CLI_STATE_RE.test(cliStateText)) {
+    return pageReply(400, 'Invalid login link', 'The state of this link must be 16-128 base64url characters.', 'Start the login with `burrow login` rather than opening this address by hand.');
+  }
+  const saved = await savePendingLogin(ctx.sql, state, { provider: provider.name, cliPort, cliChallenge, providerVerifier, nonce, cliState: cliStateText }, req.ip);
+  if (saved === 'address') {
+    ctx.log.warn({ ip: req.ip }, 'browser login: too many logins in progress from one address');
+    return pageReply(429, 'Too many logins in progress', 'Too many logins were started from your address in the last 10 minutes.', 'Finish or abandon them, and try again in a few minutes.');
+  }
+  if (saved === 'server') {
     ctx.log.warn('browser login: too many logins in progress; refusing new ones until some expire');
     return pageReply(503, 'Too many logins in progress', 'This server is handling too many logins right now.', 'Try again in a few minutes.');
   }
@@ -111,8 +123,17 @@ async function authorize(ctx: ShardContext, providers: Map<string, LoginProvider
 }
 
 /** Sends the browser back to the CLI's loopback listener with an OAuth-style error. */
-function toCliError(cliPort: number, code: string, description: string): Reply {
-  const u = new URL(`http://127.0.0.1:${cliPort}/callback`);
+const CLI_STATE_RE = /^[A-Za-z0-9_-]{16,128}$/;
+
+/** Where the login ends: the CLI's loopback listener, with its state when it sent one. */
+function cliCallback(cli: { cliPort: number; cliState: string | null }): URL {
+  const u = new URL(`http://127.0.0.1:${cli.cliPort}/callback`);
+  if (cli.cliState !== null) u.searchParams.set('state', cli.cliState);
+  return u;
+}
+
+function toCliError(cli: { cliPort: number; cliState: string | null }, code: string, description: string): Reply {
+  const u = cliCallback(cli);
   u.searchParams.set('error', code);
   u.searchParams.set('error_description', description);
   return redirectReply(u.toString());
@@ -129,7 +150,7 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
   if (!pending) {
     return pageReply(400, 'Login link expired or already used', 'Each login link works once, within 10 minutes.', RETRY_HINT);
   }
-  const cli = pending.cliPort;
+  const cli = pending;
 
   const providerError = req.query.get('error');
   if (providerError !== null) {
@@ -158,14 +179,33 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
 
   // The state is spent: from here on every outcome goes back to the CLI, which is waiting.
   try {
-    const user = await userForIdentity(ctx.sql, provider.name, { ...who, email: who.email }, ctx.config.initialAdminEmail);
+    const policy = ctx.config.signup;
+    const email = canonicalName(who.email);
+    const hidden = nameProblem(email, 'the email address');
+    if (hidden) return toCliError(cli, 'access_denied', `The login provider's ${hidden}; burrow refuses it.`);
+    const domain = nameKey(email.slice(email.lastIndexOf('@') + 1));
+    if (policy.allowedEmailDomains.length > 0 && !(who.emailVerified && policy.allowedEmailDomains.includes(domain))) {
+      ctx.log.info({ provider: provider.name, verified: who.emailVerified }, 'browser login refused: email domain not allowed');
+      return toCliError(cli, 'access_denied', `This server admits only verified email addresses in ${policy.allowedEmailDomains.join(', ')}; ${provider.name} gave ${plain(email, 320)}${who.emailVerified ? '' : ' (not verified)'}.`);
+    }
+    let user;
+    try {
+      user = await userForIdentity(ctx.sql, provider.name, { ...who, email }, ctx.config.initialAdminEmail, policy.mode);
+    } catch (err) {
+      if (!(err instanceof SignupClosed)) throw err;
+      ctx.log.info({ provider: provider.name }, 'browser login refused: sign-up is closed');
+      return toCliError(cli, 'access_denied', `Sign-up is closed on this server: there is no burrow account for ${plain(email, 320)}. Ask an administrator to create one.`);
+    }
     if (user.roleChanged) await invalidateKeys(ctx, [], [user.id]);
     ctx.log.info({ provider: provider.name, userId: user.id, how: user.how, role: user.role }, 'browser login: provider identity accepted');
     if (user.deactivated) {
+      if (user.how === 'created') return toCliError(cli, 'access_denied', `Your burrow account ${plain(user.email, 320)} was created and waits for an administrator to activate it (burrow users reactivate). Log in again once they have.`);
       return toCliError(cli, 'access_denied', `The burrow account ${plain(user.email, 320)} is deactivated. Ask a burrow administrator to reactivate it.`);
     }
     const code = await createLoginCode(ctx.sql, user.id, provider.name, pending.cliChallenge);
-    return redirectReply(`http://127.0.0.1:${cli}/callback?code=${encodeURIComponent(code)}`);
+    const back = cliCallback(cli);
+    back.searchParams.set('code', code);
+    return redirectReply(back.toString());
   } catch (err) {
     ctx.log.error({ err, provider: provider.name }, 'browser login: could not record the login');
     return toCliError(cli, 'server_error', 'The server could not complete the login; its log says why.');
