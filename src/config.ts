@@ -1,6 +1,7 @@
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { availableParallelism } from 'node:os';
 import { parseCidr, type Cidr } from './protocol/cidr.js';
+import { burrowVersion } from './version.js';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
 // BURROW_FOO_BAR unless the spec names its own variable (README "Server flags").
@@ -175,6 +176,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol header (v1 or v2) on every connection, from a load balancer; works with --tls-cert').default(false))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
+    .version(burrowVersion(), '-V, --version', 'print the burrow version')
     .showHelpAfterError('(burrowd --help lists every flag)')
     .allowExcessArguments(false);
 }

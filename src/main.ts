@@ -28,6 +28,9 @@ import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
 import { ProxyFront, shardSockets } from './main-thread/proxy-front.js';
 
+// `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
+// renewal hook, README) and `pgrep -x burrowd` find it.
+process.title = 'burrowd';
 const parsed = parseConfig(process.argv.slice(2));
 try {
   // Unusable provider settings (e.g. plain-http endpoints off loopback) stop the start-up.

@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { buildServerCommand, configFromOptions, withPort } from '../../src/config.js';
 import { MAIN } from '../helpers/server.js';
 
@@ -80,6 +81,13 @@ test('burrowd exits 2 with usage on a bad flag and --help lists every flag', () 
     '--oauth-name-field', '--oauth-avatar-field', '--log-level', '--login-key-ttl', '--auth-failure-limit', '--metrics-addr']) {
     assert.ok(help.stdout.includes(flag), `--help lists ${flag}`);
   }
+});
+
+test('burrowd --version prints the package version', () => {
+  const r = spawnSync(process.execPath, [MAIN, '--version'], { encoding: 'utf8', timeout: 10_000 });
+  assert.is(r.status, 0, r.stderr);
+  const { version } = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
+  assert.is(r.stdout, `${version}\n`);
 });
 
 test.run();
