@@ -1,6 +1,7 @@
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { availableParallelism } from 'node:os';
 import { parseCidr, type Cidr } from './protocol/cidr.js';
+import { browserBlockedPort } from './listen.js';
 import { burrowVersion } from './version.js';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
@@ -226,6 +227,9 @@ export function configFromOptions(o: Opts): Config {
   if (httpPort !== null && httpPort === o.port) throw new Error(`--http-port ${httpPort} is the main --port; choose another`);
   const proxyProtocol = Boolean(o.proxyProtocol);
   const port = o.port as number;
+  for (const [flag, p] of [['--port', port], ['--http-port', httpPort]] as const) {
+    if (p !== null && browserBlockedPort(p)) throw new Error(`${flag} ${p} is a port browsers and fetch clients refuse to connect to (the fetch standard's "bad ports", e.g. 6000, 6665-6669): choose another, e.g. 8080`);
+  }
   const domain = String(o.domain).toLowerCase();
   const baseUrl = (baseUrlFlag ?? defaultBaseUrl(tls !== null, domain, port)).replace(/\/$/, '');
   try {

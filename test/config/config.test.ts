@@ -83,6 +83,20 @@ test('burrowd exits 2 with usage on a bad flag and --help lists every flag', () 
   }
 });
 
+test('a port browsers refuse (the fetch standard\'s bad ports) stops the start: exit 2, and says why', () => {
+  for (const args of [['--port', '6000'], ['--port', '6667'], ['--port', '10080'], ['--port', '8443', '--http-port', '6000', '--tls-cert', 'c.pem', '--tls-key', 'k.pem']]) {
+    const r = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', timeout: 10_000 });
+    assert.is(r.status, 2, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(r.stderr, /port browsers and fetch clients refuse/);
+    assert.is(r.stdout, '', 'nothing on stdout');
+  }
+  const env = spawnSync(process.execPath, [MAIN], { encoding: 'utf8', timeout: 10_000, env: { ...process.env, BURROW_PORT: '6000' } });
+  assert.is(env.status, 2, env.stderr);
+  assert.match(env.stderr, /--port 6000 is a port browsers/);
+  // Neighbours and the usual ports are fine.
+  for (const port of [8080, 6001, 6664, 443, 80]) assert.is(parse(['--port', String(port)]).port, port);
+});
+
 test('burrowd --version prints the package version', () => {
   const r = spawnSync(process.execPath, [MAIN, '--version'], { encoding: 'utf8', timeout: 10_000 });
   assert.is(r.status, 0, r.stderr);
