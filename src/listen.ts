@@ -56,7 +56,13 @@ export function listenAddress(host: string, port: number, tls = false): string {
   return `${tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
-/** What a wildcard bind address means, for the start-up line; '' for a specific address. */
+/**
+ * What the bind address means, for the start-up line; '' for a specific public address. A
+ * loopback bind (`npm start`, a first try) says how to listen publicly.
+ */
 export function bindScope(host: string): string {
-  return host === '0.0.0.0' ? 'all IPv4 interfaces' : host === '::' ? 'all interfaces' : '';
+  if (host === '0.0.0.0') return 'all IPv4 interfaces';
+  if (host === '::') return 'all interfaces';
+  if (host === 'localhost' || host === '::1' || /^127\./.test(host)) return 'this machine only; --host 0.0.0.0 listens on every interface';
+  return '';
 }

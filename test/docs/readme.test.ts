@@ -113,6 +113,8 @@ test('the runnable blocks run verbatim and do what their comments say', async ()
     // The tunnel reached the local service.
     assert.match(out, /hello from :\d+/, context);
     assert.is(readFileSync(join(work, 'myapp.url'), 'utf8').split('\n')[0], `http://myapp.localhost:${apiPort}`);
+    // `npm start` listens on loopback only, and its start-up line says how to listen publicly.
+    assert.match(readFileSync(join(work, 'burrowd.out'), 'utf8'), new RegExp(`^burrowd listening on http://127\\.0\\.0\\.1:${apiPort} \\(this machine only; --host 0\\.0\\.0\\.0 listens on every interface;`, 'm'));
     assert.match(readFileSync(join(work, 'db.url'), 'utf8'), /^tcp:\/\/localhost:\d+\n/);
   } finally {
     killGroup('SIGTERM');

@@ -95,9 +95,9 @@ test('a second burrowd on the port of a running one stops; the first keeps every
   for (let i = 0; i < 12; i++) assert.is(await meOnFreshConnection(t), 200, `request ${i}`);
 });
 
-test('the start-up line names the bind address and the base URL', async () => {
+test('the start-up line names the bind address and the base URL; a loopback one says how to listen publicly', async () => {
   assert.ok(t, 'needs the server of the previous test');
-  assert.ok(t!.stdout().includes(`burrowd listening on http://127.0.0.1:${t!.port} (base URL http://localhost:${t!.port})\n`), t!.stdout());
+  assert.ok(t!.stdout().includes(`burrowd listening on http://127.0.0.1:${t!.port} (this machine only; --host 0.0.0.0 listens on every interface; base URL http://localhost:${t!.port})\n`), t!.stdout());
   const wild = spawn(process.execPath, [MAIN, '--port', '0', '--host', '0.0.0.0', '--workers', '1', '--database-url', db.url], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   wild.stdout.on('data', (d) => (out += d));
