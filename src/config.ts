@@ -1,6 +1,8 @@
 import { Command, Option, InvalidArgumentError } from 'commander';
 import { availableParallelism } from 'node:os';
 import { parseCidr, type Cidr } from './protocol/cidr.js';
+import { browserBlockedPort } from './listen.js';
+import { burrowVersion } from './version.js';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
 // BURROW_FOO_BAR unless the spec names its own variable (README "Server flags").
@@ -218,6 +220,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--proxy-protocol-from <cidrs>', 'with --proxy-protocol: the load balancers (CIDR[,CIDR...]) allowed to send the header; connections from anyone else are closed').argParser(cidrList))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
+    .version(burrowVersion(), '-V, --version', 'print the burrow version')
     .showHelpAfterError('(burrowd --help lists every flag)')
     .allowExcessArguments(false);
 }
@@ -268,6 +271,9 @@ export function configFromOptions(o: Opts): Config {
   const proxyProtocol = Boolean(o.proxyProtocol);
   if (o.proxyProtocolFrom !== undefined && !proxyProtocol) throw new Error('--proxy-protocol-from names who may send PROXY headers: it needs --proxy-protocol');
   const port = o.port as number;
+  for (const [flag, p] of [['--port', port], ['--http-port', httpPort]] as const) {
+    if (p !== null && browserBlockedPort(p)) throw new Error(`${flag} ${p} is a port browsers and fetch clients refuse to connect to (the fetch standard's "bad ports", e.g. 6000, 6665-6669): choose another, e.g. 8080`);
+  }
   const domain = String(o.domain).toLowerCase();
   const baseUrl = (baseUrlFlag ?? defaultBaseUrl(tls !== null, domain, port)).replace(/\/$/, '');
   let baseHost: string;

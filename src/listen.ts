@@ -34,12 +34,35 @@ export async function assertPortFree(host: string, port: number, log: Logger, re
   process.exit(1);
 }
 
+/**
+ * The fetch standard's "bad ports" (https://fetch.spec.whatwg.org/#bad-port): browsers, and
+ * fetch clients such as undici (the burrow CLI's), refuse to connect to them. burrowd refuses
+ * to listen on one (its port serves browsers and the CLI) instead of starting and then being
+ * "unreachable" for every client.
+ */
+const BROWSER_BLOCKED_PORTS = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110,
+  111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532,
+  540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061,
+  6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
+]);
+
+export function browserBlockedPort(port: number): boolean {
+  return BROWSER_BLOCKED_PORTS.has(port);
+}
+
 /** The bound address as a URL (IPv6 in brackets). */
 export function listenAddress(host: string, port: number, tls = false): string {
   return `${tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
-/** What a wildcard bind address means, for the start-up line; '' for a specific address. */
+/**
+ * What the bind address means, for the start-up line; '' for a specific public address. A
+ * loopback bind (`npm start`, a first try) says how to listen publicly.
+ */
 export function bindScope(host: string): string {
-  return host === '0.0.0.0' ? 'all IPv4 interfaces' : host === '::' ? 'all interfaces' : '';
+  if (host === '0.0.0.0') return 'all IPv4 interfaces';
+  if (host === '::') return 'all interfaces';
+  if (host === 'localhost' || host === '::1' || /^127\./.test(host)) return 'this machine only; --host 0.0.0.0 listens on every interface';
+  return '';
 }

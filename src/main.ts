@@ -29,6 +29,9 @@ import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
 import { shardSockets } from './main-thread/shards.js';
 
+// `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
+// renewal hook, README) and `pgrep -x burrowd` find it.
+process.title = 'burrowd';
 const parsed = parseConfig(process.argv.slice(2));
 try {
   // Unusable provider settings (e.g. plain-http endpoints off loopback) stop the start-up.

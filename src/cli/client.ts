@@ -3,7 +3,7 @@ import type { Target } from './config.js';
 import { fetchTrusting, tlsError } from './tls-trust.js';
 
 // The management API client: JSON in, JSON out, problem+json turned into a CliError whose exit
-// code follows the status (README "The CLI in four commands"), and a hint naming the next command to try.
+// code follows the status (README "The CLI"), and a hint naming the next command to try.
 
 /** Per-status hints a command can give, e.g. { 404: 'list teams with `burrow teams list`' }. */
 export type Hints = Partial<Record<number, string>>;

@@ -1,4 +1,4 @@
-// Exit codes (README "The CLI in four commands") and the one error type commands throw. main.ts prints a
+// Exit codes (README "The CLI") and the one error type commands throw. main.ts prints a
 // CliError as `error: <title>: <detail>` plus `hint: ...` on stderr and exits with its code.
 
 export const EXIT = {

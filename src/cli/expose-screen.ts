@@ -227,9 +227,13 @@ export class ExposeScreen {
     return this.info.tunnels.find((t) => t.name === name) ?? this.info.tunnels[0]!;
   }
 
-  /** JSON events of `burrow start` carry the tunnel's name; `burrow http|tcp` keeps its shape. */
+  /**
+   * JSON events of `burrow start` carry the tunnel's name; `burrow http|tcp` keeps its shape.
+   * Field names are snake_case, as in the API's JSON (`duration_ms`, `bytes_in`).
+   */
   private event(name: string, event: string, fields: object): string {
-    return JSON.stringify(this.opts.named ? { event, tunnel: name, ...fields } : { event, ...fields });
+    const snake = Object.fromEntries(Object.entries(fields).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
+    return JSON.stringify(this.opts.named ? { event, tunnel: name, ...snake } : { event, ...snake });
   }
 
   private prefix(name: string, line: string): string {

@@ -73,7 +73,14 @@ export function buildProgram(): Command {
   return program;
 }
 
+/** Under --json an error is one JSON object on stderr (stdout stays the command's output alone). */
+let jsonErrors = false;
+
 function printError(e: CliError): void {
+  if (jsonErrors) {
+    err.line(JSON.stringify({ error: { title: e.title, detail: e.detail, hint: e.hint ?? null, status: e.status ?? null, exit_code: e.exitCode } }));
+    return;
+  }
   err.line(`${err.paint('red', 'error:')} ${e.title}: ${e.detail}`);
   if (e.hint) err.line(`${err.paint('dim', 'hint:')} ${e.hint}`);
 }
@@ -107,6 +114,7 @@ export async function main(argv = process.argv): Promise<void> {
     printVersion(argv.includes('--json'));
     return;
   }
+  jsonErrors = argv.slice(2).includes('--json');
   const program = buildProgram();
   try {
     await program.parseAsync(argv);

@@ -2,7 +2,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { randomBytes } from 'node:crypto';
 import { createServer, type AddressInfo } from 'node:net';
-import { cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { delimiter, dirname, join } from 'node:path';
 import type { Logger } from '../log.js';
 
@@ -123,6 +123,9 @@ async function fromTemplate(bin: string, templateDir: string, dataDir: string): 
     }
   }
   cpSync(templateDir, dataDir, { recursive: true });
+  // Node 24's cpSync gives the directories it creates the default mode, not the source's (Node 20
+  // kept 0700), and PostgreSQL refuses a data directory open to others.
+  chmodSync(join(dataDir, CLUSTER), 0o700);
 }
 
 function freePort(): Promise<number> {

@@ -1,4 +1,6 @@
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 import type * as UwsTypes from '@trufflesuite/uws-js-unofficial';
 
 // uWebSockets.js is not on the npm registry under its own name. Try the official
@@ -31,7 +33,13 @@ function versionOf(name: string): string | null {
   try {
     return (require(`${name}/package.json`) as { version?: string }).version ?? null;
   } catch {
-    return null; // packages with an `exports` map hide their package.json
+    // Packages with an `exports` map hide their package.json (@btc-vision/uwebsockets.js): read
+    // the one beside the entry point, which is in the package's root for these builds.
+    try {
+      return (JSON.parse(readFileSync(join(dirname(require.resolve(name)), 'package.json'), 'utf8')) as { version?: string }).version ?? null;
+    } catch {
+      return null;
+    }
   }
 }
 

@@ -94,4 +94,21 @@ test('403 details say the operation in words, not its operation id', async () =>
   assert.not.match(r.stderr + admin.stderr, /List_/);
 });
 
+test('under --json an error is one JSON object on stderr, stdout stays empty, the exit code is the same', async () => {
+  const s = (token: string): CliEnv => ({ ...c, env: { BURROW_SERVER: srv.url, BURROW_TOKEN: token } });
+  const forbidden = await burrow(s(memberKey), ['users', 'list', '--json']);
+  assert.is(forbidden.code, 3);
+  assert.is(forbidden.stdout, '');
+  const e = JSON.parse(forbidden.stderr) as { error: Record<string, unknown> };
+  assert.equal(Object.keys(e.error), ['title', 'detail', 'hint', 'status', 'exit_code']);
+  assert.is(e.error.title, 'Forbidden');
+  assert.is(e.error.status, 403);
+  assert.is(e.error.exit_code, 3);
+  const down = await burrow({ ...c, env: { BURROW_SERVER: deadUrl, BURROW_TOKEN: srv.adminKey } }, ['keys', 'list', '--json']);
+  assert.is(down.code, 6);
+  const d = JSON.parse(down.stderr) as { error: { status: unknown; exit_code: number } };
+  assert.is(d.error.status, null);
+  assert.is(d.error.exit_code, 6);
+});
+
 test.run();

@@ -85,7 +85,7 @@ test('burrow http --json prints JSON lines; --quiet prints only the URL', async 
   assert.is(ev.method, 'GET');
   assert.is(ev.path, '/j');
   assert.is(ev.status, 200);
-  assert.type(ev.durationMs, 'number');
+  assert.type(ev.duration_ms, 'number');
   j.kill('SIGINT');
   assert.is(await exitOf(j, 10_000, 'json exit'), 0);
 

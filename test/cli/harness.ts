@@ -24,6 +24,19 @@ export interface CliEnv {
   /** XDG_CONFIG_HOME for this run: the config lands in <dir>/burrow/config.json. */
   configDir: string;
   env?: Record<string, string | undefined>;
+  /** The working directory (default: an empty one, so a ./burrow.yml of the checkout is never read). */
+  cwd?: string;
+}
+
+let emptyDir: string | null = null;
+/** An empty working directory for CLI children, removed when this test process exits. */
+function emptyCwd(): string {
+  if (!emptyDir) {
+    const dir = mkdtempSync(join(tmpdir(), 'burrow-cwd-'));
+    process.once('exit', () => rmSync(dir, { recursive: true, force: true }));
+    emptyDir = dir;
+  }
+  return emptyDir;
 }
 
 /** The environment a CLI child sees: nothing of the caller's BURROW_* or XDG settings leaks in. */
@@ -42,7 +55,7 @@ export function cliEnv(c: CliEnv): NodeJS.ProcessEnv {
 /** Run `burrow ...args` to completion (deadline: 20 s). */
 export function burrow(c: CliEnv, args: string[], deadlineMs = 20_000): Promise<CliResult> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [CLI, ...args], { env: cliEnv(c), stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CLI, ...args], { env: cliEnv(c), cwd: c.cwd ?? emptyCwd(), stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
     child.stdout.on('data', (d) => (stdout += d));
@@ -60,7 +73,7 @@ export function burrow(c: CliEnv, args: string[], deadlineMs = 20_000): Promise<
 
 /** Start `burrow ...args` and leave it running (for http/tcp). */
 export function spawnBurrow(c: CliEnv, args: string[]): ChildProcess & { output: { stdout: string; stderr: string } } {
-  const child = spawn(process.execPath, [CLI, ...args], { env: cliEnv(c), stdio: ['ignore', 'pipe', 'pipe'] }) as ChildProcess & {
+  const child = spawn(process.execPath, [CLI, ...args], { env: cliEnv(c), cwd: c.cwd ?? emptyCwd(), stdio: ['ignore', 'pipe', 'pipe'] }) as ChildProcess & {
     output: { stdout: string; stderr: string };
   };
   child.output = { stdout: '', stderr: '' };

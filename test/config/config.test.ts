@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { buildServerCommand, configFromOptions, withPort } from '../../src/config.js';
 import { MAIN } from '../helpers/server.js';
 
@@ -102,6 +103,27 @@ test('a --base-url whose host is a tunnel host (<label>.<domain>) is refused', (
   assert.is(parse(['--domain', 'example.com', '--base-url', 'https://example.com']).baseUrl, 'https://example.com');
   assert.is(parse(['--domain', 't.example.com', '--base-url', 'https://example.com']).baseUrl, 'https://example.com');
   assert.is(parse(['--domain', 'example.com', '--base-url', 'https://a.b.example.com']).baseUrl, 'https://a.b.example.com');
+});
+
+test('a port browsers refuse (the fetch standard\'s bad ports) stops the start: exit 2, and says why', () => {
+  for (const args of [['--port', '6000'], ['--port', '6667'], ['--port', '10080'], ['--port', '8443', '--http-port', '6000', '--tls-cert', 'c.pem', '--tls-key', 'k.pem']]) {
+    const r = spawnSync(process.execPath, [MAIN, ...args], { encoding: 'utf8', timeout: 10_000 });
+    assert.is(r.status, 2, `${args.join(' ')}: ${r.stderr}`);
+    assert.match(r.stderr, /port browsers and fetch clients refuse/);
+    assert.is(r.stdout, '', 'nothing on stdout');
+  }
+  const env = spawnSync(process.execPath, [MAIN], { encoding: 'utf8', timeout: 10_000, env: { ...process.env, BURROW_PORT: '6000' } });
+  assert.is(env.status, 2, env.stderr);
+  assert.match(env.stderr, /--port 6000 is a port browsers/);
+  // Neighbours and the usual ports are fine.
+  for (const port of [8080, 6001, 6664, 443, 80]) assert.is(parse(['--port', String(port)]).port, port);
+});
+
+test('burrowd --version prints the package version', () => {
+  const r = spawnSync(process.execPath, [MAIN, '--version'], { encoding: 'utf8', timeout: 10_000 });
+  assert.is(r.status, 0, r.stderr);
+  const { version } = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
+  assert.is(r.stdout, `${version}\n`);
 });
 
 test.run();

@@ -4,7 +4,7 @@
 // 8080 and 3000 swapped for free ports so that the suite can run anywhere, and the database
 // given through DATABASE_URL.
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -66,7 +66,9 @@ test('the runnable blocks run verbatim and do what their comments say', async ()
   const runnable = blocks.filter((b) => b.info === 'runnable');
   assert.ok(runnable.length >= 3);
   work = mkdtempSync(join(tmpdir(), 'burrow-readme-'));
-  for (const name of ['package.json', 'dist', 'node_modules']) symlinkSync(join(ROOT, name), join(work, name));
+  for (const name of ['package.json', 'bin', 'dist', 'node_modules']) symlinkSync(join(ROOT, name), join(work, name));
+  // The blocks `cd "$(mktemp -d)"`: their files land under the test's directory, removed with it.
+  mkdirSync(join(work, 'tmp'));
   const [apiPort, servicePort] = [await freePort(), await freePort()];
   const script = [
     'shopt -s expand_aliases', // as in the interactive shell the blocks are pasted into
@@ -75,7 +77,7 @@ test('the runnable blocks run verbatim and do what their comments say', async ()
     // Not in the README: give the last block's tcp client time to print its address.
     'for i in $(seq 30); do grep -qs tcp:// db.url && break; sleep 1; done',
   ].join('\n');
-  const env: NodeJS.ProcessEnv = { ...process.env, HOME: work, XDG_CONFIG_HOME: join(work, '.config'), NO_COLOR: '1' };
+  const env: NodeJS.ProcessEnv = { ...process.env, HOME: work, XDG_CONFIG_HOME: join(work, '.config'), TMPDIR: join(work, 'tmp'), NO_COLOR: '1' };
   for (const k of Object.keys(env)) if (k.startsWith('BURROW_') || k === 'DATABASE_URL' || k === 'BASE_URL') delete env[k];
   // burrowd's database comes through DATABASE_URL (the environment, not the text): the test's
   // database (a PGlite made from a template, or a PostgreSQL schema). A PGlite created from
@@ -102,6 +104,11 @@ test('the runnable blocks run verbatim and do what their comments say', async ()
       throw new Error(`${e.message}\nstdout:\n${out}\nstderr:\n${err.slice(-3000)}`);
     });
     const context = `stdout:\n${out}\nstderr:\n${err.slice(-3000)}`;
+    if (process.env.README_TEST_VERBOSE) console.log(context);
+    // Nothing was written into the checkout-like directory; the blocks' files are in their scratch directory.
+    assert.equal(readdirSync(work).filter((n) => n !== '.config').sort(), ['bin', 'dist', 'node_modules', 'package.json', 'tmp'], context);
+    const scratch = readdirSync(join(work, 'tmp')).map((n) => join(work, 'tmp', n)).find((d) => existsSync(join(d, 'burrowd.out')));
+    assert.ok(scratch, `the blocks' scratch directory\n${context}`);
     assert.is(code, 0, context);
     assert.not.match(out, /"status":\s*40[13]/, `no call was refused\n${context}`);
     // The walk-through: the ci key is created and shown, listed, then revoked ({}).
@@ -110,10 +117,15 @@ test('the runnable blocks run verbatim and do what their comments say', async ()
     // The CLI: a key alone on a line, and whoami names the seed admin.
     assert.match(out, /^bk_[0-9A-Za-z]{12}_[0-9A-Za-z]{43}$/m, context);
     assert.match(out, /seed@burrow\.local/, context);
+    // The metrics block: the live tunnels it names (its byte count depends on a 250 ms report).
+    assert.match(out, /^burrow_tunnels\{type="http"\} 2$/m, context);
+    assert.match(out, /^burrow_tunnels\{type="tcp"\} 1$/m, context);
     // The tunnel reached the local service.
     assert.match(out, /hello from :\d+/, context);
-    assert.is(readFileSync(join(work, 'myapp.url'), 'utf8').split('\n')[0], `http://myapp.localhost:${apiPort}`);
-    assert.match(readFileSync(join(work, 'db.url'), 'utf8'), /^tcp:\/\/localhost:\d+\n/);
+    assert.is(readFileSync(join(scratch!, 'myapp.url'), 'utf8').split('\n')[0], `http://myapp.localhost:${apiPort}`);
+    // A loopback burrowd (as `npm start` runs it) says how to listen publicly.
+    assert.match(readFileSync(join(scratch!, 'burrowd.out'), 'utf8'), new RegExp(`^burrowd listening on http://127\\.0\\.0\\.1:${apiPort} \\(this machine only; --host 0\\.0\\.0\\.0 listens on every interface;`, 'm'));
+    assert.match(readFileSync(join(scratch!, 'db.url'), 'utf8'), /^tcp:\/\/localhost:\d+\n/);
   } finally {
     killGroup('SIGTERM');
     // burrowd drains on SIGTERM: give the group a while, then SIGKILL what is left.

@@ -2,6 +2,7 @@
 // burrowd, any program) stops the start; the start-up line names the real bind address; on a
 // terminal stderr explains the seed key while stdout keeps the key alone.
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -94,9 +95,9 @@ test('a second burrowd on the port of a running one stops; the first keeps every
   for (let i = 0; i < 12; i++) assert.is(await meOnFreshConnection(t), 200, `request ${i}`);
 });
 
-test('the start-up line names the bind address and the base URL', async () => {
+test('the start-up line names the bind address and the base URL; a loopback one says how to listen publicly', async () => {
   assert.ok(t, 'needs the server of the previous test');
-  assert.ok(t!.stdout().includes(`burrowd listening on http://127.0.0.1:${t!.port} (base URL http://localhost:${t!.port})\n`), t!.stdout());
+  assert.ok(t!.stdout().includes(`burrowd listening on http://127.0.0.1:${t!.port} (this machine only; --host 0.0.0.0 listens on every interface; base URL http://localhost:${t!.port})\n`), t!.stdout());
   const wild = spawn(process.execPath, [MAIN, '--port', '0', '--host', '0.0.0.0', '--workers', '1', '--database-url', db.url], { stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   wild.stdout.on('data', (d) => (out += d));
@@ -109,6 +110,20 @@ test('the start-up line names the bind address and the base URL', async () => {
     wild.kill('SIGTERM');
     await withDeadline(exited, 20_000, 'burrowd stop').catch(() => wild.kill('SIGKILL'));
   }
+});
+
+test('the process is named burrowd: `pgrep -x burrowd` and the renewal hook\'s `pkill -x burrowd` find it', async () => {
+  assert.ok(t, 'needs the server of the previous test');
+  assert.is(readFileSync(`/proc/${t!.proc.pid}/comm`, 'utf8'), 'burrowd\n');
+  // Other burrowd processes may run on this machine (other test files): ours must be among them.
+  const pgrep = spawnSync('pgrep', ['-x', 'burrowd'], { encoding: 'utf8' });
+  assert.is(pgrep.status, 0, pgrep.stderr);
+  assert.ok(pgrep.stdout.split('\n').includes(String(t!.proc.pid)), `pgrep -x burrowd: ${pgrep.stdout}`);
+  // The README's hook line, with signal 0 (a real HUP would reach every burrowd of the machine).
+  assert.is(spawnSync('sh', ['-c', 'pkill -0 -x burrowd']).status, 0);
+  // The hook's signal itself, to ours only: burrowd keeps serving (no TLS: nothing to reload).
+  process.kill(t!.proc.pid!, 'SIGHUP');
+  assert.is(await meOnFreshConnection(t!), 200);
 });
 
 // util-linux `script` gives burrowd a pseudo-terminal (Node has none built in). Logs are kept to

@@ -90,7 +90,7 @@ async function tunnel(): Promise<string> {
 }
 
 test('HTTPS end to end: the tunnel registers over wss, its public URL is https://, the visitor is served over TLS with X-Forwarded-Proto https', async () => {
-  assert.match(server.stdout(), /listening on https:\/\/127\.0\.0\.1:\d+ \(base URL https:\/\/tunnels\.test:\d+\)/);
+  assert.match(server.stdout(), /listening on https:\/\/127\.0\.0\.1:\d+ \(this machine only; [^;]+; base URL https:\/\/tunnels\.test:\d+\)/);
   const id = await tunnel();
   const r = await get(`${id}.${DOMAIN}`, '/hello?x=1');
   assert.is(r.status, 200, r.body);
