@@ -7,7 +7,7 @@ const glibc = process.report.getReport().header.glibcVersionRuntime;
 let uws;
 try {
   const l = loadUws();
-  uws = `${l.from} ${l.version ?? '(version unknown)'}${l.tlsReadFixed ? ' (the copy with the TLS read fix)' : ''}`;
+  uws = `${l.from} ${l.version ?? '(version unknown)'}`;
 } catch (err) {
   uws = `none loads (${err.message.split('\n').slice(1).map((l) => l.trim()).join('; ')})`;
 }

@@ -102,12 +102,10 @@ test('HTTPS end to end: the tunnel registers over wss, its public URL is https:/
 });
 
 test('bulk over TLS: rounds of 16 concurrent 1 MiB downloads and 16 uploads at once arrive intact, and the control connection stays up', async () => {
-  // Response bytes reach the edge on the wss control connection in reads that uSockets hands
-  // out in 512 KiB pieces, while request bodies leave on it faster than the client reads them
-  // (uWS buffers the rest). A write to any TLS socket during such a piece (ours, or uWS
-  // sending that buffer as it ends the piece) used to discard the rest of the read and break
-  // the control connection (both ends 1006): in the first or second round with the stock
-  // uWebSockets.js 20.30 build (src/http/uws-tls-fix.ts).
+  // Response bytes reach the edge on the wss control connection while request bodies leave on
+  // it faster than the client reads them. uWS's TLS layer (uSockets) discarded the rest of a
+  // large read when anything wrote during it, breaking the control connection (both ends 1006)
+  // in the first or second round; Node's TLS in the front must carry it whole.
   const c = new TunnelClient({ server: server.url, token: server.adminKey, type: 'http', local: { host: '127.0.0.1', port: local.port }, ca: [...tls.rootCertificates, caPem] });
   clients.push(c);
   const reconnects: string[] = [];
