@@ -28,6 +28,8 @@ function reasonInWords(reason: string, local: string): string {
   switch (reason) {
     case 'local-unreachable':
       return `no connection to ${local} (the visitor got 502)`;
+    case 'local-invalid':
+      return `${local} sent something that is not an HTTP/1.x response (the visitor got 502)`;
     case 'local-timeout':
       return `${local} sent no response in time (the visitor got 504)`;
     case 'visitor-gone':

@@ -1,7 +1,4 @@
 import { EventEmitter } from 'node:events';
-import http from 'node:http';
-import https from 'node:https';
-import { Pool } from 'undici';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
   RESPONSE_HEAD_TIMEOUT_MS,
@@ -12,8 +9,9 @@ import { guardedExchange, type TunnelObserver } from './observer.js';
 import { verificationProblem } from './tls-verify.js';
 import { WsClient, WsRefused } from './ws-client.js';
 import { describeLocalError } from './local-error.js';
-import { connectOptions, hostPort, localOrigin, withHostHeader, type LocalTarget } from './local-target.js';
-import { HttpStream, PoolHttpStream, TcpStream, poolCanCarry, type ClientStream } from './streams.js';
+import { hostPort, withHostHeader, type LocalTarget } from './local-target.js';
+import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
+import { LocalPool } from './local-pool.js';
 import { Link } from './link.js';
 import { LaneSet } from './lanes.js';
 
@@ -23,7 +21,7 @@ export type { AccessRules } from '../protocol/access.js';
 //
 //   TunnelClient ──control WebSocket (ws-client.ts)──▶ burrowd
 //     Hello → Welcome → Open → Opened{id,url}
-//     StreamOpen(http) → http.request to the local service (keep-alive agent) → Response/Data/End
+//     StreamOpen(http) → the request as bytes on a pooled connection (local-pool.ts) → the answer's bytes as Data, End
 //     StreamOpen(tcp)  → net.connect to the local service → Data/End both ways
 //   connection lost / heartbeat silent → reconnect with capped exponential backoff + jitter,
 //   re-registering the same id; a permanent refusal (bad key, id taken, deleted) ends it.
@@ -144,9 +142,7 @@ class Tunnel {
   attempt = 0;
   retryTimer: NodeJS.Timeout | null = null;
   readonly name: string;
-  readonly agent: http.Agent;
-  readonly pool: Pool;
-  readonly uploadPool: Pool;
+  readonly pool: LocalPool;
 
   /** host:port of the local service, as messages name it */
   get localAddr(): string {
@@ -155,10 +151,7 @@ class Tunnel {
 
   constructor(readonly opts: TunnelOptions) {
     this.name = opts.name ?? opts.type;
-    this.agent = new (opts.local.tls ? https : http).Agent({ keepAlive: true, maxFreeSockets: 64 });
-    const connect = connectOptions(opts.local);
-    this.pool = new Pool(localOrigin(opts.local), { connections: MAX_LOCAL_CONNECTIONS, pipelining: 1, connect });
-    this.uploadPool = new Pool(localOrigin(opts.local), { connections: null, pipelining: 1, connect });
+    this.pool = new LocalPool(opts.local, MAX_LOCAL_CONNECTIONS);
   }
 
   openRequest(): OpenRequest {
@@ -175,9 +168,7 @@ class Tunnel {
   destroy(): void {
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
-    this.agent.destroy();
-    void this.pool.destroy().catch(() => undefined);
-    void this.uploadPool.destroy().catch(() => undefined);
+    this.pool.close();
   }
 }
 
@@ -474,7 +465,6 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       case F.Hello:
       case F.Open:
       case F.Close:
-      case F.Response:
         link.ws.close(1002, `frame type ${frame[0]} is client-to-server only`);
         return;
       default:
@@ -511,7 +501,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       const durationMs = Date.now() - s.startedMs;
       const f = s.localFailure;
       const error = f ? { error: describeLocalError(f.err, t.localAddr, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
-      if (s instanceof HttpStream || s instanceof PoolHttpStream) {
+      if (s instanceof RawHttpStream) {
         // No answer: the status the visitor got from the edge for it.
         const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
         this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
@@ -521,11 +511,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     };
     const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
-      head.kind === 'http'
-        ? poolCanCarry(head)
-          ? new PoolHttpStream(sid, link.sender, onFinish, head, head.end ? t.pool : t.uploadPool, timeoutMs)
-          : new HttpStream(sid, link.sender, onFinish, head, t.opts.local, t.agent, timeoutMs)
-        : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
+      head.kind === 'http' ? new RawHttpStream(sid, link.sender, onFinish, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
     if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, `${t.opts.local.host}:${t.opts.local.port}`);
     link.streams.set(sid, s);
     this.owner.set(s, t);

@@ -1,6 +1,6 @@
 import net from 'node:net';
 import { encodeProxyV2, type ProxySource } from '../protocol/proxy-header.js';
-import { ResponseParser, type RequestHead, type ResponseHead } from './http1-parser.js';
+import { ResponseParser, type RequestHead, type ResponseHead } from '../protocol/http1-parser.js';
 import type { Exchange, FrontConnection } from './front-connection.js';
 import type { VisitorResponse } from './visitor-response.js';
 

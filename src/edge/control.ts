@@ -3,7 +3,7 @@ import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
 import { WsConnection } from '../protocol/ws-connection.js';
 import { headerOf, type Exchange, type FrontConnection } from './front-connection.js';
-import type { RequestHead } from './http1-parser.js';
+import type { RequestHead } from '../protocol/http1-parser.js';
 import type { VisitorResponse } from './visitor-response.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
@@ -211,8 +211,6 @@ export class ControlConnection implements StreamCarrier {
         }
         return;
       }
-      case F.Response:
-        return this.stream(frame[1])?.onResponse(frame[2]);
       case F.Data:
         return this.stream(frame[1])?.onData(frame[2]);
       case F.End:

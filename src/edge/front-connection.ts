@@ -3,7 +3,7 @@ import type { Logger } from '../log.js';
 import type { ProblemCode } from '../errors.js';
 import { clientOfHeaders, type ClientAddress } from '../http/client-address.js';
 import { prefersHtml } from '../http/problem-page.js';
-import { RequestParser, type RequestHead } from './http1-parser.js';
+import { RequestParser, type RequestHead } from '../protocol/http1-parser.js';
 import { VisitorResponse, type ResponseSink } from './visitor-response.js';
 
 // One public connection on the front: requests parsed by llhttp (http1-parser.ts), answered

@@ -3,7 +3,7 @@ import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
 import { invalidResponseHead, requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
 import type { ClientAddress } from '../http/client-address.js';
-import type { RequestHead } from './http1-parser.js';
+import type { RequestHead } from '../protocol/http1-parser.js';
 import type { Exchange, FrontConnection } from './front-connection.js';
 import type { VisitorResponse } from './visitor-response.js';
 import type { Downstream, Upstream } from './stream.js';
@@ -29,6 +29,7 @@ export type OpenUpstream = (tunnelId: string, head: HttpHead, down: TunnelVisito
 
 const RESET_STATUS: Record<ResetCode, [ProblemCode, string]> = {
   'local-unreachable': ['bad-gateway', 'the tunnel client could not reach its local service'],
+  'local-invalid': ['bad-gateway', 'the local service sent an invalid response'],
   'local-timeout': ['gateway-timeout', 'the local service did not answer in time'],
   'visitor-gone': ['bad-gateway', 'the request was abandoned'],
   protocol: ['bad-gateway', 'the tunnel client broke the protocol'],

@@ -9,7 +9,7 @@ import { ControlConnection, type ControlHost } from './control.js';
 import { serveVisitor, TunnelVisitor } from './ingress.js';
 import { Mesh } from './mesh.js';
 import { DISCARD, FrontConnection, headerOf, type Exchange } from './front-connection.js';
-import type { RequestHead } from './http1-parser.js';
+import type { RequestHead } from '../protocol/http1-parser.js';
 import type { VisitorResponse } from './visitor-response.js';
 import { bindTcpPort, checkTcpRequest, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';

@@ -1,5 +1,6 @@
 import { ReceiveWindow, SendWindow, StreamEnds } from '../protocol/flow-control.js';
-import { type Refusal, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
+import { type Refusal, type ResetCode, type StreamHead } from '../protocol/frames.js';
+import { ResponseParser } from '../protocol/http1-parser.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -39,24 +40,37 @@ export interface TunnelSpec {
 }
 
 /**
- * One stream of a tunnel: relays between a visitor adapter and the wire, counting bytes.
- * It also checks the order of the client's frames, so no adapter ever sees a sequence it
- * cannot handle (a second response head, body before the head, a 101 on a plain request),
- * and the client's flow-control arithmetic (protocol/flow-control.ts): a violation resets
- * this stream both ways with 'protocol' (→ 502 for a visitor). Credit is batched by the
- * adapter that writes the bytes out; this relay sends each report on as one Credit frame.
+ * One stream of a tunnel: relays between a visitor adapter and the wire, counting bytes. For
+ * HTTP the client's Data is the local service's answer as raw bytes: this parses it (llhttp,
+ * src/protocol/http1-parser.ts) into the head, body and end the adapter writes, so whatever the
+ * client sends, a visitor only ever gets one well-formed answer per request (a bad one: 502).
+ * It also checks the client's flow-control arithmetic (protocol/flow-control.ts): a violation
+ * resets this stream both ways with 'protocol' (→ 502 for a visitor). Credit counts raw bytes:
+ * the visitor's adapter returns what it wrote of the body, and this adds the bytes that were
+ * head and framing (no adapter ever sees those).
  */
 export class TunnelStream implements Upstream {
   sid = 0;
-  /** What may answer: 'upgrade' streams alone accept a 101; 'tcp' streams take no head. */
+  /** What may answer: 'upgrade' streams alone accept a 101; 'tcp' streams take raw bytes. */
   kind: 'http' | 'upgrade' | 'tcp' = 'http';
-  private responded = false;
+  /** The request's method (a HEAD's answer has no body). */
+  method = 'GET';
+  /** HTTP: the answer's parser (created at its first byte); after a 101, bytes pass as they are. */
+  private parser: ResponseParser | null = null;
+  private switched = false;
+  /** The whole answer was parsed: any further byte is a second answer nobody asked for. */
+  private answered = false;
+  /** Raw bytes of the answer that were head or framing: credited back with the next credit. */
+  private overhead = 0;
+  /** Body bytes handed to the adapter during the current Data frame. */
+  private bodyBytes = 0;
   /** local = visitor → client (our End), peer = client → visitor (the client's End). */
   private readonly ends = new StreamEnds(() => {
     this.carrier.forget(this.sid);
     this.tunnel.streams.delete(this);
+    this.parser?.close();
   });
-  /** Response bytes the client may still send (Data spends, the Credit we send grants). */
+  /** Answer bytes the client may still send (Data spends, the Credit we send grants). */
   private readonly clientWindow = new ReceiveWindow();
   /** Request bytes sent to the client, to check the credit it returns (the adapter pauses the visitor). */
   private readonly requestWindow = new SendWindow();
@@ -91,8 +105,10 @@ export class TunnelStream implements Upstream {
   }
   credit(bytes: number): void {
     if (this.ends.done) return;
-    this.carrier.sendCredit(this.sid, bytes);
-    this.clientWindow.granted(bytes);
+    const n = bytes + this.overhead;
+    this.overhead = 0;
+    this.carrier.sendCredit(this.sid, n);
+    this.clientWindow.granted(n);
   }
   /** A bug in the adapter's deferred work (outside any frame handler): end the connection. */
   fault(err: unknown): void {
@@ -100,32 +116,44 @@ export class TunnelStream implements Upstream {
   }
 
   // ---- frames from the client ----
-  onResponse(head: ResponseHead): void {
-    if (this.ends.done) return;
-    if (this.kind === 'tcp') return this.violation('a response head on a tcp stream');
-    if (this.responded) return this.violation('a second response head');
-    if (head.status === 101 && this.kind !== 'upgrade') return this.violation('status 101 as the response to a plain request');
-    // Interim answers are the origin's to send and the visitor's to do without: only 100
-    // Continue goes on (to a visitor that asked for it); the final head still follows.
-    if (head.status < 200 && head.status !== 101) {
-      if (head.status === 100 && this.kind === 'http') this.down.response(head);
-      return;
-    }
-    this.responded = true;
-    this.down.response(head);
-  }
   onData(bytes: Uint8Array): void {
     if (this.ends.done) return;
-    if (this.kind !== 'tcp' && !this.responded) return this.violation('body bytes before the response head');
     if (this.ends.peerDone) return this.violation('body bytes after the end');
     if (!this.clientWindow.receive(bytes.byteLength)) return this.violation(`${this.clientWindow.overrun} bytes over the flow-control window`);
-    this.tunnel.count(0, bytes.byteLength);
-    this.down.data(bytes);
+    if (this.kind === 'tcp' || this.switched) return this.passOn(bytes);
+    if (this.answered) return this.violation('bytes after the end of the answer');
+    this.parser ??= this.newParser();
+    this.bodyBytes = 0;
+    const view = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const r = this.parser.execute(view);
+    if (this.ends.done) return;
+    switch (r.kind) {
+      case 'more':
+        break;
+      case 'paused':
+        // One answer per request: bytes after it can only be a smuggled second one.
+        if (r.consumed < view.length) return this.violation(`${view.length - r.consumed} bytes after the end of the answer`);
+        break;
+      case 'upgrade': {
+        const rest = view.subarray(r.consumed);
+        this.overhead += r.consumed;
+        if (rest.length > 0) this.passOn(rest);
+        return;
+      }
+      case 'error':
+        return this.violation(`an answer llhttp refuses (${r.reason})`);
+    }
+    this.overhead += view.length - this.bodyBytes;
   }
   onEnd(): void {
     const end = this.ends.endPeer();
     if (end === 'over') return;
     if (end === 'duplicate') return this.violation('a second end');
+    if (this.kind !== 'tcp' && !this.switched) {
+      // A close-delimited body ends here; an answer cut short is the client's fault.
+      const r = this.parser?.finish() ?? { kind: 'error' as const, reason: 'no answer at all' };
+      if (r && r.kind === 'error') return this.violation(`the answer ended early (${r.reason})`);
+    }
     this.down.end();
     this.ends.settle();
   }
@@ -140,8 +168,44 @@ export class TunnelStream implements Upstream {
     this.down.credit(bytes);
   }
 
+  /** Bytes that go to the adapter as they are (TCP, an upgraded connection). */
+  private passOn(bytes: Uint8Array): void {
+    this.tunnel.count(0, bytes.byteLength);
+    this.down.data(bytes);
+  }
+
+  private newParser(): ResponseParser {
+    const p = new ResponseParser({
+      head: (h) => {
+        if (h.status === 101 && this.kind !== 'upgrade') return this.violation('status 101 as the answer to a plain request');
+        // Interim answers are the origin's to send and the visitor's to do without: only 100
+        // Continue goes on (to a visitor that asked for it); the final head still follows.
+        if (h.status < 200 && h.status !== 101) {
+          if (h.status === 100 && this.kind === 'http') this.down.response({ status: 100, headers: [] });
+          return;
+        }
+        // After a 101 the bytes are the upgraded protocol's: the parser's end of this message is no end of the stream.
+        if (h.status === 101) this.switched = true;
+        this.down.response({ status: h.status, headers: h.headers });
+      },
+      body: (chunk) => {
+        this.bodyBytes += chunk.byteLength;
+        this.tunnel.count(0, chunk.byteLength);
+        this.down.data(chunk);
+      },
+      end: () => {
+        if (this.switched) return;
+        this.answered = true;
+        this.down.end();
+      },
+    });
+    p.expect(this.method, this.kind === 'upgrade');
+    return p;
+  }
+
   /** The client's frames broke the stream's order: reset it both ways. */
   private violation(why: string): void {
+    if (this.ends.done) return;
     this.carrier.sendReset(this.sid, 'protocol');
     this.ends.finish();
     this.carrier.violated(this.sid, why);
@@ -184,6 +248,7 @@ export class TunnelActor {
     if (!this.carrier.openStream(s, head)) return null;
     if (head.kind === 'http' && head.end) s.bodyless();
     s.kind = head.kind === 'tcp' ? 'tcp' : head.upgrade ? 'upgrade' : 'http';
+    if (head.kind === 'http') s.method = head.method;
     this.streams.add(s);
     this.delta.requests++;
     this.touch();

@@ -10,7 +10,6 @@ import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRule
 //   ◀─────────────── Opened reqId {id,url,remotePort}      (or Refused reqId {code,message,permanent})
 //   ── Open reqId {type:'http',id,lane} ──────▶             (on another shard's connection: a lane, below)
 //   ◀── StreamOpen sid tunnelId head                       (a visitor request / TCP connection)
-//   ── Response sid {status,headers} ─────────▶            (http only)
 //   ◀─▶ Data sid bytes / End sid / Reset sid / Credit sid n (both ways)
 //   ◀─▶ Ping n / Pong n                                     (heartbeats, both ways)
 //   ◀── Closed tunnelId {code,reason,permanent}            (deleted by an admin, taken over, ...)
@@ -33,7 +32,13 @@ import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRule
 // shard the visitor reached, instead of relayed across threads by the tunnel's own shard.
 // Lanes are optional (an old client never opens one) and end with the tunnel.
 
-export const PROTOCOL_VERSION = 1;
+// HTTP streams (protocol 2): s→c Data carries the request body, decoded (the client frames it
+// toward the local service from the head); c→s Data carries the local service's answer as it
+// sent it, head and framing included, which the edge parses again (llhttp) before a visitor
+// sees a byte: no structured response frame, no re-made response at either end. Credit counts
+// those raw bytes.
+
+export const PROTOCOL_VERSION = 2;
 
 /** Frame type numbers (first array element). */
 export const F = {
@@ -53,8 +58,7 @@ export const F = {
   Close: 7,
   /** s→c [8, sid, tunnelId, StreamHead] a new visitor stream (HTTP request or TCP connection). */
   StreamOpen: 8,
-  /** c→s [9, sid, ResponseHead] the local service's response head (http streams only). */
-  Response: 9,
+  // 9 was Response (a structured response head, protocol 1): answers are raw Data now.
   /** both [10, sid, bytes] stream payload; costs its length in credit. */
   Data: 10,
   /** both [11, sid] no more Data in this direction (end of body / TCP half-close). */
@@ -77,6 +81,8 @@ export const F = {
 export type ResetCode =
   /** the local service refused the connection or failed before a response (→ 502) */
   | 'local-unreachable'
+  /** the local service answered something that is not HTTP/1.x (→ 502) */
+  | 'local-invalid'
   /** the local service did not answer in time (→ 504) */
   | 'local-timeout'
   /** the visitor went away */
@@ -169,7 +175,6 @@ export type Frame =
   | [typeof F.Closed, string, Refusal]
   | [typeof F.Close, string]
   | [typeof F.StreamOpen, number, string, StreamHead]
-  | [typeof F.Response, number, ResponseHead]
   | [typeof F.Data, number, Uint8Array]
   | [typeof F.End, number]
   | [typeof F.Reset, number, ResetCode]
@@ -255,7 +260,7 @@ const MAX_NAME_CHARS = 255;
 /** Refusal messages and public URLs. */
 const MAX_TEXT_CHARS = 4096;
 
-export const RESET_CODES: readonly ResetCode[] = ['local-unreachable', 'local-timeout', 'visitor-gone', 'protocol', 'closing', 'no-tunnel', 'busy'];
+export const RESET_CODES: readonly ResetCode[] = ['local-unreachable', 'local-invalid', 'local-timeout', 'visitor-gone', 'protocol', 'closing', 'no-tunnel', 'busy'];
 export const REFUSAL_CODES: readonly RefusalCode[] = ['unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'not-found', 'unavailable', 'deleted', 'taken-over', 'expired', 'internal'];
 
 // RFC 9110 field-name token; a value may not carry CR, LF or NUL (a Response's headers are
@@ -393,14 +398,6 @@ function checkFrame(a: unknown[]): void {
       c.int(a[1], 'stream id', 0, MAX_UINT32);
       c.oneOf(a[2], 'code', RESET_CODES);
       return;
-    case F.Response: {
-      c.length(a, 3);
-      c.int(a[1], 'stream id', 0, MAX_UINT32);
-      const r = c.map(a[2], 'head');
-      c.int(r.status, 'head.status', 100, 599);
-      c.headLimit(c.headers(r.headers, 'head.headers', true));
-      return;
-    }
     case F.Hello: {
       c.length(a, 2);
       const h = c.map(a[1], 'hello');

@@ -110,10 +110,14 @@ export function invalidResponseHead(status: unknown, headers: string[]): string 
  */
 export function tunnelResponseHeaders(raw: readonly string[], tunnelHost: string): { headers: string[]; contentLength: number | null } | string {
   let contentLength: number | null = null;
+  let connection: string | undefined;
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection}, ${raw[i + 1]}`;
+  const listed = connectionTokens(connection);
   const headers: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     const lower = name.toLowerCase();
+    if (listed?.has(lower) && !NOT_DROPPABLE.has(lower)) continue;
     if (lower === 'content-length') {
       const v = raw[i + 1]!.trim();
       if (!/^\d{1,15}$/.test(v)) return `Content-Length ${JSON.stringify(v.slice(0, 32))} is not a length`;

@@ -111,7 +111,8 @@ test('one connection carries several tunnels; streams name their tunnel', async 
   const [, sid, tunnelId, head] = open as [number, number, string, { kind: string; target: string }];
   assert.is(tunnelId, 'multi-two');
   assert.is(head.target, '/two');
-  p.send([F.Response, sid, { status: 201, headers: ['X-Raw', 'yes'] }]);
+  // The answer is the local service's bytes as they came (protocol 2), parsed again by the edge.
+  p.send([F.Data, sid, Buffer.from('HTTP/1.1 201 Created\r\nX-Raw: yes\r\nContent-Length: 13\r\n\r\n')]);
   p.send([F.Data, sid, Buffer.from('from raw peer')]);
   p.send([F.End, sid]);
   const r = await pending;

@@ -9,7 +9,7 @@ import {
   type ExecResult,
   type RequestHead,
   type ResponseHead,
-} from '../../src/edge/http1-parser.js';
+} from '../../src/protocol/http1-parser.js';
 
 // The HTTP/1.x parser of the public front (llhttp through Node's binding, plus our policy): every
 // byte comes from a visitor or a hostile upstream. Each policy rule is fed as raw bytes, whole
