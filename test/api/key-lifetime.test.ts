@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser } from '../helpers/fixtures.js';
 
-// Issue 22, item 9: a key expiring in 2 minutes minted one with no expiry. A created key now
+// A key expiring in 2 minutes minted one with no expiry. A created key now
 // never outlives the key that created it, unless that key has no expiry itself.
 
 let t: TestServer;

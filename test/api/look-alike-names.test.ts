@@ -4,7 +4,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api } from '../helpers/fixtures.js';
 import { nameKey, nameProblem } from '../../src/names.js';
 
-// Issue 22, item 13: distinct accounts and teams that look the same (fullwidth or Cyrillic
+// Distinct accounts and teams that look the same (fullwidth or Cyrillic
 // letters, NFC and NFD forms, zero-width and bidi characters). Emails and team names are stored
 // in NFKC form, compared case-folded (409 on a collision), and refused when they hide characters
 // or mix scripts in a word.

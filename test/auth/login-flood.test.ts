@@ -6,7 +6,7 @@ import { newPkce } from '../browser/fixtures/flow.js';
 import { MAX_PENDING_LOGINS_PER_ADDRESS } from '../../src/auth/oauth/pending.js';
 import { addressGroup } from '../../src/protocol/cidr.js';
 
-// Issue 22, item 4: unauthenticated GET /auth/v1/<provider>/authorize from one address filled
+// Unauthenticated GET /auth/v1/<provider>/authorize from one address filled
 // the server-wide table of pending logins, and every user got 503 for ten minutes. Logins in
 // progress are now also bounded per client address (IPv6: per /64).
 

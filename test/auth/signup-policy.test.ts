@@ -6,7 +6,7 @@ import { startFakeGithub, type FakeGithub } from '../browser/fixtures/github-fak
 import { startForwarder, type Forwarder } from '../browser/fixtures/forwarder.js';
 import { loginToCli, newPkce, redeem } from '../browser/fixtures/flow.js';
 
-// Issue 22, item 3: who may sign up through a provider. --github-allowed-orgs (read:org,
+// Who may sign up through a provider. --github-allowed-orgs (read:org,
 // checked through GitHub's API), --oauth-allowed-email-domains (verified emails only) and
 // --signup open|deactivated|closed, against the fake GitHub.
 

@@ -6,7 +6,7 @@ import { generateKey } from '../../src/auth/key-format.js';
 import { FailureLimiter, type Block } from '../../src/auth/failure-limiter.js';
 import { callFrom, closeAgents } from './source-address.js';
 
-// Issue 22, item 5: 300 source addresses, each with one random key in flight, filled the fair
+// 300 source addresses, each with one random key in flight, filled the fair
 // queue (256 lanes) so every uncached legitimate key got 503, and the drops were not counted as
 // failures, so 429 never started. Real prefixes now have verification capacity of their own,
 // and a dropped attempt counts against its address (IPv6: its /64).

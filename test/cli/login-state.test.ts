@@ -6,7 +6,7 @@ import { startForwarder, type Forwarder } from '../browser/fixtures/forwarder.js
 import { CookieJar, request } from '../browser/fixtures/flow.js';
 import { exitOf, spawnBurrow, tempDir, waitFor } from './harness.js';
 
-// Issue 22, item 11: any web page could abort a waiting `burrow login` with a cross-site
+// Any web page could abort a waiting `burrow login` with a cross-site
 // GET 127.0.0.1:<port>/callback?error=… and choose the message shown. The CLI now sends a state
 // of its own in the authorize link; the server returns it; callbacks without it are ignored.
 

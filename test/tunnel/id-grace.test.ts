@@ -8,7 +8,7 @@ import { F } from '../../src/protocol/frames.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { rawPeer, refusalIn, type RawPeer } from './raw-peer.js';
 
-// Issue 22, item 2: an id stays with the user who last held it (--id-grace), so a dropped
+// An id stays with the user who last held it (--id-grace), so a dropped
 // connection does not hand it to whoever asks first; the owner's client retries a conflict
 // after a reconnect; admins reserve ids for a user or a team and release held ones.
 

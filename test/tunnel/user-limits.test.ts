@@ -5,7 +5,7 @@ import { createKeyFor, createUser, eventually } from '../helpers/fixtures.js';
 import { F, type Frame } from '../../src/protocol/frames.js';
 import { rawPeer, refusalIn, type RawPeer } from './raw-peer.js';
 
-// Issue 22, item 6: one tunnels key registered 19,200 tunnels in 2 s and left 48,685 session
+// One tunnels key registered 19,200 tunnels in 2 s and left 48,685 session
 // rows that nothing pruned. Per-user cap on live tunnels, a registration rate, and a retention
 // for closed sessions.
 
