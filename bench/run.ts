@@ -1,7 +1,8 @@
 // burrow's benchmark harness: `npm run bench -- <scenario|all> [flags]`.
 //
-// Every scenario measures three targets in the same run — direct (the load tool straight at
-// the origin), burrow, and `ssh -R` (OpenSSH as the peer) — prints a table with ratios, and
+// Every scenario measures its targets in the same run — direct (the load tool straight at
+// the origin), burrow, `ssh -R` (OpenSSH as the peer) and, for HTTP, node-proxy (a plain
+// node:http reverse proxy: the floor) — prints a table with ratios, and
 // writes bench/results/<date>-<scenario>.{json,md} with the environment it ran on.
 // Everything stays on loopback; every process started is ended on exit, error or Ctrl-C.
 import { parseArgs } from 'node:util';
@@ -12,9 +13,9 @@ import { cleanup, killAllNow } from './lib/procs.js';
 import { ensureTools, type Tool } from './lib/tools.js';
 import { environment } from './lib/env.js';
 import { markdown, writeResult, type ScenarioResult } from './lib/report.js';
-import { openTargets, type Scenario, type Settings } from './lib/context.js';
+import { openTargets, type Context, type Scenario, type Settings } from './lib/context.js';
 import { benchCertificate } from './lib/tls.js';
-import { DEFAULT_TARGETS, TARGET_NAMES, type TargetName } from './targets/target.js';
+import { DEFAULT_TARGETS, HTTP_ONLY_TARGETS, TARGET_NAMES, type TargetName } from './targets/target.js';
 import { httpScenario, httpsScenario } from './scenarios/http.js';
 import { tcpScenario } from './scenarios/tcp.js';
 import { idleScenario } from './scenarios/idle.js';
@@ -38,8 +39,11 @@ flags:
   --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
   --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
   --threads N          wrk threads, capped at the connection count (default 1)
-  --targets LIST       any of direct,burrow,burrow1,ssh (default direct,burrow,ssh); burrow1 is
-                       burrowd with --workers 1, beside burrow: adds a burrow/1 shard ratio
+  --targets LIST       any of direct,burrow,burrow1,node-proxy,ssh (default
+                       direct,burrow,node-proxy,ssh); burrow1 is burrowd with --workers 1, beside
+                       burrow: adds a burrow/1 shard ratio; node-proxy (a plain node:http reverse
+                       proxy, the floor) is HTTP only: http, https and hol measure it, tcp, idle
+                       and churn leave it out
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
   --workers N          burrowd --workers for the burrow target (default: burrowd's own default,
                        the CPU count)
@@ -57,7 +61,8 @@ examples:
   npm run bench -- http
   npm run bench -- https --connections 1,64
   npm run bench -- tcp --duration 5
-  npm run bench -- all --targets direct,ssh`;
+  npm run bench -- all --targets direct,ssh
+  npm run bench -- http --targets direct,node-proxy,burrow`;
 
 function list(v: string, what: string): number[] {
   const out = v.split(',').map(Number);
@@ -71,7 +76,7 @@ function positive(v: string, what: string, min = 1, max = 3600): number {
   return n;
 }
 
-function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; install: boolean; write: boolean } {
+function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; targetsNamed: boolean; install: boolean; write: boolean } {
   const { values, positionals } = parseArgs({
     args: argv,
     allowPositionals: true,
@@ -83,7 +88,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
       'churn-secs': { type: 'string', default: '60' },
       'after-secs': { type: 'string', default: '60' },
       threads: { type: 'string', default: '1' },
-      targets: { type: 'string', default: DEFAULT_TARGETS.join(',') },
+      targets: { type: 'string' },
       origin: { type: 'string', default: 'nginx' },
       workers: { type: 'string' },
       'database-url': { type: 'string' },
@@ -102,7 +107,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
   const name = positionals[0]!;
   const scenarios = name === 'all' ? SCENARIOS : SCENARIOS.filter((s) => s.name === name);
   if (scenarios.length === 0) throw new Error(`unknown scenario "${name}"\n\n${USAGE}`);
-  const targets = values.targets.split(',') as TargetName[];
+  const targets = (values.targets ?? DEFAULT_TARGETS.join(',')).split(',') as TargetName[];
   const bad = targets.filter((t) => !TARGET_NAMES.includes(t));
   if (bad.length) throw new Error(`--targets: unknown ${bad.join(', ')} (choose from ${TARGET_NAMES.join(', ')})`);
   if (values.origin !== 'nginx' && values.origin !== 'node') throw new Error(`--origin: nginx or node, got "${values.origin}"`);
@@ -112,6 +117,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
   if (counts.some((c) => c > 10_000)) throw new Error('--counts: at most 10000 (file-descriptor bound)');
   return {
     scenarios,
+    targetsNamed: values.targets !== undefined,
     install: !values['no-install'],
     write: !values['no-write'],
     settings: {
@@ -133,13 +139,23 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; ins
   };
 }
 
-async function runScenario(scenario: Scenario, settings: Settings, install: boolean, write: boolean): Promise<void> {
+async function runScenario(scenario: Scenario, allSettings: Settings, targetsNamed: boolean, install: boolean, write: boolean): Promise<void> {
+  // HTTP-only targets (node-proxy) in scenarios that expose TCP or hold idle tunnels: left out,
+  // with a line in the results when --targets named them.
+  const leftOut = scenario.httpOnlyTargets ? [] : allSettings.targets.filter((t) => HTTP_ONLY_TARGETS.includes(t));
+  const settings: Settings = { ...allSettings, targets: allSettings.targets.filter((t) => !leftOut.includes(t)) };
   if (settings.cpuProfDir) mkdirSync(settings.cpuProfDir, { recursive: true });
   const missingOptional: Tool[] = ensureTools(scenario.required, scenario.optional, install);
   if (missingOptional.length) console.error(`bench: without ${missingOptional.join(', ')} (optional) — using fallbacks`);
   const env = environment(repoRoot);
   console.error(`bench: ${scenario.name} — ${env.cores} cores, ${env.cpuModel}, Node ${env.node}, burrow ${env.burrowCommit}`);
-  const opened = scenario.opensOwnTargets ? { targets: [], info: {} } : await openTargets(settings, repoRoot, scenario.tls ? await benchCertificate() : undefined);
+  const opened: Pick<Context, 'targets' | 'info'> = scenario.opensOwnTargets ? { targets: [], info: {} } : await openTargets(settings, repoRoot, scenario.tls ? await benchCertificate() : undefined);
+  if (targetsNamed) {
+    for (const t of leftOut) {
+      opened.info[t] = { unavailable: `an HTTP reverse proxy: measured by http, https and hol, not by ${scenario.name}` };
+      console.error(`bench: ${t} not available: ${opened.info[t]!.unavailable}`);
+    }
+  }
   const ctx = { settings, repoRoot, ...opened };
   try {
     const out = await scenario.run(ctx);
@@ -182,8 +198,8 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
 process.on('exit', killAllNow);
 
 try {
-  const { scenarios, settings, install, write } = parse(process.argv.slice(2));
-  for (const s of scenarios) await runScenario(s, settings, install, write);
+  const { scenarios, settings, targetsNamed, install, write } = parse(process.argv.slice(2));
+  for (const s of scenarios) await runScenario(s, settings, targetsNamed, install, write);
   await cleanup();
 } catch (err) {
   console.error(`bench: ${(err as Error).message}`);

@@ -8,6 +8,7 @@ import { TARGET_NAMES, Unavailable, type Target, type TargetName } from '../targ
 import { directTarget } from '../targets/direct.js';
 import { sshTarget } from '../targets/ssh.js';
 import { burrowTarget } from '../targets/burrow.js';
+import { nodeProxyTarget } from '../targets/node-proxy.js';
 import type { Certificate } from './tls.js';
 
 export interface Settings {
@@ -48,12 +49,17 @@ export interface Scenario {
   optional: Tool[];
   /** Starts (and restarts) its own targets instead of getting them opened by run.ts. */
   opensOwnTargets?: boolean;
-  /** Visitors use HTTPS: burrowd is opened with the run's certificate (lib/tls.ts). */
+  /** Visitors use HTTPS: burrowd and node-proxy are opened with the run's certificate (lib/tls.ts). */
   tls?: boolean;
+  /**
+   * Measures HTTP_ONLY_TARGETS (node-proxy) too: the scenario only exposes HTTP services and
+   * needs no idle tunnels. Without it run.ts leaves those targets out.
+   */
+  httpOnlyTargets?: boolean;
   run(ctx: Context): Promise<ScenarioOutput>;
 }
 
-/** Starts the chosen targets; with `tls`, burrowd serves HTTPS with that certificate. */
+/** Starts the chosen targets; with `tls`, burrowd and node-proxy serve HTTPS with that certificate. */
 export async function openTargets(settings: Settings, repoRoot: string, tls?: Certificate): Promise<Pick<Context, 'targets' | 'info'>> {
   const targets: Target[] = [];
   const info: Partial<Record<TargetName, TargetInfo>> = {};
@@ -64,7 +70,9 @@ export async function openTargets(settings: Settings, repoRoot: string, tls?: Ce
           ? directTarget()
           : name === 'ssh'
             ? await sshTarget()
-            : await burrowTarget({ name, repoRoot, workers: name === 'burrow1' ? 1 : settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
+            : name === 'node-proxy'
+              ? nodeProxyTarget({ tls })
+              : await burrowTarget({ name, repoRoot, workers: name === 'burrow1' ? 1 : settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
       targets.push(t);
       info[name] = { describe: t.describe };
     } catch (err) {
@@ -84,10 +92,10 @@ export function dropTarget(ctx: Context, target: Target, reason: string): void {
 }
 
 /**
- * Runs `measure` for each target in the fixed order direct → burrow → burrow1 → ssh, `--repeat` rounds
- * (interleaved, so a noisy minute hits every target alike), keeps each target's median run by
- * the first metric, and builds one Measurement per metric. A target that throws gets a note
- * and no figure.
+ * Runs `measure` for each target in the fixed order direct → burrow → burrow1 → node-proxy →
+ * ssh, `--repeat` rounds (interleaved, so a noisy minute hits every target alike), keeps each
+ * target's median run by the first metric, and builds one Measurement per metric. A target
+ * that throws gets a note and no figure.
  */
 export async function measureEach<R>(
   ctx: Context,

@@ -1,5 +1,6 @@
 // Results: one record per scenario (environment + settings + measurements), printed as a table
-// with ratios against direct and against ssh -R, and written to bench/results/<date>-<scenario>.{json,md}.
+// with ratios against direct, against node-proxy (when measured) and against ssh -R, and
+// written to bench/results/<date>-<scenario>.{json,md}.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Environment } from './env.js';
@@ -37,7 +38,7 @@ export interface ScenarioResult {
   notMeasured: string[];
 }
 
-const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', ssh: 'ssh -R' };
+const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
 
 function fmt(v: number | undefined, metric: string): string {
   if (v === undefined || !Number.isFinite(v)) return 'n/a';
@@ -56,10 +57,21 @@ function ratio(a: number | undefined, b: number | undefined): string {
 export const BUSY_MARK = '†';
 
 export function table(r: ScenarioResult): string {
-  // Columns for the targets this run chose; the one-shard comparison adds its own ratio.
+  // Columns for the targets this run chose; the floor (node-proxy) and the one-shard comparison
+  // add their own ratios.
   const shown = TARGET_NAMES.filter((t) => r.targets[t] !== undefined);
+  const floor = shown.includes('node-proxy');
   const oneShard = shown.includes('burrow1');
-  const head = ['case', 'metric', ...shown.map((t) => TARGET_LABEL[t]), 'burrow/direct', 'burrow/ssh', 'ssh/direct', ...(oneShard ? ['burrow/1 shard'] : [])];
+  const head = [
+    'case',
+    'metric',
+    ...shown.map((t) => TARGET_LABEL[t]),
+    'burrow/direct',
+    ...(floor ? ['burrow/node-proxy'] : []),
+    'burrow/ssh',
+    'ssh/direct',
+    ...(oneShard ? ['burrow/1 shard'] : []),
+  ];
   // CPU shares are recorded once per case (on its first metric).
   const cpuByCase = new Map(r.measurements.filter((m) => m.cpu).map((m) => [m.case, m.cpu!]));
   const busy = (c: string, t: TargetName) => (cpuByCase.get(c)?.[t]?.backgroundPct ?? 0) >= CALM_BACKGROUND_PCT;
@@ -70,6 +82,7 @@ export function table(r: ScenarioResult): string {
       `${m.metric} ${m.higherIsBetter ? '↑' : '↓'}`,
       ...shown.map((t) => `${fmt(m.values[t], m.metric)}${m.values[t] !== undefined && busy(m.case, t) ? BUSY_MARK : ''}`),
       ratio(m.values.burrow, m.values.direct),
+      ...(floor ? [ratio(m.values.burrow, m.values['node-proxy'])] : []),
       ratio(m.values.burrow, m.values.ssh),
       ratio(m.values.ssh, m.values.direct),
       ...(oneShard ? [ratio(m.values.burrow, m.values.burrow1)] : []),
@@ -77,7 +90,7 @@ export function table(r: ScenarioResult): string {
     // After a case's last metric: how much CPU other processes took during each run.
     const cpu = cpuByCase.get(m.case);
     if (cpu && r.measurements[i + 1]?.case !== m.case) {
-      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', '', '', ...(oneShard ? [''] : [])]);
+      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', ...(floor ? [''] : []), '', '', ...(oneShard ? [''] : [])]);
     }
   });
   const lines = [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`);

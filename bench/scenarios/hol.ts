@@ -2,7 +2,8 @@
 // Per target, one tunnel carries both: a wrk connection fetching /small back to back (its
 // p50/p99 is the figure) and a second wrk connection downloading 64 MiB bodies back to back.
 // burrow multiplexes both over one control WebSocket, ssh -R over one SSH connection; direct
-// has no shared hop, so its figure shows what the shared cores alone cost.
+// has no shared hop, so its figure shows what the shared cores alone cost; node-proxy shares
+// one Node event loop but no connection (each visitor connection gets its own upstream one).
 import { startOrigin, PATHS } from '../lib/origin.js';
 import { wrk, type WrkResult } from '../lib/wrk.js';
 import { stop, sleep } from '../lib/procs.js';
@@ -23,6 +24,7 @@ export const holScenario: Scenario = {
   summary: 'latency of small requests alone and while a bulk download shares the tunnel',
   required: ['wrk', 'ssh', 'sshd', 'ssh-keygen'],
   optional: ['nginx'],
+  httpOnlyTargets: true,
   async run(ctx: Context): Promise<ScenarioOutput> {
     const s = ctx.settings;
     const origin = await startOrigin(s.origin);

@@ -2,9 +2,10 @@
 // connection count, for a small response (14 B) and a 1 MiB response. The https scenario is the
 // same with every visitor on HTTPS (the certificate is lib/tls.ts's):
 //
-//   direct  wrk ──TLS──▶ nginx's TLS listener
-//   burrow  wrk ──TLS──▶ burrowd --tls-cert ══ wss ══▶ burrow CLI ──HTTP──▶ nginx (plain)
-//   ssh -R  wrk ──TLS (carried as bytes by ssh)──▶ nginx's TLS listener
+//   direct      wrk ──TLS──▶ nginx's TLS listener
+//   burrow      wrk ──TLS──▶ burrowd --tls-cert ══ wss ══▶ burrow CLI ──HTTP──▶ nginx (plain)
+//   node-proxy  wrk ──TLS──▶ node-proxy (https.createServer, same certificate) ──HTTP──▶ nginx (plain)
+//   ssh -R      wrk ──TLS (carried as bytes by ssh)──▶ nginx's TLS listener
 import { startOrigin, PATHS, type Origin } from '../lib/origin.js';
 import { waitForHttp } from '../lib/net.js';
 import { wrk, type WrkResult } from '../lib/wrk.js';
@@ -28,15 +29,17 @@ export const httpScenario: Scenario = {
   summary: 'req/s and p50/p99 latency (wrk) at each connection count, 14 B and 1 MiB responses',
   required: ['wrk', 'ssh', 'sshd', 'ssh-keygen'],
   optional: ['nginx'],
+  httpOnlyTargets: true,
   run: (ctx) => runHttp(ctx, false),
 };
 
 export const httpsScenario: Scenario = {
   name: 'https',
-  summary: 'the http scenario with visitors on HTTPS (nginx with TLS; burrowd --tls-cert; ssh -R to nginx with TLS)',
+  summary: 'the http scenario with visitors on HTTPS (nginx with TLS; burrowd --tls-cert; node-proxy with TLS; ssh -R to nginx with TLS)',
   required: ['wrk', 'ssh', 'sshd', 'ssh-keygen', 'nginx', 'openssl'],
   optional: [],
   tls: true,
+  httpOnlyTargets: true,
   run: (ctx) => runHttp(ctx, true),
 };
 
@@ -59,7 +62,8 @@ async function runHttp(ctx: Context, tls: boolean): Promise<ScenarioOutput> {
           if (s.warmupSecs > 0) await wrk({ ...base, durationSecs: s.warmupSecs });
           const before = { server: cpuMicros(t.serverPids()), client: cpuMicros(t.clientPids()) };
           const r = await wrk({ ...base, durationSecs: s.durationSecs });
-          // Where the CPU of a request goes (burrowd vs the burrow CLI; sshd vs ssh): direct has neither.
+          // Where the CPU of a request goes (burrowd vs the burrow CLI; sshd vs ssh; node-proxy
+          // has a server side only): direct has neither.
           const per = (pids: number[], from: number): number => (pids.length && r.requests ? (cpuMicros(pids) - from) / r.requests : NaN);
           return { ...r, serverUsPerReq: per(t.serverPids(), before.server), clientUsPerReq: per(t.clientPids(), before.client) };
         };
@@ -91,7 +95,7 @@ async function runHttp(ctx: Context, tls: boolean): Promise<ScenarioOutput> {
         origin: `${origin.kind} on 127.0.0.1 (${origin.kind === 'nginx' ? 'nginx-light, 1 worker, sendfile, keepalive_requests unlimited' : 'bench/origin/node-origin.ts'})`,
         ...(tls
           ? {
-              certificate: 'one self-signed ECDSA P-256 certificate (openssl req -x509, localhost, *.localhost, 127.0.0.1) for nginx\'s TLS listener and burrowd --tls-cert; wrk does not verify it',
+              certificate: 'one self-signed ECDSA P-256 certificate (openssl req -x509, localhost, *.localhost, 127.0.0.1) for nginx\'s TLS listener, burrowd --tls-cert and node-proxy; wrk does not verify it',
               'TLS negotiated (probe with Node\'s OpenSSL client before the runs)': negotiated,
             }
           : {}),
@@ -105,9 +109,9 @@ async function runHttp(ctx: Context, tls: boolean): Promise<ScenarioOutput> {
 
 /**
  * Exposes the origin through every target and checks both bodies arrive whole. With `tls`,
- * every endpoint is HTTPS: a target that terminates TLS (burrowd) forwards to the plain origin,
- * the others to nginx's TLS listener; each target's negotiated protocol and cipher go into
- * `negotiated`.
+ * every endpoint is HTTPS: a target that terminates TLS (burrowd, node-proxy) forwards to the
+ * plain origin, the others to nginx's TLS listener; each target's negotiated protocol and
+ * cipher go into `negotiated`.
  */
 export async function exposeAll(ctx: Context, origin: Origin, tls = false, negotiated: Record<string, string> = {}): Promise<Map<Target, Endpoint>> {
   const endpoints = new Map<Target, Endpoint>();

@@ -1,13 +1,20 @@
-// A target is one way of reaching the local origin: straight (direct), through burrow, or
-// through `ssh -R`. Scenarios only see this interface, so every measurement runs the same load
-// tool with the same arguments against each target in turn.
+// A target is one way of reaching the local origin: straight (direct), through burrow,
+// through `ssh -R`, or through a plain Node reverse proxy (node-proxy). Scenarios only see
+// this interface, so every measurement runs the same load tool with the same arguments
+// against each target in turn.
 
 // `burrow1` is burrowd with one shard (`--workers 1`), measured beside `burrow` (the default
 // shard count, or --workers) when asked for: the check that a second shard never makes a row slower.
-export type TargetName = 'direct' | 'burrow' | 'burrow1' | 'ssh';
-export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'burrow1', 'ssh'];
-/** What a run measures unless --targets says otherwise. */
-export const DEFAULT_TARGETS: readonly TargetName[] = ['direct', 'burrow', 'ssh'];
+// `node-proxy` is the floor: a plain node:http reverse proxy (node-proxy.ts), HTTP only.
+export type TargetName = 'direct' | 'burrow' | 'burrow1' | 'node-proxy' | 'ssh';
+export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'burrow1', 'node-proxy', 'ssh'];
+/**
+ * What a run measures unless --targets says otherwise; a scenario that cannot measure an
+ * HTTP-only target (tcp, idle, churn) leaves it out.
+ */
+export const DEFAULT_TARGETS: readonly TargetName[] = ['direct', 'burrow', 'node-proxy', 'ssh'];
+/** Targets that only proxy HTTP requests: no TCP forwarding, no idle tunnels (Scenario.httpOnlyTargets). */
+export const HTTP_ONLY_TARGETS: readonly TargetName[] = ['node-proxy'];
 
 /**
  * Where the load tool connects: 127.0.0.1:port, with a Host header for burrow's HTTP routing,
@@ -40,9 +47,9 @@ export interface Target {
   openIdleTunnels?(originPort: number, count: number): Promise<void>;
   /** Throws if idle tunnels opened above have dropped since (figures would be wrong). */
   checkIdleTunnels?(): void;
-  /** Processes whose memory is "the server side" (burrowd; sshd and its session children). */
+  /** Processes whose memory is "the server side" (burrowd; sshd and its session children; node-proxy). */
   serverPids(): number[];
-  /** Processes of the tunnel clients (burrow CLI; ssh). */
+  /** Processes of the tunnel clients (burrow CLI; ssh); none for direct and node-proxy. */
   clientPids(): number[];
   /** Closes every tunnel opened by expose(), keeping the server up. */
   closeTunnels(): Promise<void>;
