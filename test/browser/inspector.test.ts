@@ -90,6 +90,8 @@ test('Replay adds a second entry that reached the local service', async () => {
   await page.getByRole('button', { name: 'Replay', exact: true }).click();
   await page.locator('#list button', { hasText: 'replay' }).first().waitFor({ timeout: UI_MS });
   assert.is(await rowsFor('/from-the-browser-test').count(), 2);
+  // The service records a request at its body's end, which a loaded machine may reach after the row shows.
+  await waitFor(() => (seen.length > 0 ? true : undefined), UI_MS, 'the replay at the local service');
   assert.equal(seen, ['POST /from-the-browser-test {"a":[1,2]}']);
   // The replay is now selected, marked as one.
   await page.locator('#detail', { hasText: 'replay of #' }).waitFor({ timeout: UI_MS });
@@ -102,6 +104,7 @@ test('Edit and replay sends the edited request', async () => {
   await page.getByLabel('Body').fill('{"edited":true}');
   await page.getByRole('button', { name: 'Send' }).click();
   await rowsFor('/edited-in-the-browser').first().waitFor({ timeout: UI_MS });
+  await waitFor(() => (seen.length > 0 ? true : undefined), UI_MS, 'the edited replay at the local service');
   assert.equal(seen, ['POST /edited-in-the-browser {"edited":true}']);
 });
 
