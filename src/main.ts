@@ -24,7 +24,7 @@ import { addressGroup } from './protocol/cidr.js';
 import { INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
 import { ensureSeedKey, seedKeyHint, type SeedKey } from './seed-key.js';
 import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js';
-import type { IpBlock, KeyVerdict, ShardToMain } from './protocol/messages.js';
+import type { HandlerAnswer, IpBlock, KeyVerdict, ShardToMain, ShardToMainReplies } from './protocol/messages.js';
 import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
 import { shardSockets } from './main-thread/shards.js';
@@ -143,8 +143,8 @@ if (config.metricsAddr) {
   }
 }
 
-/** The main thread's mailbox: every message a shard sends lands here. */
-function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 'ready' }>): unknown {
+/** The main thread's mailbox: every message a shard sends lands here; an ask's answer is its ShardToMainReplies entry. */
+function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 'ready' }>): HandlerAnswer<ShardToMainReplies> {
   switch (msg.type) {
     case 'hash-secret':
       return jobs.hash(msg.secret);

@@ -8,8 +8,19 @@ import { getUser } from '../db/users.js';
 import { deleteReservation, listReservations, putReservation, recentHolders } from '../db/tunnel-reservations.js';
 import type { Reservation } from '../api/schemas.js';
 import type { Config } from '../config.js';
-import type { TunnelInfo, Principal } from '../protocol/messages.js';
-import type { DataPlaneCounts, ShardCounts, StatsDelta, TunnelAdmitted, TunnelLaneAdmitted, TunnelMainToShard, TunnelRoute, TunnelShardToMain } from '../protocol/tunnel-messages.js';
+import type { HandlerAnswer, TunnelInfo, Principal } from '../protocol/messages.js';
+import type {
+  DataPlaneCounts,
+  ShardCounts,
+  StatsDelta,
+  TunnelAdmitted,
+  TunnelLaneAdmitted,
+  TunnelMainToShard,
+  TunnelMainToShardReplies,
+  TunnelRoute,
+  TunnelShardToMain,
+  TunnelShardToMainReplies,
+} from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
 import { accessView, type AccessWire } from '../protocol/access.js';
 import { ApiError, assertNever } from '../errors.js';
@@ -35,9 +46,11 @@ import { StatsActor } from './stats.js';
 //           tunnel-admit spends it or tunnel-port-release returns it (counted before the bind,
 //           so concurrent Opens cannot overshoot, on one shard or several)
 
+/** How the registry reaches shard `shard` (main.ts: the ShardSupervisor; tests: fakes). */
 export interface ShardDirectory {
   tell(shard: number, msg: TunnelMainToShard): void;
-  ask<R>(shard: number, msg: TunnelMainToShard, timeoutMs: number): Promise<R>;
+  /** The reply type follows from `msg.type` (TunnelMainToShardReplies). */
+  ask<T extends keyof TunnelMainToShardReplies>(shard: number, msg: TunnelMainToShard & { type: T }, timeoutMs: number): Promise<TunnelMainToShardReplies[T]>;
 }
 
 interface PortClaim {
@@ -151,7 +164,8 @@ export class RegistryActor {
     await this.stats.stop();
   }
 
-  handle(fromShard: number, msg: TunnelShardToMain): unknown {
+  /** The registry's mailbox: an ask's answer is its TunnelShardToMainReplies entry. */
+  handle(fromShard: number, msg: TunnelShardToMain): HandlerAnswer<TunnelShardToMainReplies> {
     switch (msg.type) {
       case 'tunnels-list':
         return this.list(msg.principal, msg.teamIds);
@@ -179,7 +193,8 @@ export class RegistryActor {
       case 'tunnel-lane':
         return this.lane(fromShard, msg.id, msg.userId, msg.key);
       case 'tunnel-down':
-        return this.down(msg.id, msg.sessionId, msg.last);
+        this.down(msg.id, msg.sessionId, msg.last);
+        return undefined;
       case 'tunnel-stats':
         for (const d of msg.deltas) this.stats.add(d);
         return undefined;
@@ -245,7 +260,7 @@ export class RegistryActor {
   /** Live objects here and on every running shard (a shard that does not answer is left out). */
   async counts(): Promise<DataPlaneCounts> {
     const asks = Array.from({ length: this.config.workers }, (_, i) =>
-      this.shards.ask<ShardCounts>(i, { type: 'tunnel-counts' }, COUNTS_TIMEOUT_MS).catch(() => null),
+      this.shards.ask(i, { type: 'tunnel-counts' }, COUNTS_TIMEOUT_MS).catch(() => null),
     );
     const shards = (await Promise.all(asks)).filter((c): c is ShardCounts => c !== null);
     return { registry: { tunnels: this.tunnels.size, sessions: this.stats.size, heap_used_bytes: process.memoryUsage().heapUsed }, shards };
@@ -264,7 +279,7 @@ export class RegistryActor {
 
   /** broadcast, answered: a shard that does not answer in time (restarting) asks for every
    *  route when it starts, so waiting longer would only delay the client. */
-  private async routeEverywhere(msg: TunnelMainToShard): Promise<void> {
+  private async routeEverywhere(msg: Extract<TunnelMainToShard, { type: 'tunnel-route' }>): Promise<void> {
     const acks = Array.from({ length: this.config.workers }, (_, i) =>
       this.shards.ask(i, msg, ROUTE_ACK_TIMEOUT_MS).catch((err) => this.log.debug({ err, shard: i }, 'shard did not confirm a route')),
     );
@@ -358,7 +373,7 @@ export class RegistryActor {
       const reason = takeoverReason(old.keyId === m.keyId, newKey);
       // A shard that no longer holds it (or is gone) sends no tunnel-down: close the session here.
       this.shards
-        .ask<{ closed: boolean }>(old.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: old.sessionId, code: 'taken-over' }, CLOSE_TIMEOUT_MS)
+        .ask(old.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: old.sessionId, code: 'taken-over' }, CLOSE_TIMEOUT_MS)
         .then(
           (r) => !r.closed && this.stats.close(old.sessionId),
           () => this.stats.close(old.sessionId),

@@ -3,11 +3,17 @@
 //
 //   shard ──ShardToMain──▶ main      (tell, or ask with a timeout; see actors/actor.ts)
 //   main  ──MainToShard──▶ shard
+//
+// Each direction's asked messages and their replies are in one map (ShardToMainReplies,
+// MainToShardReplies, at the end): Mailbox.ask reads the reply type from msg.type there.
 import type { Role, Scope } from '../auth/scopes.js';
-import type { TunnelMainToShard, TunnelShardToMain } from './tunnel-messages.js';
+import type { TunnelMainToShard, TunnelMainToShardReplies, TunnelShardToMain, TunnelShardToMainReplies } from './tunnel-messages.js';
 import type { AccessView } from './access.js';
 
 export type { TunnelMainToShard, TunnelShardToMain };
+
+/** An acknowledgement without content: the ask answers `{}` once the work is done. */
+export type Ack = Record<string, never>;
 
 /** Who is calling: resolved from a verified API key on the shard. */
 export interface Principal {
@@ -97,3 +103,51 @@ export type ShardToMain =
   | { type: 'edge-counters'; totals: EdgeTotals }
   /** GET /metrics on this shard: answers the Prometheus text of the whole server. */
   | { type: 'metrics' };
+
+/** Main's answer to `health`. */
+export interface ShardsUp {
+  shardsUp: number;
+  shardsTotal: number;
+}
+
+/** Main's answer to `metrics`: the Prometheus exposition of the whole server. */
+export interface MetricsReply {
+  contentType: string;
+  text: string;
+}
+
+/**
+ * Request → reply: what main answers each ask of a shard. `Mailbox.ask` infers its result
+ * from `msg.type` through this map; a message missing here (ready, auth-failure,
+ * edge-counters, and the data plane's tells) is sent with `tell` and never answered.
+ */
+export interface ShardToMainReplies extends TunnelShardToMainReplies {
+  'hash-secret': string;
+  'verify-key': KeyVerdict;
+  'auth-blocks': IpBlock[];
+  'auth-invalidate': Ack;
+  health: ShardsUp;
+  metrics: MetricsReply;
+}
+
+/** Request → reply: what a shard answers each ask of main (ip-blocked is a tell). */
+export interface MainToShardReplies extends TunnelMainToShardReplies {
+  'auth-invalidate': Ack;
+  /** `idle`: every in-flight request finished before the timeout */
+  drain: { idle: boolean };
+  /** `error`: why the certificates could not be read (the old ones stay), or null */
+  'tls-reload': { error: string | null };
+}
+
+/** The reply map of a channel, chosen by what it sends (the Mailbox default; any other channel, such as the mesh, has only tells). */
+export type RepliesOf<Out> = [Out] extends [ShardToMain]
+  ? ShardToMainReplies
+  : [Out] extends [MainToShard]
+    ? MainToShardReplies
+    : NoReplies;
+
+/** A channel of tells only. */
+export interface NoReplies {}
+
+/** What a receiver's handler may return: one of the channel's replies (or its promise), or nothing for a tell. */
+export type HandlerAnswer<Replies> = Replies[keyof Replies] | Promise<Replies[keyof Replies]> | undefined;

@@ -7,7 +7,8 @@
 //   shard ──tunnel-down (tell)──────▶ RegistryActor (session closed with final counters)
 //   shard ──tunnel-lane (ask)───────▶ RegistryActor (a client's lane on another shard: key checked)
 //   shard A ◀──TunnelMesh (tell, MessagePort mesh)──▶ shard B   (public HTTP landing on B for A's tunnel)
-import type { Principal } from './messages.js';
+import type { Ack, Principal, TunnelInfo } from './messages.js';
+import type { Reservation } from '../api/schemas.js';
 import type { RefusalCode, ResetCode, ResponseHead, StreamHead } from './frames.js';
 import type { AccessWire } from './access.js';
 
@@ -78,6 +79,34 @@ export type TunnelShardToMain =
   /** Live data-plane objects of main and every shard (GET /readyz?detail=1); answers DataPlaneCounts. */
   | { type: 'data-plane-counts' };
 
+/**
+ * What the RegistryActor answers each ask of a shard (`Mailbox.ask` infers it from `type`).
+ * A message of TunnelShardToMain missing here is a tell (tunnel-port-release, tunnel-down,
+ * tunnel-stats): nothing answers it.
+ */
+export interface TunnelShardToMainReplies {
+  'tunnels-list': TunnelInfo[];
+  'tunnels-get': TunnelInfo | null;
+  'tunnels-close': Ack;
+  /** how many live tunnels were closed */
+  'tunnels-close-owner': number;
+  /** how many live tunnels were closed */
+  'tunnels-close-member': number;
+  'tunnel-reservations': Reservation[];
+  'tunnel-reserve': Reservation;
+  'tunnel-release': Ack;
+  'tunnel-port-claim': PortClaimed;
+  'tunnel-admit': TunnelAdmitted;
+  'tunnel-lane': TunnelLaneAdmitted;
+  'tunnel-routes': TunnelRoute[];
+  'data-plane-counts': DataPlaneCounts;
+}
+
+/** Answer to tunnel-port-claim: the claim number tunnel-admit spends (or tunnel-port-release returns). */
+export interface PortClaimed {
+  claim: number;
+}
+
 /** Answer to tunnel-admit. */
 export interface TunnelAdmitted {
   id: string;
@@ -147,6 +176,13 @@ export type TunnelMainToShard =
   | { type: 'tunnel-route'; id: string; shard: number | null; sessionId?: string; access?: AccessWire | null }
   /** This shard's live data-plane objects; answers ShardCounts. */
   | { type: 'tunnel-counts' };
+
+/** What a shard answers each ask of main; tunnel-route is asked only as an acknowledgement (null). */
+export interface TunnelMainToShardReplies {
+  'tunnel-close': { closed: boolean };
+  'tunnel-route': null;
+  'tunnel-counts': ShardCounts;
+}
 
 /** shard ↔ shard over the mesh: one public HTTP stream whose visitor is on the ingress shard
  *  and whose tunnel is on the owner shard. `xid` is chosen by the ingress shard; messages toward
