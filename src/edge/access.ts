@@ -2,7 +2,7 @@ import { createHmac, randomBytes, timingSafeEqual } from 'node:crypto';
 import type net from 'node:net';
 import type { ProblemCode } from '../errors.js';
 import { type AccessRules, type AccessWire } from '../protocol/access.js';
-import { CidrSet } from '../protocol/cidr.js';
+import { CidrSet, addressGroup } from '../protocol/cidr.js';
 import { countAccessRefusal, countHttpAnswer } from './metrics.js';
 
 // Access rules at the edge: checked where the visitor arrives, before anything is sent toward
@@ -103,22 +103,25 @@ function refuse(type: 'http' | 'tcp', rule: AccessRefusal): void {
  */
 class GuessLimit {
   private readonly failures = new Map<string, { count: number; until: number }>();
+  /** Seconds `ip` must wait (0: it may guess). IPv6 addresses count by /64: one host has a whole /64. */
   blocked(ip: string, now: number): number {
-    const f = this.failures.get(ip);
+    const key = addressGroup(ip);
+    const f = this.failures.get(key);
     if (!f) return 0;
     if (f.until <= now) {
-      this.failures.delete(ip);
+      this.failures.delete(key);
       return 0;
     }
     return f.count >= GUESS_LIMIT ? Math.ceil((f.until - now) / 1000) : 0;
   }
   fail(ip: string, now: number): void {
-    const f = this.failures.get(ip);
+    const key = addressGroup(ip);
+    const f = this.failures.get(key);
     if (f && f.until > now) f.count++;
     else {
-      this.failures.delete(ip);
+      this.failures.delete(key);
       if (this.failures.size >= GUESS_TRACKED) this.failures.delete(this.failures.keys().next().value!);
-      this.failures.set(ip, { count: 1, until: now + GUESS_WINDOW_MS });
+      this.failures.set(key, { count: 1, until: now + GUESS_WINDOW_MS });
     }
   }
 }

@@ -49,10 +49,11 @@ const WS_POLICY = 1008;
 const MAX_TIMER_MS = 2_147_483_647;
 const WS_INTERNAL_ERROR = 1011;
 /**
- * Frames the client has not read yet, past which it is taken as not reading: the streams'
- * windows (2 MiB each) bound what a reading client holds, so more means it stopped.
+ * Frames the client has not read yet, past which it is taken as not reading and closed: every
+ * stream's request bytes are bounded by its 2 MiB window, and a client that reads holds far
+ * less than a few of those at once; one that stopped reading must not pin memory.
  */
-const MAX_UNREAD_BYTES = 16 * 1024 * 1024;
+const MAX_UNREAD_BYTES = 8 * 1024 * 1024;
 
 export class ControlConnection implements StreamCarrier {
   readonly tunnels = new Map<string, TunnelActor>();

@@ -1,5 +1,6 @@
+import { addressGroup } from '../protocol/cidr.js';
 
-// Per-visitor-IP concurrency at the edge. A tunnel's streams share its client's connection
+// Per-visitor-IP concurrency at the edge (IPv6 visitors by /64: one host has a whole /64 to pick from). A tunnel's streams share its client's connection
 // and the local service: without a bound, one address that opens hundreds of requests and
 // stalls them (slowloris on the request body) takes capacity every other visitor needs. Over
 // the bound a visitor gets 429 at once, before anything reaches the tunnel.
@@ -20,11 +21,12 @@ export class VisitorLimit {
 
   constructor(readonly max: number) {}
 
-  /** Counts a request of `ip`; false (the caller answers 429) when `ip` is at the bound. */
+  /** Counts a request of `ip` (IPv6: its /64); false (the caller answers 429) when it is at the bound. */
   admit(ip: string): boolean {
-    const n = this.perIp.get(ip) ?? 0;
+    const key = addressGroup(ip);
+    const n = this.perIp.get(key) ?? 0;
     if (n >= this.max) return false;
-    this.perIp.set(ip, n + 1);
+    this.perIp.set(key, n + 1);
     this.inflight++;
     return true;
   }
@@ -35,14 +37,15 @@ export class VisitorLimit {
    * the spot (404, 503) is already over.
    */
   track(ip: string, visitor: Finishing): void {
+    const key = addressGroup(ip);
     let released = false;
     const release = (): void => {
       if (released) return;
       released = true;
       this.inflight--;
-      const n = (this.perIp.get(ip) ?? 1) - 1;
-      if (n <= 0) this.perIp.delete(ip);
-      else this.perIp.set(ip, n);
+      const n = (this.perIp.get(key) ?? 1) - 1;
+      if (n <= 0) this.perIp.delete(key);
+      else this.perIp.set(key, n);
     };
     if (visitor.ended) return release();
     const prev = visitor.onDone;
