@@ -81,6 +81,8 @@ export interface Config {
   idGraceSecs: number;
   /** Live tunnels one user may hold over every connection and shard. */
   maxTunnelsPerUser: number;
+  /** Control connections one user may hold over every shard (lanes excluded). */
+  maxConnectionsPerUser: number;
   /** Opens one user may make per minute. */
   maxRegistrationsPerMinute: number;
   /** Closed sessions older than this are deleted (null: kept). */
@@ -181,6 +183,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--tcp-port-range <min-max|off>', 'ports TCP tunnels may take').argParser(portRange).default(portRange('20000-29999'), '20000-29999'))
     .addOption(opt('--max-tcp-ports-per-user <n>', 'TCP tunnel ports one user may hold at once (all connections), so one key cannot take the whole range').argParser(int('--max-tcp-ports-per-user', 1, 65535)).default(10))
     .addOption(opt('--max-tunnels-per-user <n>', 'live tunnels one user may hold, over every connection and shard').argParser(int('--max-tunnels-per-user', 1, 1_000_000)).default(100))
+    .addOption(opt('--max-connections-per-user <n>', 'tunnel control connections one user may hold over every shard (lanes excluded)').argParser(int('--max-connections-per-user', 1, 1_000_000)).default(32))
     .addOption(opt('--max-registrations-per-minute <n>', 'tunnel Opens one user may make per minute; more are refused (the client retries later)').argParser(int('--max-registrations-per-minute', 1, 1_000_000)).default(120))
     .addOption(opt('--id-grace <duration>', 'a tunnel id stays reserved this long for the user who last held it (0: not at all); another user is refused').argParser(duration).default(86400, '24h'))
     .addOption(opt('--session-retention <duration|off>', 'closed sessions older than this are deleted, in batches; off keeps them').argParser(durationOrOff).default(90 * 86400, '90d'))
@@ -317,6 +320,7 @@ export function configFromOptions(o: Opts): Config {
     proxyProtocolFrom: (o.proxyProtocolFrom as Cidr[] | undefined) ?? [],
     idGraceSecs: o.idGrace as number,
     maxTunnelsPerUser: o.maxTunnelsPerUser as number,
+    maxConnectionsPerUser: o.maxConnectionsPerUser as number,
     maxRegistrationsPerMinute: o.maxRegistrationsPerMinute as number,
     sessionRetentionSecs: o.sessionRetention === 'off' ? null : (o.sessionRetention as number),
     signup: Object.freeze({

@@ -48,6 +48,8 @@ const WS_POLICY = 1008;
 /** setTimeout's longest wait (2^31-1 ms, ~24.8 days); a key expiring later re-arms. */
 const MAX_TIMER_MS = 2_147_483_647;
 const WS_INTERNAL_ERROR = 1011;
+/** How long the registry may take to count a new control connection. */
+const ADMIT_TIMEOUT_MS = 10_000;
 /**
  * Frames the client has not read yet, past which it is taken as not reading and closed: every
  * stream's request bytes are bounded by its 2 MiB window, and a client that reads holds far
@@ -64,6 +66,8 @@ export class ControlConnection implements StreamCarrier {
   /** Opens waiting for admission: they count toward MAX_TUNNELS_PER_CONNECTION. */
   private admitting = 0;
   private expiryTimer: NodeJS.Timeout | null = null;
+  /** It counts toward the user's --max-connections-per-user (until it ends or becomes a lane). */
+  private counted = true;
   lastSeenMs = Date.now();
   private readonly helloTimer: NodeJS.Timeout;
   /** One frame to the socket (WsConnection joins a loop turn's frames in one send). */
@@ -277,6 +281,8 @@ export class ControlConnection implements StreamCarrier {
         return;
       }
       this.send([F.Opened, reqId, opened]);
+      // A lane serves a tunnel the user already holds a connection for: not counted.
+      if (typeof req.lane === 'string') this.uncount();
     } catch (err) {
       if (!(err instanceof ApiError) || err.code === 'internal') this.host.log.error({ err, ip: this.ip }, 'tunnel registration failed');
       if (this.closed) return;
@@ -326,9 +332,16 @@ export class ControlConnection implements StreamCarrier {
     this.ws.destroy();
   }
 
+  private uncount(): void {
+    if (!this.counted) return;
+    this.counted = false;
+    this.host.ctx.main.tell({ type: 'control-disconnect', userId: this.principal.userId });
+  }
+
   /** The socket is gone: end every tunnel (clients reconnect). */
   onClosed(): void {
     this.closed = true;
+    this.uncount();
     clearTimeout(this.helloTimer);
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
     // Each tunnel is reported ended even if another one's teardown throws: the registry
@@ -417,11 +430,25 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
         }
         throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
       };
-      authenticate().then(
+      const admitted = async (): Promise<Principal> => {
+        const principal = await authenticate();
+        if (!scopeAllows('tunnels', principal.scopes)) throw new ApiError('forbidden', 'this key lacks the "tunnels" scope');
+        const seat = await host.ctx.main.ask({ type: 'control-connect', userId: principal.userId }, ADMIT_TIMEOUT_MS);
+        if (!seat.ok) {
+          throw new ApiError('too-many-requests', `limit reached: at most ${seat.limit} control connections per user (max-connections-per-user); close another burrow client first`, undefined, { 'retry-after': '10' });
+        }
+        if (gone || socket.destroyed) {
+          host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
+          throw new ApiError('unavailable', 'the client left during the handshake');
+        }
+        return principal;
+      };
+      admitted().then(
         (principal) => {
-          if (!scopeAllows('tunnels', principal.scopes)) return refuse('forbidden', 'this key lacks the "tunnels" scope');
-          if (gone || socket.destroyed) return;
-          if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
+          if (host.draining?.()) {
+            host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
+            return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
+          }
           const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
           socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
           const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');

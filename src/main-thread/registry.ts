@@ -10,6 +10,7 @@ import type { Reservation } from '../api/schemas.js';
 import type { Config } from '../config.js';
 import type { HandlerAnswer, TunnelInfo, Principal } from '../protocol/messages.js';
 import type {
+  ControlAdmitted,
   DataPlaneCounts,
   ShardCounts,
   StatsDelta,
@@ -202,6 +203,11 @@ export class RegistryActor {
         return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, sessionId: e.sessionId, access: e.access }));
       case 'data-plane-counts':
         return this.counts();
+      case 'control-connect':
+        return this.controlConnect(fromShard, msg.userId);
+      case 'control-disconnect':
+        this.controlDisconnect(fromShard, msg.userId);
+        return undefined;
       default:
         return assertNever(msg);
     }
@@ -266,8 +272,30 @@ export class RegistryActor {
     return { registry: { tunnels: this.tunnels.size, sessions: this.stats.size, heap_used_bytes: process.memoryUsage().heapUsed }, shards };
   }
 
+  /** Control connections per shard and user (a dead shard's go with it). */
+  private readonly controls = new Map<number, Map<string, number>>();
+
+  private controlConnect(shard: number, userId: string): ControlAdmitted {
+    const limit = this.config.maxConnectionsPerUser;
+    let held = 0;
+    for (const users of this.controls.values()) held += users.get(userId) ?? 0;
+    if (held >= limit) return { ok: false, limit };
+    const users = this.controls.get(shard) ?? new Map<string, number>();
+    this.controls.set(shard, users);
+    users.set(userId, (users.get(userId) ?? 0) + 1);
+    return { ok: true, limit };
+  }
+
+  private controlDisconnect(shard: number, userId: string): void {
+    const users = this.controls.get(shard);
+    const n = (users?.get(userId) ?? 0) - 1;
+    if (n > 0) users!.set(userId, n);
+    else users?.delete(userId);
+  }
+
   /** A shard died: its tunnels are gone; their sessions close with the last counters heard. */
   shardDown(shard: number): void {
+    this.controls.delete(shard);
     for (const [claim, c] of this.claims) if (c.shard === shard) this.claims.delete(claim);
     for (const [id, e] of this.tunnels) {
       if (e.shard !== shard) continue;

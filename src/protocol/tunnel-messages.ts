@@ -76,6 +76,10 @@ export type TunnelShardToMain =
   | { type: 'tunnel-stats'; deltas: StatsDelta[] }
   /** Every live tunnel's shard (a shard asks this once at start); answers TunnelRoute[]. */
   | { type: 'tunnel-routes' }
+  /** a control connection of `userId` wants in: counted, or refused past --max-connections-per-user */
+  | { type: 'control-connect'; userId: string }
+  /** a counted control connection ended, or became a lane (lanes are not counted) */
+  | { type: 'control-disconnect'; userId: string }
   /** Live data-plane objects of main and every shard (GET /readyz?detail=1); answers DataPlaneCounts. */
   | { type: 'data-plane-counts' };
 
@@ -84,6 +88,12 @@ export type TunnelShardToMain =
  * A message of TunnelShardToMain missing here is a tell (tunnel-port-release, tunnel-down,
  * tunnel-stats): nothing answers it.
  */
+/** A control connection's admission: over the user's bound, `ok` is false. */
+export interface ControlAdmitted {
+  ok: boolean;
+  limit: number;
+}
+
 export interface TunnelShardToMainReplies {
   'tunnels-list': TunnelInfo[];
   'tunnels-get': TunnelInfo | null;
@@ -99,6 +109,7 @@ export interface TunnelShardToMainReplies {
   'tunnel-admit': TunnelAdmitted;
   'tunnel-lane': TunnelLaneAdmitted;
   'tunnel-routes': TunnelRoute[];
+  'control-connect': ControlAdmitted;
   'data-plane-counts': DataPlaneCounts;
 }
 
