@@ -135,6 +135,14 @@ export interface WsDecoderOptions {
   expectMasked: boolean;
 }
 
+/** XORs `data` in place with a masking key (big-endian), four bytes a step where it can. */
+function unmask(data: Buffer, key: number): Buffer {
+  const words = data.length >>> 2;
+  for (let i = 0; i < words; i++) data.writeInt32BE(data.readInt32BE(i * 4) ^ key, i * 4);
+  for (let i = words * 4; i < data.length; i++) data[i]! ^= (key >>> (24 - 8 * (i & 3))) & 0xff;
+  return data;
+}
+
 /**
  * Incremental frame decoder: push() chunks as they arrive, then call next() until it returns
  * null (a frame is not whole yet). next() throws WsFrameError on anything the RFC says must
@@ -201,9 +209,9 @@ export class WsDecoder {
     const head = this.take(hlen);
     let payload = len > 0 ? this.take(len) : Buffer.alloc(0);
     if (masked) {
-      const mask = head.subarray(hlen - 4, hlen);
-      payload = Buffer.from(payload);
-      for (let i = 0; i < payload.length; i++) payload[i]! ^= mask[i & 3]!;
+      const key = head.readUInt32BE(hlen - 4);
+      // burrow's own clients mask with a zero key (see above): nothing to undo, and no copy.
+      if (key !== 0) payload = unmask(Buffer.from(payload), key);
     }
     if (!isControl(op)) {
       this.inMessage = !fin;

@@ -198,4 +198,19 @@ test('close payloads: valid codes and UTF-8 reasons round-trip, others are refus
   assert.is(parseClosePayload(long).reason, 'é'.repeat(61));
 });
 
+test('a frame masked with a non-zero key (a browser or another client) is unmasked, whatever its length', () => {
+  fc.assert(
+    fc.property(fc.uint8Array({ maxLength: 300 }), fc.integer({ min: 1, max: 0xffffffff }), (payload, key) => {
+      const head = encodeWsHeader(WS_OP.Binary, payload.length, true);
+      head.writeUInt32BE(key, head.length - 4);
+      const masked = Buffer.from(payload).map((b, i) => b ^ ((key >>> (24 - 8 * (i & 3))) & 0xff));
+      const d = new WsDecoder({ maxPayloadBytes: MAX, expectMasked: true });
+      d.push(Buffer.concat([head, masked]));
+      const f = d.next()!;
+      assert.equal([...f.payload], [...payload]);
+    }),
+    { seed: 17, numRuns: 200 },
+  );
+});
+
 test.run();
