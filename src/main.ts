@@ -7,7 +7,7 @@
 // read: 8x the server CPU per byte and a tenth of the TCP throughput.
 import { availableParallelism } from 'node:os';
 import { createServer, type AddressInfo } from 'node:net';
-import { parseConfig, withPort } from './config.js';
+import { parseConfig, withPort, type Config } from './config.js';
 import { checkOauthConfig } from './auth/oauth/routes.js';
 import { createLogger } from './log.js';
 import { loadUws } from './http/uws-loader.js';
@@ -28,6 +28,7 @@ import type { HandlerAnswer, IpBlock, KeyVerdict, ShardToMain, ShardToMainReplie
 import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
 import { shardSockets } from './main-thread/shards.js';
+import { sharedPortSupported } from './edge/front.js';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
@@ -72,7 +73,14 @@ function freePort(host: string): Promise<number> {
 // SO_REUSEPORT would otherwise share it with another burrowd and split its traffic.
 if (parsed.port !== 0) await assertPortFree(parsed.host, parsed.port, log);
 if (parsed.httpPort !== null) await assertPortFree(parsed.host, parsed.httpPort, log);
-const config = withPort(parsed, parsed.port === 0 ? await freePort(parsed.host) : parsed.port);
+const config = oneShardUnlessShared(withPort(parsed, parsed.port === 0 ? await freePort(parsed.host) : parsed.port));
+
+/** Shards share the port through SO_REUSEPORT; where Node cannot set it (edge/front.ts), one shard serves. */
+function oneShardUnlessShared(c: Config): Config {
+  if (c.workers === 1 || sharedPortSupported()) return c;
+  log.warn({ workers: c.workers, node: process.versions.node }, 'this Node cannot share the port between threads (SO_REUSEPORT: Node 22.12 or later, or linux-x64): running one shard');
+  return Object.freeze({ ...c, workers: 1 });
+}
 
 function metricsAddrUnusable(err: NodeJS.ErrnoException): void {
   const { host, port } = parsed.metricsAddr!;

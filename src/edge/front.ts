@@ -14,8 +14,9 @@ import { DISCARD, FrontConnection, type FrontHost } from './front-connection.js'
 //   kernel ─accept─▶ [PROXY header (--proxy-protocol)] ─▶ [TLS: SNI context] ─▶ FrontConnection
 //
 // SO_REUSEPORT: `reusePort: true` on Node ≥ 22.12; on older Node a descriptor made by
-// node-unix-socket's createReuseportFd is passed to listen({ fd }) (Node has no other way to set
-// the option, and worker threads cannot share a listening handle).
+// node-unix-socket's binding is passed to listen({ fd }) (Node has no other way to set the
+// option, and worker threads cannot share a listening handle). Where neither is there (Node 20
+// off linux-x64), burrowd runs one shard (src/main.ts).
 
 /** A PROXY header must arrive within this long, and a TLS handshake finish within the same again. */
 const HANDSHAKE_TIMEOUT_MS = 5_000;
@@ -44,9 +45,27 @@ export interface FrontOptions {
 }
 
 /** True where Node's listen() takes `reusePort` (22.12 and later). */
-function nativeReusePort(): boolean {
+export function nativeReusePort(): boolean {
   const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
   return major > 22 || (major === 22 && minor >= 12);
+}
+
+/**
+ * Older Node: a socket with SO_REUSEPORT from node-unix-socket's prebuilt binding (its
+ * linux-x64-gnu build, the only one the registry carries), or null where it does not load.
+ */
+type ReuseportBinding = { socketNewSoReuseportFd(domain: 'ipv4' | 'ipv6', port: number, host: string): number };
+export function reuseportBinding(): ReuseportBinding | null {
+  try {
+    return createRequire(import.meta.url)(`node-unix-socket-${process.platform}-${process.arch}-gnu`) as ReuseportBinding;
+  } catch {
+    return null;
+  }
+}
+
+/** Whether every shard can listen on the public port (else burrowd runs one shard). */
+export function sharedPortSupported(): boolean {
+  return nativeReusePort() || reuseportBinding() !== null;
 }
 
 export class Front {
@@ -71,10 +90,15 @@ export class Front {
         front.server.listen({ host: opts.host, port: opts.port, backlog: 4096, reusePort: true } as net.ListenOptions, done);
         return;
       }
+      const binding = reuseportBinding();
+      if (!binding) {
+        // One shard (main saw to it): a plain listen is all it needs.
+        front.server.listen({ host: opts.host, port: opts.port, backlog: 4096 }, done);
+        return;
+      }
       let fd: number;
       try {
-        const { createReuseportFd } = createRequire(import.meta.url)('node-unix-socket') as { createReuseportFd(port: number, host: string): number };
-        fd = createReuseportFd(opts.port, opts.host);
+        fd = binding.socketNewSoReuseportFd(net.isIPv4(opts.host) ? 'ipv4' : 'ipv6', opts.port, opts.host);
       } catch (err) {
         reject(err as Error);
         return;
