@@ -127,6 +127,8 @@ export class LocalPool {
     c.user = null;
     if (reusable && !this.closed && !c.isClosed && !c.upgraded && this.idle.length < MAX_IDLE) {
       c.reused = true;
+      // The last stream may have paused it (its window spent by the answer's last bytes).
+      c.socket.resume();
       this.idle.push(c);
     } else c.destroy();
     if (!shared) return;

@@ -136,7 +136,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
   constructor(sid: number, out: Sender, onFinish: (s: ClientStream) => void, readonly head: HttpHead, private readonly pool: LocalPool, timeoutMs: number) {
     super(sid, out, onFinish);
     const hasBody = !head.end && !head.upgrade;
-    if (!hasBody && !head.upgrade) this.ends.endPeer();
+    this.requestWritten = !hasBody && !head.upgrade;
+    if (this.requestWritten) this.ends.endPeer();
     this.chunked = hasBody && !hasHeader(head.headers, 'content-length');
     this.shared = !hasBody && !head.upgrade;
     this.headTimer = setTimeout(() => {
@@ -184,6 +185,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     this.meter.wrote(bytes.length, taken);
   }
   private peerEndedEarly = false;
+  /** The whole request is on the connection (a bodiless one from the start). */
+  private requestWritten: boolean;
   protected endDestination(): void {
     if (this.queued) {
       this.peerEndedEarly = true;
@@ -191,6 +194,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     }
     if (this.conn?.upgraded) this.conn.socket.end();
     else if (this.chunked) this.write('0\r\n\r\n');
+    this.requestWritten = true;
   }
 
   // ---- local service → visitor (ConnUser) ----
@@ -300,8 +304,9 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     clearTimeout(this.headTimer);
     const c = this.conn;
     this.conn = null;
-    // A complete answer to a request sent whole leaves a connection fit for the next one.
-    if (c) this.pool.release(c, this.shared, this.complete && this.keepAlive && !c.upgraded);
+    // A complete answer to a request written whole leaves a connection fit for the next one;
+    // a request cut short would leave its rest to be read as the start of the next request.
+    if (c) this.pool.release(c, this.shared, this.complete && this.requestWritten && this.keepAlive && !c.upgraded);
     super.finished();
   }
 }

@@ -42,6 +42,8 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   up: Upstream | null = null;
   onDone: (() => void) | null = null;
   private over = false;
+  /** The visitor's request was read whole or given up: its body no longer flows (credit no longer matters). */
+  private requestEnded = false;
   /** After the 101: raw bytes both ways on the detached socket. */
   private relaying = false;
   /** Relay half-closes: the visitor's FIN (sent on as End), the client's End (sent on as FIN). */
@@ -64,11 +66,11 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     this.window = new SendWindow({
       pause: () => {
         if (this.relaying) conn.socket.pause();
-        else if (!this.over) conn.setCreditBlocked(true);
+        else if (!this.requestEnded) conn.setCreditBlocked(true);
       },
       resume: () => {
         if (this.relaying) conn.socket.resume();
-        else if (!this.over) conn.setCreditBlocked(false);
+        else if (!this.requestEnded) conn.setCreditBlocked(false);
       },
     });
     conn.socket.on('drain', this.onDrain);
@@ -79,16 +81,20 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   }
 
   // ---- Exchange: the visitor's request ----
+  // The body still goes on once the answer is complete (a local service may answer before it
+  // read an upload): the client must finish writing the request, or its connection to the
+  // local service would carry the rest as the start of the next request.
   requestBody(chunk: Buffer): void {
-    if (this.over || !this.up) return;
+    if (this.requestEnded || !this.up) return;
     this.up.data(chunk);
     this.window.spend(chunk.byteLength);
   }
 
   requestEnd(): void {
+    if (this.requestEnded) return;
+    this.requestEnded = true;
     // A bodiless request's head said so (HttpHead.end): no End frame.
-    if (this.over || !this.up || !this.request.hasBody) return;
-    this.up.end();
+    if (this.up && this.request.hasBody) this.up.end();
   }
 
   /** An upgrade request: the head went; what follows the 101 is relayed from `rest` on. */
@@ -107,7 +113,10 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   }
 
   abort(): void {
-    if (this.over) return;
+    const wasRequestOpen = !this.requestEnded;
+    this.requestEnded = true;
+    // A visitor gone before its request ended, or before its answer: the stream is reset.
+    if (this.over && !wasRequestOpen) return;
     this.finish();
     this.up?.reset('visitor-gone');
   }

@@ -149,10 +149,11 @@ export class TunnelStream implements Upstream {
     const end = this.ends.endPeer();
     if (end === 'over') return;
     if (end === 'duplicate') return this.violation('a second end');
-    if (this.kind !== 'tcp' && !this.switched) {
-      // A close-delimited body ends here; an answer cut short is the client's fault.
-      const r = this.parser?.finish() ?? { kind: 'error' as const, reason: 'no answer at all' };
-      if (r && r.kind === 'error') return this.violation(`the answer ended early (${r.reason})`);
+    if (this.kind !== 'tcp' && !this.switched && !this.answered) {
+      // A close-delimited body ends here (finish() ends it); an answer cut short, or none at
+      // all, is the client's fault.
+      const r = this.parser ? this.parser.finish() : { kind: 'error' as const, reason: 'no answer at all' };
+      if (r?.kind === 'error') return this.violation(`the answer ended early (${r.reason})`);
     }
     this.down.end();
     this.ends.settle();
