@@ -229,6 +229,12 @@ try {
   await embedded?.stop();
   process.exit(1);
 }
+// Before the lines that tell a supervisor (or a test) we are up: a SIGTERM sent on reading
+// them must find its handler, not the default action that ends the process at once.
+let stopping = false;
+process.on('SIGTERM', () => void shutdown('SIGTERM'));
+process.on('SIGINT', () => void shutdown('SIGINT'));
+process.on('SIGHUP', () => void reloadTls());
 const metricsAt = metricsListener ? `metrics on ${listenAddress(metricsListener.host, metricsListener.port)}/metrics` : '';
 if (seeded) process.stdout.write(`${seeded.key}\n`);
 process.stdout.write(`burrowd listening on ${listenAddress(config.host, port, config.tls !== null)} (${[bindScope(config.host), `base URL ${config.baseUrl}`, metricsAt].filter(Boolean).join('; ')})\n`);
@@ -238,7 +244,6 @@ log.info(
   'burrowd ready',
 );
 
-let stopping = false;
 async function shutdown(reason: string, code = 0): Promise<void> {
   if (stopping) return;
   stopping = true;
@@ -278,7 +283,4 @@ async function reloadTls(): Promise<void> {
     (err: unknown) => log.error({ err }, 'TLS reload failed on a shard'),
   );
 }
-process.on('SIGHUP', () => void reloadTls());
 
-process.on('SIGTERM', () => void shutdown('SIGTERM'));
-process.on('SIGINT', () => void shutdown('SIGINT'));
