@@ -51,11 +51,12 @@ const WS_INTERNAL_ERROR = 1011;
 /** How long the registry may take to count a new control connection. */
 const ADMIT_TIMEOUT_MS = 10_000;
 /**
- * Frames the client has not read yet, past which it is taken as not reading and closed: every
- * stream's request bytes are bounded by its 2 MiB window, and a client that reads holds far
- * less than a few of those at once; one that stopped reading must not pin memory.
+ * Frames the client has not read yet, past which it is taken as not reading and closed. Each
+ * stream's request bytes are bounded by its 2 MiB window, so a client that reads but is slow
+ * holds at most its busy streams' windows: 16 concurrent 1 MiB uploads over TLS must pass.
+ * (A window per connection, not per stream, would bound this to a few MiB.)
  */
-const MAX_UNREAD_BYTES = 8 * 1024 * 1024;
+const MAX_UNREAD_BYTES = 24 * 1024 * 1024;
 
 export class ControlConnection implements StreamCarrier {
   readonly tunnels = new Map<string, TunnelActor>();
