@@ -176,7 +176,10 @@ class InspectorServer {
   private readonly keepalive: NodeJS.Timeout;
 
   constructor(readonly store: CaptureStore) {
-    const send = (event: string) => (s: CaptureSummary) => this.broadcast(`event: ${event}\ndata: ${JSON.stringify(s)}\n\n`);
+    // Every request passes here (the tunnel's hot path): no JSON unless a page is listening.
+    const send = (event: string) => (s: CaptureSummary) => {
+      if (this.sse.size > 0) this.broadcast(`event: ${event}\ndata: ${JSON.stringify(s)}\n\n`);
+    };
     store.on('added', send('added'));
     store.on('updated', send('updated'));
     this.keepalive = setInterval(() => this.broadcast(': keepalive\n\n'), SSE_KEEPALIVE_MS);
