@@ -51,11 +51,14 @@ const WS_INTERNAL_ERROR = 1011;
 /** How long the registry may take to count a new control connection. */
 const ADMIT_TIMEOUT_MS = 10_000;
 /**
- * Frames the client has not read yet, past which it is taken as not reading and closed. Each
- * stream's request bytes are bounded by its 2 MiB window, so a client that reads but is slow
- * holds at most its busy streams' windows: 16 concurrent 1 MiB uploads over TLS must pass.
- * (A window per connection, not per stream, would bound this to a few MiB.)
+ * Frames the client has not read yet. Each stream's request bytes are bounded by its 2 MiB
+ * window, so a slow but reading client may hold several windows (16 concurrent 1 MiB uploads
+ * over TLS must pass); one that stopped reading must not keep what visitors send for it. Past
+ * STALLED_UNREAD_BYTES the socket must drain within STALL_MS, past MAX_UNREAD_BYTES at once,
+ * or the connection is closed: long before the heartbeat (3 intervals) would notice.
  */
+const STALLED_UNREAD_BYTES = 4 * 1024 * 1024;
+const STALL_MS = 2_000;
 const MAX_UNREAD_BYTES = 24 * 1024 * 1024;
 
 export class ControlConnection implements StreamCarrier {
@@ -74,10 +77,22 @@ export class ControlConnection implements StreamCarrier {
   /** One frame to the socket (WsConnection joins a loop turn's frames in one send). */
   private write(bytes: Uint8Array): boolean {
     this.ws.send(bytes);
-    if (this.ws.bufferedBytes <= MAX_UNREAD_BYTES) return true;
-    this.fail('the client does not read its control connection');
-    return false;
+    const unread = this.ws.bufferedBytes;
+    if (unread > MAX_UNREAD_BYTES) {
+      this.fail('the client does not read its control connection');
+      return false;
+    }
+    if (unread > STALLED_UNREAD_BYTES && this.stallTimer === null) {
+      this.stallTimer = setTimeout(() => {
+        this.stallTimer = null;
+        if (this.ws.bufferedBytes > STALLED_UNREAD_BYTES) this.fail('the client does not read its control connection');
+      }, STALL_MS);
+      this.stallTimer.unref();
+    }
+    return true;
   }
+  /** Armed while more than STALLED_UNREAD_BYTES wait; a drain disarms it. */
+  private stallTimer: NodeJS.Timeout | null = null;
 
   constructor(
     readonly ws: WsConnection,
@@ -89,6 +104,10 @@ export class ControlConnection implements StreamCarrier {
       if (!this.helloDone) this.fatal({ code: 'bad-request', message: `no hello within ${HELLO_TIMEOUT_MS} ms`, permanent: false });
     }, HELLO_TIMEOUT_MS);
     this.armExpiry();
+    ws.on('drain', () => {
+      if (this.stallTimer) clearTimeout(this.stallTimer);
+      this.stallTimer = null;
+    });
   }
 
   get isClosed(): boolean {
@@ -342,6 +361,7 @@ export class ControlConnection implements StreamCarrier {
   /** The socket is gone: end every tunnel (clients reconnect). */
   onClosed(): void {
     this.closed = true;
+    if (this.stallTimer) clearTimeout(this.stallTimer);
     this.uncount();
     clearTimeout(this.helloTimer);
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
