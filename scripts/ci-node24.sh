@@ -34,13 +34,15 @@ case "$(uname -m)" in
   *) echo "ci-node24: no official Node build for $(uname -m)" >&2; exit 1 ;;
 esac
 ROOT=$BURROW_CI_CACHE/$SUITE-$ARCH
+# What the tests need beyond minbase: curl and psql (README and move tests), openssl (TLS tests
+# make certificates), procps (pgrep), libnss3, libexpat1 and a font (the headless Chromium of the browser
+# tests), ca-certificates (npm's registry).
+PACKAGES=ca-certificates,curl,openssl,procps,libnss3,libexpat1,fonts-dejavu-core,postgresql-client
 USER_NAME=burrow-ci
 USER_ID=${BURROW_CI_UID:-1000}
 log() { echo "ci-node24: $*" >&2; }
 
-# 1. The Debian root, once. minbase plus what the tests call: curl and psql (README and move
-#    tests), openssl (TLS tests make certificates), procps (pgrep), libnss3 (the headless
-#    Chromium of the browser-login test), ca-certificates (npm's registry).
+# 1. The Debian root, once: minbase plus $PACKAGES.
 if [ ! -e "$ROOT/.burrow-ci-complete" ]; then
   if ! command -v debootstrap >/dev/null 2>&1; then
     log "installing debootstrap"
@@ -49,7 +51,7 @@ if [ ! -e "$ROOT/.burrow-ci-complete" ]; then
   log "debootstrap $SUITE into $ROOT"
   rm -rf "$ROOT.tmp"
   mkdir -p "$BURROW_CI_CACHE"
-  debootstrap --variant=minbase --include=ca-certificates,curl,openssl,procps,libnss3,postgresql-client \
+  debootstrap --variant=minbase --include="$PACKAGES" \
     "$SUITE" "$ROOT.tmp" "$MIRROR" >"$BURROW_CI_CACHE/debootstrap.log" 2>&1 || { tail -20 "$BURROW_CI_CACHE/debootstrap.log" >&2; exit 1; }
   chroot "$ROOT.tmp" useradd --create-home --uid "$USER_ID" --shell /bin/sh "$USER_NAME"
   rm -rf "$ROOT" && mv "$ROOT.tmp" "$ROOT"
@@ -86,6 +88,15 @@ cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 if ls /usr/local/share/ca-certificates/*.crt >/dev/null 2>&1; then
   cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
   chroot "$ROOT" update-ca-certificates >/dev/null 2>&1
+fi
+
+# A root made before a package joined the list gets it now (the root is kept between runs).
+MISSING=$(for p in $(echo "$PACKAGES" | tr ',' ' '); do chroot "$ROOT" dpkg -s "$p" >/dev/null 2>&1 || echo "$p"; done)
+if [ -n "$MISSING" ]; then
+  log "installing into the root: $MISSING"
+  chroot "$ROOT" apt-get update -qq >/dev/null
+  # shellcheck disable=SC2086
+  DEBIAN_FRONTEND=noninteractive chroot "$ROOT" apt-get install -y -qq --no-install-recommends $MISSING >/dev/null
 fi
 
 # 4. /proc, /dev (with /dev/shm: PostgreSQL's shared memory) and /sys, unmounted on any exit.
