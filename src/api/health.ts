@@ -19,7 +19,7 @@ function within<T>(p: Promise<T>, ms: number): Promise<T> {
  */
 async function dataPlaneCounts(shard: ShardContext, req: RequestData): Promise<DataPlaneCounts> {
   await authenticateOperator(shard, req, 'readiness detail');
-  return shard.main.ask<DataPlaneCounts>({ type: 'data-plane-counts' }, READY_TIMEOUT_MS + 1_000);
+  return shard.main.ask({ type: 'data-plane-counts' }, READY_TIMEOUT_MS + 1_000);
 }
 
 /** Unauthenticated endpoints: liveness, readiness, and the API description (plus the admin-only readiness detail). */
@@ -33,7 +33,7 @@ export function installHealth(shard: ShardContext): void {
     }
     const [db, shards] = await Promise.allSettled([
       within(ping(shard.sql), READY_TIMEOUT_MS),
-      shard.main.ask<{ shardsUp: number; shardsTotal: number }>({ type: 'health' }, READY_TIMEOUT_MS),
+      shard.main.ask({ type: 'health' }, READY_TIMEOUT_MS),
     ]);
     const checks = {
       database: db.status === 'fulfilled' ? 'ok' : 'unreachable',

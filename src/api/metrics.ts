@@ -1,6 +1,5 @@
 import { problemReply, route } from '../http/uws.js';
 import type { ShardContext } from '../edge/shard-context.js';
-import type { MetricsText } from '../main-thread/metrics.js';
 import { authenticateOperator } from './operator.js';
 
 // GET /metrics on the main port (any shard): an admin's management key, then the whole
@@ -12,7 +11,7 @@ const METRICS_TIMEOUT_MS = 5_000;
 export function installMetrics(shard: ShardContext): void {
   route(shard.http, 'get', '/metrics', 0, async (req) => {
     await authenticateOperator(shard, req, 'reading metrics');
-    const { contentType, text } = await shard.main.ask<MetricsText>({ type: 'metrics' }, METRICS_TIMEOUT_MS);
+    const { contentType, text } = await shard.main.ask({ type: 'metrics' }, METRICS_TIMEOUT_MS);
     return { status: 200, headers: { 'content-type': contentType }, body: text };
   });
   route(shard.http, 'any', '/metrics', 0, () => {

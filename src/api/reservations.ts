@@ -8,11 +8,11 @@ import type { Static } from '@sinclair/typebox';
 const REGISTRY_TIMEOUT_MS = 5_000;
 
 async function list({ shard }: ApiCall) {
-  return shard.main.ask<Reservation[]>({ type: 'tunnel-reservations' }, REGISTRY_TIMEOUT_MS);
+  return shard.main.ask({ type: 'tunnel-reservations' }, REGISTRY_TIMEOUT_MS);
 }
 
 async function reserve({ shard, params, body }: ApiCall<Static<typeof ReserveBody>>) {
-  return shard.main.ask<Reservation>({ type: 'tunnel-reserve', id: params.id!, userId: body.user_id ?? null, teamId: body.team_id ?? null }, REGISTRY_TIMEOUT_MS);
+  return shard.main.ask({ type: 'tunnel-reserve', id: params.id!, userId: body.user_id ?? null, teamId: body.team_id ?? null }, REGISTRY_TIMEOUT_MS);
 }
 
 async function release({ shard, params }: ApiCall) {

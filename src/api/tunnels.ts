@@ -27,12 +27,12 @@ async function named(sql: Sql, tunnels: TunnelInfo[]) {
 
 async function list({ shard, principal }: ApiCall) {
   const teamIds = principal.role === 'admin' ? [] : await teamIdsOf(shard.sql, principal.userId);
-  return named(shard.sql, await shard.main.ask<TunnelInfo[]>({ type: 'tunnels-list', principal, teamIds }, REGISTRY_TIMEOUT_MS));
+  return named(shard.sql, await shard.main.ask({ type: 'tunnels-list', principal, teamIds }, REGISTRY_TIMEOUT_MS));
 }
 
 /** The tunnel if the caller may see it (admin, owner, or member of its team), else 404. */
 async function visible({ shard, principal, params }: ApiCall): Promise<{ t: TunnelInfo; teamRole: string | null }> {
-  const t = await shard.main.ask<TunnelInfo | null>({ type: 'tunnels-get', id: params.id! }, REGISTRY_TIMEOUT_MS);
+  const t = await shard.main.ask({ type: 'tunnels-get', id: params.id! }, REGISTRY_TIMEOUT_MS);
   if (t) {
     const m = t.team_id ? await getMembership(shard.sql, t.team_id, principal.userId) : null;
     if (principal.role === 'admin' || t.owner_id === principal.userId || m) return { t, teamRole: m?.role ?? null };

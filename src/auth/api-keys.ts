@@ -21,7 +21,7 @@ export interface IssueKeyRequest {
 /** Creates a key: hashes it on main's argon2 pool, stores the hash, returns the plaintext once. */
 export async function issueKey(shard: Pick<ShardContext, 'sql' | 'main'>, req: IssueKeyRequest): Promise<CreatedKey> {
   const { key, prefix } = generateKey();
-  const hash = await shard.main.ask<string>({ type: 'hash-secret', secret: key }, HASH_TIMEOUT_MS);
+  const hash = await shard.main.ask({ type: 'hash-secret', secret: key }, HASH_TIMEOUT_MS);
   let revoked: string[] = [];
   try {
     const info = await shard.sql.begin(async (tx) => {

@@ -4,7 +4,7 @@ import type { TemplatedApp, us_listen_socket } from '@trufflesuite/uws-js-unoffi
 import { loadUws } from '../http/uws-loader.js';
 import { closeApp, Inflight, problemReply, route, type HttpServer } from '../http/uws.js';
 import { Mailbox, type PortLike } from '../actors/actor.js';
-import type { IpBlock, KeyVerdict, MainToShard, ShardToMain } from '../protocol/messages.js';
+import type { MainToShard, ShardToMain } from '../protocol/messages.js';
 import { connect } from '../db/sql.js';
 import { createLogger } from '../log.js';
 import { Authenticator } from '../auth/authenticate.js';
@@ -60,7 +60,7 @@ const app: TemplatedApp = uws.App();
 const http: HttpServer = { app, inflight: new Inflight(), log, maxBodyBytes: MAX_API_BODY_BYTES };
 const auth = new Authenticator({
   sql,
-  verify: (req) => main.ask<KeyVerdict>({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
+  verify: (req) => main.ask({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
   reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
 });
 const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
@@ -186,7 +186,7 @@ function reloadTls(): { error: string | null } {
 }
 
 // Main holds the blocks: a restarted shard applies those in force before it serves anyone.
-for (const b of await main.ask<IpBlock[]>({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);
+for (const b of await main.ask({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);
 
 // The App first (the front relays to it), then the public port.
 rmSync(apiPath, { force: true }); // a restarted shard finds its predecessor's socket file
