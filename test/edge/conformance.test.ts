@@ -228,4 +228,19 @@ test('a request split into one-byte writes is parsed the same', async () => {
   assert.match(text, /\/split abc$/);
 });
 
+test('a malformed control handshake is refused with 400 before any key check or upgrade', async () => {
+  const base = `Host: 127.0.0.1:${server.port}\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nAuthorization: Bearer ${server.adminKey}\r\n`;
+  const cases: [string, string, RegExp][] = [
+    ['POST', `${base}Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nContent-Length: 0\r\n`, /GET with Upgrade: websocket/],
+    ['GET', `${base}Sec-WebSocket-Version: 8\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n`, /version 13/],
+    ['GET', `${base}Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: short\r\n`, /16 bytes in base64/],
+  ];
+  for (const [method, headers, detail] of cases) {
+    const x = await exchange(server.port, `${method} /tunnel/v1/connect HTTP/1.1\r\n${headers}\r\n`, { untilClose: true, ms: 4_000 });
+    assert.is(x.responses[0]?.status, 400, x.text);
+    assert.match(JSON.parse(x.responses[0]!.body.toString()).detail, detail);
+    assert.not.match(x.text, /101 Switching/);
+  }
+});
+
 test.run();
