@@ -1,7 +1,7 @@
 import type { ProblemCode } from '../errors.js';
 import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
-import { invalidResponseHead, requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
+import { requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
 import type { ClientAddress } from '../http/client-address.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import type { Exchange, FrontConnection } from './front-connection.js';
@@ -16,9 +16,10 @@ import { countHttpAnswer } from './metrics.js';
 //                                            └─▶ MeshUpstream (tunnel on another shard, edge/mesh.ts)
 //   visitor socket ◀─VisitorResponse◀─ TunnelVisitor ◀─Downstream── response head, Data, End
 //
-// The client is untrusted: its response head is checked (tokens, no CR/LF/NUL, one length)
-// before a byte reaches the visitor, and VisitorResponse frames the body itself, so no client
-// can end a response early or smuggle a second one into a connection a load balancer shares.
+// The client is untrusted: its answer is parsed again by llhttp (TunnelStream) before a byte
+// reaches the visitor, hop-by-hop fields and a second length are dropped or refused here, and
+// VisitorResponse frames the body itself, so no client can end a response early or smuggle a
+// second one into a connection a load balancer shares.
 // After a 101 to a WebSocket (or other) upgrade the stream is a byte relay both ways.
 // Flow control (protocol/flow-control.ts): a SendWindow stops reading the visitor's socket when
 // the stream's credit runs out; a CreditMeter reports response bytes consumed once the socket
@@ -128,8 +129,8 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
 
   response(head: ResponseHead): void {
     if (this.over || this.res.started) return;
-    const invalid = invalidResponseHead(head.status, head.headers);
-    if (invalid) return this.problem('bad-gateway', `the tunnel's local service sent an invalid response header: ${invalid}`, 'protocol');
+    // The head was parsed by llhttp in strict mode (TunnelStream): tokens, values and status are
+    // checked there; what remains is what a visitor must not get from a tunnel.
     const filtered = tunnelResponseHeaders(head.headers, this.tunnelHost);
     if (typeof filtered === 'string') return this.problem('bad-gateway', `the tunnel's local service sent an invalid response: ${filtered}`, 'protocol');
     if (head.status === 101) {

@@ -80,29 +80,6 @@ export function responseHeaders(raw: string[]): string[] {
   return headers;
 }
 
-/** RFC 9110 §5.6.2 token: what a field name may be. */
-const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
-/** CR, LF and NUL end or corrupt a header line (response splitting); obs-text is allowed. */
-const LINE_BREAKING = /[\r\n\0]/;
-
-/**
- * Why a response head from a tunnel client cannot be written to a visitor, or null when it can.
- * The front writes names and values as given, so this is the only guard against a client (or its local
- * service) forging a second response or headers with CR/LF.
- */
-export function invalidResponseHead(status: unknown, headers: string[]): string | null {
-  if (typeof status !== 'number' || !Number.isInteger(status) || status < 100 || status > 999) {
-    return `status ${JSON.stringify(status)} is not an integer from 100 to 999`;
-  }
-  for (let i = 0; i < headers.length; i += 2) {
-    const name = headers[i]!;
-    const value = headers[i + 1] ?? '';
-    if (!TOKEN.test(name)) return `header name ${JSON.stringify(name.slice(0, 64))} is not a token`;
-    if (LINE_BREAKING.test(value)) return `header ${JSON.stringify(name)} has a CR, LF or NUL in its value`;
-  }
-  return null;
-}
-
 /**
  * A tunnel's response headers as the visitor gets them, or why they cannot be (a string):
  * hop-by-hop fields dropped again (the client is untrusted), one Content-Length at most (equal
