@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
+import '../helpers/property.js';
 import {
   MAX_HEAD_BYTES,
   MAX_REQUEST_LINE_BYTES,

@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
+import '../helpers/property.js';
 import { encodeProxyV2, parseProxyHeader, V2_MAX, type ProxyParse } from '../../src/protocol/proxy-header.js';
 
 // The PROXY header parser of the --proxy-protocol front (edge/front.ts): every byte

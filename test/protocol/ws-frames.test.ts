@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
+import '../helpers/property.js';
 import {
   MAX_CLOSE_REASON_BYTES, WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, encodeWsHeader, isValidCloseCode, parseClosePayload,
   type WsFrame,
