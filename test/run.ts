@@ -1,8 +1,9 @@
 // Runs every compiled test file (dist/test/**/*.test.js) as its own process (each starts
 // real servers) and ends with the one line CI reads: "N passed, N failed".
 //
-// Databases: every file runs on the embedded database (a PostgreSQL child per test server).
-// When TEST_DATABASE_URL or DATABASE_URL names a reachable PostgreSQL, every file runs again
+// Databases: every file runs on the embedded database (one PostgreSQL cluster the runner
+// starts for the whole run; each test server gets a database of its own on it, dropped
+// afterwards). When TEST_DATABASE_URL or DATABASE_URL names a reachable PostgreSQL, every file runs again
 // against it (each test server gets its own schema there, dropped afterwards).
 //
 // Order: the files that took longest last time start first (durations are kept in
@@ -14,6 +15,7 @@ import { readFileSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { availableParallelism, tmpdir } from 'node:os';
+import { startSharedEmbedded } from './helpers/database.js';
 
 const root = fileURLToPath(new URL('.', import.meta.url));
 const FILE_TIMEOUT_MS = 120_000;
@@ -130,7 +132,11 @@ async function main(): Promise<void> {
   const baseEnv = { ...process.env };
   delete baseEnv.DATABASE_URL;
   delete baseEnv.TEST_DATABASE_URL;
-  const jobs: { file: string; db: string; env: NodeJS.ProcessEnv }[] = files.map((file) => ({ file, db: 'embedded', env: baseEnv }));
+  delete baseEnv.TEST_EMBEDDED_URL;
+  // One cluster for all files instead of one per test server: saves a PostgreSQL start (~0.45 s
+  // of CPU) for every server the suite starts.
+  const embedded = await startSharedEmbedded();
+  const jobs: { file: string; db: string; env: NodeJS.ProcessEnv }[] = files.map((file) => ({ file, db: 'embedded', env: { ...baseEnv, TEST_EMBEDDED_URL: embedded.url } }));
   if (pgUrl && (await pgReachable(pgUrl))) {
     for (const file of files) jobs.push({ file, db: 'postgres', env: { ...baseEnv, TEST_DATABASE_URL: pgUrl } });
   } else if (pgUrl) {
@@ -155,6 +161,7 @@ async function main(): Promise<void> {
       }
     }),
   );
+  await embedded.stop();
   for (const db of ['embedded', 'postgres']) {
     const rs = results.filter((r) => r.db === db);
     if (rs.length) console.log(`${db}: ${rs.reduce((a, r) => a + r.passed, 0)} passed, ${rs.reduce((a, r) => a + r.failed, 0)} failed`);

@@ -16,6 +16,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { adminOf, closedPort, exitOf, RunningBurrows, tempDir, waitFor, type CliEnv } from '../cli/harness.js';
 import { visit } from '../tunnel/helpers.js';
 import { call } from './http.js';
+import { listenIpv6Only } from '../helpers/ipv6-only.js';
 
 let srv: TestServer;
 let home: { dir: string; remove: () => void };
@@ -25,6 +26,7 @@ const servers: http.Server[] = [];
 
 function listen(s: http.Server, host: string): Promise<number> {
   servers.push(s);
+  if (host === '::1') return listenIpv6Only(s);
   return new Promise((resolve) => s.listen(0, host, () => resolve((s.address() as AddressInfo).port)));
 }
 

@@ -11,6 +11,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { TunnelClient, type TunnelClientOptions } from '../../src/client/tunnel-client.js';
 import { visit } from './helpers.js';
+import { listenIpv6Only } from '../helpers/ipv6-only.js';
 
 // Local targets the client must reach: an https:// service (certificate verified, or accepted
 // with --upstream-insecure when self-signed), a service listening on ::1 only behind the name
@@ -27,6 +28,7 @@ function listen<S extends net.Server>(s: S, host: string): Promise<number> {
     (s as unknown as http.Server).closeAllConnections?.();
     s.close();
   });
+  if (host === '::1') return listenIpv6Only(s);
   return new Promise((resolve) => s.listen(0, host, () => resolve((s.address() as net.AddressInfo).port)));
 }
 
