@@ -159,6 +159,8 @@ export class ControlConnection implements StreamCarrier {
   }
   sendClosed(tunnelId: string, why: Refusal): void {
     this.send([F.Closed, tunnelId, why]);
+    // A revoke's API answer follows (main thread, other socket): the client hears first.
+    this.ws.flush();
   }
   forget(sid: number): void {
     this.streams.delete(sid);

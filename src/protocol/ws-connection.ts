@@ -78,6 +78,13 @@ export class WsConnection extends EventEmitter<WsEvents> {
     setImmediate(this.uncork);
   }
 
+  /** Sends what this turn corked now: for a frame that must leave before something else answers. */
+  flush(): void {
+    if (!this.corked) return;
+    this.corked = false;
+    this.socket.uncork(); // the pending setImmediate finds nothing corked, or this turn's next cork
+  }
+
   /** The connection ended (a close frame either way, or the socket went). */
   get isClosed(): boolean {
     return this.closed;
