@@ -235,6 +235,11 @@ test('filter: method, status class, path and text in headers or bodies; the page
   assert.equal(await paths('text=x-served-by'), ['/filter/boom', '/filter/missing', '/filter/orders']); // a header name
   const summaries = (await call(`${insp.url}/api/requests?status=4xx&path=/filter/&view=summary`)).json<Record<string, unknown>[]>();
   assert.equal(summaries.map((x) => [x.path, x.status, x.status_text, 'request' in x]), [['/filter/missing', 404, 'Not Found', false]]);
+  // ids: only those captures are asked about (the page's check of new rows).
+  const all = (await call(`${insp.url}/api/requests?path=/filter/`)).json<CaptureJson[]>();
+  const ids = all.map((c) => c.id).join(',');
+  assert.equal((await call(`${insp.url}/api/requests?ids=${ids},nope,999999&status=4xx`)).json<CaptureJson[]>().map((c) => c.path), ['/filter/missing']);
+  assert.equal((await call(`${insp.url}/api/requests?ids=${all[0]!.id}`)).json<CaptureJson[]>().map((c) => c.path), [all[0]!.path]);
   const bad = await call(`${insp.url}/api/requests?status=2zz`);
   assert.is(bad.status, 400);
   assert.match(bad.json<{ detail: string }>().detail, /status must be 2xx/);

@@ -14,7 +14,7 @@ import { CaptureStore, type CaptureSummary } from './store.js';
 // API, server-sent events for the live list, replay, HAR export and the run's status.
 //
 //   tunnel client ──TunnelObserver──▶ CaptureStore ──added/updated/cleared──▶ GET /api/events (SSE) ──▶ page
-//   GET /api/requests[?method,status,path,text], /api/requests/{id}, …/{id}/curl, /api/requests.har
+//   GET /api/requests[?method,status,path,text,ids], /api/requests/{id}, …/{id}/curl, /api/requests.har
 //   DELETE /api/requests                                          empties the store (Clear)
 //   POST /api/requests/{id}/replay ──▶ replay.ts ──▶ local service; recorded as a new capture
 //   GET /status (the page), /api/status ◀── StatusSource (status.ts), also sent as SSE `status`
@@ -276,9 +276,12 @@ class InspectorServer {
         return void res.end();
       }
       const filter = parseFilter(url.searchParams);
-      // view=summary: the list's rows only (the page asks which rows a filter keeps).
+      // view=summary: the list's rows only (the page asks which rows a filter keeps); ids=1,2:
+      // only those (the page asks about new rows alone).
       const summary = url.searchParams.get('view') === 'summary';
-      const list = isEmptyFilter(filter) ? this.store.list() : this.store.list().filter((c) => captureMatches(c, filter));
+      const ids = url.searchParams.get('ids');
+      const kept = ids === null ? this.store.list() : ids.split(',', this.store.limits.maxEntries).flatMap((id) => this.store.get(id) ?? []);
+      const list = isEmptyFilter(filter) ? kept : kept.filter((c) => captureMatches(c, filter));
       res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' });
       return stream(res, (function* () {
         yield '[';
