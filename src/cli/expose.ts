@@ -6,6 +6,7 @@ import type { Target } from './config.js';
 import { detachIfAsked, detachOptions, tellParent } from './detach.js';
 import { CliError, EXIT, type ExitCode } from './errors.js';
 import { ExposeScreen, accessSummary } from './expose-screen.js';
+import { trackClient } from '../client/inspector/status.js';
 import { addInspectOptions, startInspectorFromFlag } from './inspect.js';
 import { resolveTeam } from './teams.js';
 import { flagOf, localLabel, parseTunnelExpiry, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
@@ -193,6 +194,8 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       };
     }),
   });
+
+  inspector?.showStatus(trackClient(client, target.server, specs.map((s) => ({ name: s.name, type: s.type, local: localLabel(s) }))));
 
   const registered = new Set<string>();
   let finish: (code: ExitCode) => void = () => undefined;

@@ -1,16 +1,22 @@
 // The request inspector in a real headless Chromium (fixtures/chromium.ts, driven by
 // playwright-core), in front of a real `burrow http`, burrowd and local service: the page shows
 // a request made through the tunnel as it happens (server-sent events), its detail shows the
-// heads and bodies, Replay adds a second entry that reached the local service, and the HAR
-// download arrives and parses.
+// heads and bodies, Replay adds a second entry that reached the local service, the HAR
+// download arrives and parses; the filter, Clear, the raw view, copy as cURL (the command on the
+// clipboard, run by /bin/sh), a phone-sized viewport and the /status page.
+// INSPECTOR_SCREENSHOTS=DIR also saves the screenshots of docs/screenshots there.
 import http from 'node:http';
-import { readFileSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import type { Browser, Page } from 'playwright-core';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { adminOf, closedPort, RunningBurrows, tempDir, waitFor } from '../cli/harness.js';
+import { call } from '../inspector/http.js';
+import { burrowVersion } from '../../src/version.js';
 import { listen, visit, type Local } from '../tunnel/helpers.js';
 import { launchChromium } from './fixtures/chromium.js';
 
@@ -39,7 +45,7 @@ test.before(async () => {
       req.on('data', (d) => (body += d));
       req.on('end', () => {
         seen.push(`${req.method} ${req.url} ${body}`);
-        res.writeHead(200, { 'content-type': 'application/json' });
+        res.writeHead(req.url!.startsWith('/missing') ? 404 : 200, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ greeting: 'hello from the local service', body }));
       });
     }),
@@ -48,8 +54,21 @@ test.before(async () => {
   const child = burrows.start({ ...alice, env: { ...alice.env, BURROW_INSPECT_BASE_PORT: String(await closedPort()) } }, ['http', String(local.port), '--id', 'insp-browser']);
   await burrows.firstLine(child);
   inspectorUrl = await waitFor(() => /^burrow: inspector at (http:\/\/\S+)$/m.exec(child.output.stderr)?.[1], 10_000, 'inspector address');
-  page = await browser.newPage({ acceptDownloads: true });
+  page = await browser.newPage({ acceptDownloads: true, viewport: { width: 1280, height: 800 } });
+  await page.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new URL(inspectorUrl).origin });
 });
+
+const screenshots = process.env.INSPECTOR_SCREENSHOTS;
+/** Saves the page as docs/screenshots shows it, when asked (INSPECTOR_SCREENSHOTS=DIR). */
+async function screenshot(p: Page, name: string): Promise<void> {
+  if (!screenshots) return;
+  mkdirSync(screenshots, { recursive: true });
+  await p.evaluate('document.activeElement?.blur()'); // no focus ring left from the last step
+  await p.screenshot({ path: join(screenshots, `${name}.png`) });
+}
+
+const tunnelHost = () => `insp-browser.localhost:${srv.port}`;
+const shown = () => page.locator('#list li:not([hidden]) button');
 
 test.after(async () => {
   burrows.killAll();
@@ -82,7 +101,7 @@ test('a request through the tunnel appears live, with its heads and bodies', asy
   assert.match(detail, /x-trace\s+browser-1/i);
   assert.match(detail, /"a": \[\s+1,\s+2\s+\]/); // the JSON request body, pretty-printed
   assert.match(detail, /"greeting": "hello from the local service"/);
-  assert.match(detail, /status 200/);
+  assert.match(detail, /200 OK/);
 });
 
 test('Replay adds a second entry that reached the local service', async () => {
@@ -100,7 +119,7 @@ test('Replay adds a second entry that reached the local service', async () => {
 test('Edit and replay sends the edited request', async () => {
   seen.length = 0;
   await page.getByRole('button', { name: 'Edit and replay' }).click();
-  await page.getByLabel('Path').fill('/edited-in-the-browser');
+  await page.getByLabel('Path', { exact: true }).fill('/edited-in-the-browser');
   await page.getByLabel('Body').fill('{"edited":true}');
   await page.getByRole('button', { name: 'Send' }).click();
   await rowsFor('/edited-in-the-browser').first().waitFor({ timeout: UI_MS });
@@ -121,6 +140,149 @@ test('the HAR download arrives and parses, with the requests', async () => {
     `http://insp-browser.localhost:${srv.port}/edited-in-the-browser`,
   ]);
   assert.is(har.log.entries[0].response.status, 200);
+});
+
+test('each row shows when it came and through which tunnel; the header shows the tunnel URL', async () => {
+  const row = rowsFor('/edited-in-the-browser').first();
+  const time = row.locator('time');
+  assert.match(await time.innerText(), /^\d{2}:\d{2}:\d{2}$/);
+  const at = Date.parse((await time.getAttribute('datetime'))!);
+  assert.ok(Math.abs(Date.now() - at) < 5 * 60_000, `row time ${new Date(at).toISOString()}`);
+  assert.match(await row.innerText(), /insp-browser/);
+  await page.locator('#urls a', { hasText: `http://${tunnelHost()}` }).waitFor({ timeout: UI_MS });
+});
+
+test('the raw view shows the request as written to the local service and the response as received', async () => {
+  await rowsFor('/from-the-browser-test').last().click();
+  await page.locator('#detail h2', { hasText: 'POST /from-the-browser-test' }).waitFor({ timeout: UI_MS });
+  await page.getByRole('button', { name: 'Raw', exact: true }).click();
+  const request = await page.locator('#raw-request').textContent();
+  assert.match(request!, /^POST \/from-the-browser-test HTTP\/1\.1\r\n/);
+  assert.match(request!, new RegExp(`\r\nHost: ${tunnelHost()}\r\n`, 'i'));
+  assert.match(request!, /\r\nx-trace: browser-1\r\n/i);
+  assert.match(request!, /\r\n\r\n\{"a":\[1,2\]\}$/); // the body as sent, not pretty-printed
+  const response = await page.locator('#raw-response').textContent();
+  assert.match(response!, /^HTTP\/1\.1 200 OK\r\n/);
+  assert.match(response!, /\r\ncontent-type: application\/json\r\n/i);
+  assert.match(response!, /\r\n\r\n\{"greeting":"hello from the local service"/);
+  assert.match(await page.locator('#raw-note').innerText(), /^Rebuilt from the captured head and body/);
+  // The choice stays while moving through the list.
+  await rowsFor('/edited-in-the-browser').first().click();
+  await page.locator('#raw-request', { hasText: 'POST /edited-in-the-browser HTTP/1.1' }).waitFor({ timeout: UI_MS });
+  await screenshot(page, 'inspector-raw-1280');
+  await page.getByRole('button', { name: 'Parsed', exact: true }).click();
+});
+
+test('copy as cURL puts a command on the clipboard that sends the request through the tunnel again', async () => {
+  await rowsFor('/from-the-browser-test').last().click();
+  await page.locator('#detail h2', { hasText: 'POST /from-the-browser-test' }).waitFor({ timeout: UI_MS });
+  await page.evaluate(`navigator.clipboard.writeText('nothing copied yet')`); // strings: the tests compile without the DOM types
+  await page.getByRole('button', { name: 'Copy as cURL' }).click();
+  await page.locator('#replay-msg', { hasText: 'Copied as cURL' }).waitFor({ timeout: UI_MS });
+  const command = (await page.evaluate('navigator.clipboard.readText()')) as string;
+  assert.is(
+    command,
+    [`curl 'http://${tunnelHost()}/from-the-browser-test'`, `  -H 'content-type: application/json'`, `  -H 'x-trace: browser-1'`, `  --data-raw '{"a":[1,2]}'`].join(' \\\n'),
+  );
+  // Pasted into a shell it reaches the local service through the public URL.
+  seen.length = 0;
+  await new Promise<void>((resolve, reject) => execFile('/bin/sh', ['-c', `${command} --silent --show-error --fail`], { timeout: UI_MS }, (err, _o, stderr) => (err ? reject(new Error(`${err.message} ${stderr}`)) : resolve())));
+  assert.equal(seen, ['POST /from-the-browser-test {"a":[1,2]}']);
+});
+
+test('the filter: by method, status class, path and text in headers or bodies', async () => {
+  await visit(srv.port, tunnelHost(), { method: 'POST', path: '/orders', headers: { 'content-type': 'text/plain' }, body: 'order with needle-42 inside' });
+  await visit(srv.port, tunnelHost(), { path: '/missing/page' });
+  await visit(srv.port, tunnelHost(), { path: '/plain', headers: { 'x-client': 'needle-in-a-header' } });
+  for (const p of ['/orders', '/missing/page', '/plain']) await page.locator('#list button', { hasText: p }).filter({ has: page.locator('.st', { hasText: /^\d{3}$/ }) }).first().waitFor({ timeout: UI_MS });
+  const total = await page.locator('#list li').count();
+  const settled = () => page.locator('#filter:not([aria-busy])').waitFor({ timeout: UI_MS });
+  const expectShown = async (paths: string[]) => {
+    await settled();
+    assert.is(await page.locator('#count').innerText(), `${paths.length} of ${total} requests`);
+    const texts = await shown().locator('.path').allInnerTexts();
+    assert.equal(texts.sort(), [...paths].sort());
+  };
+  await page.getByLabel('Status', { exact: true }).selectOption('4xx');
+  await expectShown(['/missing/page']);
+  await page.getByLabel('Status', { exact: true }).selectOption('');
+  await page.getByLabel('Method', { exact: true }).selectOption('POST');
+  await page.getByLabel('Path contains').fill('ORDERS');
+  await expectShown(['/orders']);
+  await page.getByLabel('Method', { exact: true }).selectOption('');
+  await page.getByLabel('Path contains').fill('');
+  await page.getByLabel('Text in headers or bodies').fill('needle-');
+  await expectShown(['/orders', '/plain']);
+  // A request that arrives while the filter is on is shown only when it matches.
+  await visit(srv.port, tunnelHost(), { path: '/late-needle-free' });
+  await visit(srv.port, tunnelHost(), { method: 'POST', path: '/late', body: 'another needle-7' });
+  await page.locator('#count', { hasText: `3 of ${total + 2} requests` }).waitFor({ timeout: UI_MS });
+  await settled();
+  assert.equal((await shown().locator('.path').allInnerTexts()).sort(), ['/late', '/orders', '/plain']);
+  await page.getByLabel('Text in headers or bodies').fill('');
+  await settled();
+  assert.is(await page.locator('#count').innerText(), `${total + 2} requests`);
+  assert.is(await shown().count(), total + 2);
+});
+
+test('a phone-sized viewport (400 px): nothing wider than the screen; list above the detail', async () => {
+  const phone = await browser!.newPage({ viewport: { width: 400, height: 800 }, isMobile: true, hasTouch: true });
+  try {
+    // A long header value and path, as a hostile or careless visitor sends them.
+    await visit(srv.port, tunnelHost(), { path: `/very/long/path/${'segment-'.repeat(20)}?q=${'x'.repeat(200)}`, headers: { 'x-very-long-header-name-for-the-layout': 'v'.repeat(400) } });
+    await withDeadline(phone.goto(inspectorUrl), UI_MS, 'open the inspector on a phone');
+    const row = phone.locator('#list button', { hasText: '/very/long/path' }).first();
+    await row.waitFor({ timeout: UI_MS });
+    await row.click();
+    await phone.locator('#detail h2', { hasText: '/very/long/path' }).waitFor({ timeout: UI_MS });
+    const overflow = async () => (await phone.evaluate('({ scroll: document.scrollingElement.scrollWidth, inner: innerWidth })')) as { scroll: number; inner: number };
+    let o = await overflow();
+    assert.ok(o.scroll <= o.inner, `the list and detail are ${o.scroll} px wide in a ${o.inner} px viewport`);
+    const list = (await phone.locator('#list').boundingBox())!;
+    const detail = (await phone.locator('#detail').boundingBox())!;
+    assert.ok(list.y + list.height <= detail.y + 1, `list (${list.y}+${list.height}) above detail (${detail.y})`);
+    assert.ok(detail.width > 350, `detail is ${detail.width} px wide`);
+    await screenshot(phone, 'inspector-detail-400');
+    await phone.getByRole('button', { name: 'Raw', exact: true }).click();
+    await phone.locator('#raw-request').waitFor({ timeout: UI_MS });
+    o = await overflow();
+    assert.ok(o.scroll <= o.inner, `the raw view is ${o.scroll} px wide in a ${o.inner} px viewport`);
+    await phone.goto(`${inspectorUrl}/status`);
+    await phone.locator('#st-tunnels td', { hasText: 'insp-browser' }).first().waitFor({ timeout: UI_MS });
+    o = await overflow();
+    assert.ok(o.scroll <= o.inner, `the status page is ${o.scroll} px wide in a ${o.inner} px viewport`);
+    await screenshot(phone, 'status-400');
+  } finally {
+    await phone.close();
+  }
+});
+
+test('the status page: tunnel, URL, local address, server, state, latency and version', async () => {
+  await screenshot(page, 'inspector-list-1280');
+  await withDeadline(page.goto(`${inspectorUrl}/status`), UI_MS, 'open the status page');
+  const tunnel = page.locator('#st-tunnels tr', { hasText: 'insp-browser' });
+  await tunnel.waitFor({ timeout: UI_MS });
+  const cells = await tunnel.locator('td').allInnerTexts();
+  assert.equal(cells, ['http (insp-browser)', `http://${tunnelHost()}`, `http://localhost:${local.port}`, 'up']);
+  assert.is(await page.locator('#st-server').innerText(), srv.url);
+  assert.is(await page.locator('#st-state').innerText(), 'online');
+  assert.match(await page.locator('#st-latency').innerText(), /^(—|\d+ ms)$/);
+  assert.match(await page.locator('#st-server-version').innerText(), /^(—|\S+)$/);
+  assert.is(await page.locator('#st-version').innerText(), burrowVersion());
+  await screenshot(page, 'status-1280');
+  await page.goto(inspectorUrl);
+});
+
+test('Clear empties the list and the inspector\'s store; new requests show after it', async () => {
+  await page.locator('#conn', { hasText: 'live' }).waitFor({ timeout: UI_MS });
+  await rowsFor('/orders').first().waitFor({ timeout: UI_MS });
+  await page.getByRole('button', { name: 'Clear', exact: true }).click();
+  await page.locator('#count', { hasText: /^0 requests$/ }).waitFor({ timeout: UI_MS });
+  assert.is(await page.locator('#list li').count(), 0);
+  assert.equal((await call(`${inspectorUrl}/api/requests`)).json(), []);
+  await visit(srv.port, tunnelHost(), { path: '/after-clear' });
+  await rowsFor('/after-clear').first().waitFor({ timeout: UI_MS });
+  assert.match(await page.locator('#count').innerText(), /^1 request$/);
 });
 
 test.run();

@@ -28,7 +28,8 @@ test.before(async () => {
     req.on('data', (d) => (body += d));
     req.on('end', () => {
       received.push({ method: req.method!, url: req.url!, headers: req.headers, body });
-      res.writeHead(200, { 'content-type': 'application/json' });
+      // Mixed case, as many frameworks write them: a replay must show them so.
+      res.writeHead(200, { 'Content-Type': 'application/json', 'X-Request-ID': 'r-1' });
       res.end(JSON.stringify({ got: `${req.method} ${req.url}`, body }));
     });
   });
@@ -84,9 +85,10 @@ test('GET /api/requests: newest first, with method, path, status, duration, head
   assert.equal(one.json(), first);
   assert.is((await call(`${insp.url}/api/requests/999999`)).status, 404);
   assert.is((await call(`${insp.url}/api/requests/abc`)).status, 404);
-  const wrong = await call(`${insp.url}/api/requests`, { method: 'DELETE' });
+  const wrong = await call(`${insp.url}/api/requests`, { method: 'PUT' });
   assert.is(wrong.status, 405);
-  assert.match(wrong.json<{ detail: string }>().detail, /accepts GET/);
+  assert.match(wrong.json<{ detail: string }>().detail, /accepts GET or DELETE/);
+  assert.is(wrong.headers.allow, 'GET, HEAD, DELETE');
 });
 
 test('a foreign Host is refused with 403 (DNS rebinding), on the page and the API', async () => {
@@ -122,6 +124,8 @@ test('replay: the stored request reaches the local service again and is recorded
   assert.equal(JSON.parse(Buffer.from(c.response.body_base64, 'base64').toString()), { got: 'POST /first', body: 'hello' });
   const after = (await call(`${insp.url}/api/requests`)).json<CaptureJson[]>();
   assert.is(after[0]!.id, c.id);
+  // The response's header names as the local service wrote them (undici lower-cased them).
+  assert.equal(c.response.headers.slice(0, 2), [['Content-Type', 'application/json'], ['X-Request-ID', 'r-1']]);
 });
 
 test('edit and replay: method, path, headers and body as edited; bad edits are 400 naming the field', async () => {
@@ -211,6 +215,73 @@ test('live list: a snapshot on connect, then added and updated as requests happe
   const live = events.filter((e) => e.data.includes('"/live"')).map((e) => [e.event, JSON.parse(e.data).state]);
   assert.equal(live[0], ['added', 'pending']);
   assert.equal(live.at(-1), ['updated', 'complete']);
+});
+
+test('filter: method, status class, path and text in headers or bodies; the page asks for summaries', async () => {
+  feed('POST', '/filter/orders', '{"sku":"needle-in-body"}', 201, 'made');
+  feed('GET', '/filter/missing', '', 404, 'no such thing');
+  feed('GET', '/filter/boom', '', 503, 'down for maintenance');
+  const paths = async (q: string) => {
+    const r = await call(`${insp.url}/api/requests?path=/filter/&${q}`);
+    assert.is(r.status, 200, r.text);
+    return r.json<CaptureJson[]>().map((c) => c.path);
+  };
+  assert.equal(await paths('method=post'), ['/filter/orders']);
+  assert.equal(await paths('status=4xx'), ['/filter/missing']);
+  assert.equal(await paths('status=5xx'), ['/filter/boom']);
+  assert.equal(await paths('status=2xx&method=GET'), []);
+  assert.equal(await paths('text=NEEDLE-in'), ['/filter/orders']); // request body, any case
+  assert.equal(await paths('text=maintenance'), ['/filter/boom']); // response body
+  assert.equal(await paths('text=x-served-by'), ['/filter/boom', '/filter/missing', '/filter/orders']); // a header name
+  const summaries = (await call(`${insp.url}/api/requests?status=4xx&path=/filter/&view=summary`)).json<Record<string, unknown>[]>();
+  assert.equal(summaries.map((x) => [x.path, x.status, x.status_text, 'request' in x]), [['/filter/missing', 404, 'Not Found', false]]);
+  // ids: only those captures are asked about (the page's check of new rows).
+  const all = (await call(`${insp.url}/api/requests?path=/filter/`)).json<CaptureJson[]>();
+  const ids = all.map((c) => c.id).join(',');
+  assert.equal((await call(`${insp.url}/api/requests?ids=${ids},nope,999999&status=4xx`)).json<CaptureJson[]>().map((c) => c.path), ['/filter/missing']);
+  assert.equal((await call(`${insp.url}/api/requests?ids=${all[0]!.id}`)).json<CaptureJson[]>().map((c) => c.path), [all[0]!.path]);
+  const bad = await call(`${insp.url}/api/requests?status=2zz`);
+  assert.is(bad.status, 400);
+  assert.match(bad.json<{ detail: string }>().detail, /status must be 2xx/);
+});
+
+test('GET /api/requests/{id}/curl: the command, as text', async () => {
+  const id = (await call(`${insp.url}/api/requests?path=/filter/orders`)).json<CaptureJson[]>()[0]!.id;
+  const r = await call(`${insp.url}/api/requests/${id}/curl`);
+  assert.is(r.status, 200);
+  assert.match(String(r.headers['content-type']), /^text\/plain/);
+  assert.is(r.text, `curl 'http://web.example.test/filter/orders' \\\n  -H 'Content-Type: text/plain' \\\n  -H 'X-Trace: t1' \\\n  --data-raw '{"sku":"needle-in-body"}'\n`);
+  assert.is((await call(`${insp.url}/api/requests/999999/curl`)).status, 404);
+});
+
+test('Clear (DELETE /api/requests): refused to other sites; empties the store and tells live pages', async () => {
+  assert.ok(insp.store.size > 0);
+  const url = `${insp.url}/api/requests`;
+  const foreign = await call(url, { method: 'DELETE', headers: { origin: 'http://evil.example' } });
+  assert.is(foreign.status, 403);
+  assert.match(foreign.json<{ detail: string }>().detail, /refused to other sites/);
+  assert.is((await call(url, { method: 'DELETE', headers: { 'sec-fetch-site': 'cross-site' } })).status, 403);
+  assert.is((await call(url, { method: 'DELETE', headers: { host: `evil.example:${new URL(insp.url).port}` } })).status, 403);
+  assert.ok(insp.store.size > 0, 'nothing was cleared by the refused ones');
+  // An exchange still under way when the page clears fills nothing afterwards.
+  const inFlight = observer.request({ method: 'GET', target: '/in-flight', headers: ['Host', 'web.example.test'] })!;
+  let listening!: () => void;
+  const ready = new Promise<void>((resolve) => (listening = resolve));
+  const evs = readEvents(`${insp.url}/api/events`, (e) => {
+    if (e.length > 0) listening(); // its snapshot came: a live page is listening
+    return e.some((x) => x.event === 'cleared');
+  });
+  await ready;
+  const r = await call(url, { method: 'DELETE', headers: { origin: insp.url, 'sec-fetch-site': 'same-origin' } });
+  assert.is(r.status, 204);
+  assert.ok((await evs).some((x) => x.event === 'cleared'));
+  inFlight.response(200, ['Content-Type', 'text/plain']);
+  inFlight.responseBody(Buffer.from('late'));
+  inFlight.end();
+  assert.equal((await call(url)).json(), []);
+  assert.is(insp.store.bytes, 0);
+  feed('GET', '/after-clear', '', 200, 'ok');
+  assert.equal((await call(url)).json<CaptureJson[]>().map((c) => c.path), ['/after-clear']);
 });
 
 test('port fallback: with the base port taken the next free one is used; an explicit address taken is an error', async () => {

@@ -48,11 +48,15 @@ function cookies(headers: readonly Header[], name: 'cookie' | 'set-cookie'): Har
   return out;
 }
 
-/** The URL a visitor asked for: scheme from the edge's X-Forwarded-Proto, host from Host. */
+/**
+ * The public URL a visitor asked for: scheme and host from the X-Forwarded-Proto and
+ * X-Forwarded-Host the edge sets (a visitor's own are dropped there), so a Host rewritten for the
+ * local service (--host-header) does not leak in; Host when the edge's are missing.
+ */
 export function visitorUrl(c: Capture): string {
   const h = c.request.headers;
   const proto = (header(h, 'x-forwarded-proto') ?? 'http').split(',')[0]!.trim() === 'https' ? 'https' : 'http';
-  const host = header(h, 'host') ?? 'localhost';
+  const host = header(h, 'x-forwarded-host') || header(h, 'host') || 'localhost';
   return `${proto}://${host}${c.path.startsWith('/') ? c.path : `/${c.path}`}`;
 }
 

@@ -1,14 +1,17 @@
-import { Agent, request, type Dispatcher } from 'undici';
+import http from 'node:http';
+import https from 'node:https';
 import { responseHeaders } from '../../protocol/http-headers.js';
 import { describeLocalError } from '../local-error.js';
-import { connectOptions, hostPort, localOrigin, withHostHeader, type LocalTarget } from '../local-target.js';
+import { connectOptions, hostPort, withHostHeader, type LocalTarget } from '../local-target.js';
 import type { Capture, CaptureStore, Header } from './store.js';
 
 // Replay: the stored request (or an edited copy) sent again straight to the tunnel's LOCAL
 // service, not through burrowd (as ngrok does: no visitor, no edge, no access rules), and
 // recorded as a new capture whose `replay_of` names the original. It reaches that service as
 // the tunnel does (local-target.ts): the same scheme and certificate check, the same Host rule,
-// and `localhost` as both loopback addresses.
+// and `localhost` as both loopback addresses. Sent with node:http, whose rawHeaders keep the
+// local service's header names as it wrote them (undici's request() gives them lower-cased, and
+// a replay then read differently from its original).
 
 /** Where a tunnel's local service is, for replays: the tunnel's own local target. */
 export type ReplayTarget = LocalTarget;
@@ -86,14 +89,13 @@ export function parseEdits(raw: unknown): ReplayEdits {
 }
 
 /** Why the replay got no answer, in the words the status screen uses for a visitor's request. */
-function describe(err: unknown, target: LocalTarget): string {
-  const e = err as { code?: string; name?: string };
-  if (e.code === 'UND_ERR_ABORTED' || e.code === 'ABORT_ERR' || e.name === 'AbortError') return describeLocalError(null, hostPort(target), REPLAY_TIMEOUT_MS);
+function describe(err: unknown, target: LocalTarget, timedOut: boolean): string {
+  if (timedOut) return describeLocalError(null, hostPort(target), REPLAY_TIMEOUT_MS);
   return describeLocalError(err instanceof Error ? err : new Error(String(err)), hostPort(target));
 }
 
 /** Sends `original` (with `edits`) to `target` and records it; resolves with the new capture. */
-export async function replay(store: CaptureStore, original: Capture, edits: ReplayEdits, dispatcher?: Dispatcher): Promise<Capture> {
+export async function replay(store: CaptureStore, original: Capture, edits: ReplayEdits): Promise<Capture> {
   const target = original.target;
   if (!target) throw new ReplayError(409, `request ${original.id} has no local service to replay to`);
   if (!edits.body && original.request.truncated) {
@@ -105,44 +107,30 @@ export async function replay(store: CaptureStore, original: Capture, edits: Repl
   const body = edits.body ?? original.request.body();
   // The tunnel's Host rule applies after any edit, as it does to every visitor's request.
   const flat = withHostHeader(headers.flatMap(([n, v]) => [n, v]), target);
+  // node:http adds neither when given the headers as a list: HTTP/1.1 needs a Host, and a body its length.
+  if (!flat.some((n, i) => i % 2 === 0 && n.toLowerCase() === 'host')) flat.unshift('Host', hostPort(target));
+  if (body.length || !['GET', 'HEAD'].includes(method)) flat.push('Content-Length', String(body.length));
   const obs = store.begin(original.tunnel, { method, target: path, headers: flat }, { replayOf: original.id, target });
   if (body.length) obs.requestBody(body);
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), REPLAY_TIMEOUT_MS);
   try {
-    // Concatenated, not resolved: a path like //elsewhere.example/ stays a path on the local service.
-    const res = await request(`${localOrigin(target)}${path}`, {
-      method: method as Dispatcher.HttpMethod,
-      headers: flat,
-      body: body.length || !['GET', 'HEAD'].includes(method) ? body : undefined,
-      signal: ac.signal,
-      dispatcher: dispatcher ?? agentFor(target),
+    const res = await new Promise<http.IncomingMessage>((resolve, reject) => {
+      // The path goes as is (not resolved against the origin): //elsewhere.example/ stays a path
+      // on the local service. No agent: a replay is one request on its own connection.
+      const req = (target.tls ? https : http).request({ host: target.host, port: target.port, method, path, headers: flat, setHost: false, agent: false, signal: ac.signal, ...connectOptions(target) });
+      req.on('response', resolve);
+      req.on('error', reject);
+      req.end(body.length ? body : undefined);
     });
     // The same hop-by-hop rule as a tunnelled response, so a replay reads like its original.
-    obs.response(res.statusCode, responseHeaders(flatHeaders(res.headers)));
-    for await (const chunk of res.body) obs.responseBody(chunk as Buffer);
+    obs.response(res.statusCode ?? 0, responseHeaders(res.rawHeaders));
+    for await (const chunk of res) obs.responseBody(chunk as Buffer);
     obs.end();
   } catch (err) {
-    obs.fail(describe(err, target));
+    obs.fail(describe(err, target, ac.signal.aborted));
   } finally {
     clearTimeout(timer);
   }
   return obs.capture;
-}
-
-function flatHeaders(h: Record<string, string | string[] | undefined>): string[] {
-  const out: string[] = [];
-  for (const [k, v] of Object.entries(h)) {
-    if (v === undefined) continue;
-    for (const one of Array.isArray(v) ? v : [v]) out.push(k, one);
-  }
-  return out;
-}
-
-// One connection pool per local target, connecting as the tunnel's own pools do.
-const agents = new WeakMap<LocalTarget, Agent>();
-function agentFor(target: LocalTarget): Agent {
-  let agent = agents.get(target);
-  if (!agent) agents.set(target, (agent = new Agent({ connect: connectOptions(target) })));
-  return agent;
 }

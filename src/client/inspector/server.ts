@@ -3,21 +3,27 @@ import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 import { burrowVersion } from '../../version.js';
 import type { TunnelObserver } from '../observer.js';
+import { curlCommand } from './curl.js';
+import { captureMatches, FilterError, isEmptyFilter, parseFilter } from './filter.js';
 import { harChunks } from './har.js';
 import { parseEdits, replay, ReplayError, type ReplayTarget } from './replay.js';
+import type { StatusJson, StatusSource } from './status.js';
 import { CaptureStore, type CaptureSummary } from './store.js';
 
 // The request inspector's local web server (`burrow http`, `burrow start`): the page, its JSON
-// API, server-sent events for the live list, replay and HAR export.
+// API, server-sent events for the live list, replay, HAR export and the run's status.
 //
-//   tunnel client ──TunnelObserver──▶ CaptureStore ──added/updated──▶ GET /api/events (SSE) ──▶ page
-//   GET /api/requests, /api/requests/{id}, /api/requests.har      read the store
+//   tunnel client ──TunnelObserver──▶ CaptureStore ──added/updated/cleared──▶ GET /api/events (SSE) ──▶ page
+//   GET /api/requests[?method,status,path,text,ids], /api/requests/{id}, …/{id}/curl, /api/requests.har
+//   DELETE /api/requests                                          empties the store (Clear)
 //   POST /api/requests/{id}/replay ──▶ replay.ts ──▶ local service; recorded as a new capture
+//   GET /status (the page), /api/status ◀── StatusSource (status.ts), also sent as SSE `status`
 //
 // It binds loopback unless told otherwise, and answers only requests whose Host is an IP
 // literal or a localhost name: a page on another site that rebinds its DNS name to 127.0.0.1
 // would otherwise read the API as same-origin. Nothing sends CORS headers, and a POST from
-// another origin is refused, so another site can neither read captures nor trigger replays.
+// another origin is refused, so another site can neither read captures nor trigger replays or
+// a Clear.
 
 export const DEFAULT_INSPECT_HOST = '127.0.0.1';
 export const DEFAULT_INSPECT_PORT = 4040;
@@ -95,6 +101,8 @@ export interface Inspector {
    * id, once the server assigned one) and replays of them go to `target`.
    */
   observer(tunnel: string | (() => string), target: ReplayTarget): TunnelObserver;
+  /** What the status page and the page's header show (tunnels, server, connection). */
+  showStatus(source: StatusSource): void;
   close(): Promise<void>;
 }
 
@@ -174,6 +182,10 @@ class InspectorServer {
   private readonly sse = new Set<ServerResponse>();
   private replays = 0;
   private readonly keepalive: NodeJS.Timeout;
+  private statusSource: StatusSource | null = null;
+  private readonly statusChanged = () => {
+    if (this.sse.size > 0) this.broadcast(this.statusEvent());
+  };
 
   constructor(readonly store: CaptureStore) {
     // Every request passes here (the tunnel's hot path): no JSON unless a page is listening.
@@ -182,11 +194,30 @@ class InspectorServer {
     };
     store.on('added', send('added'));
     store.on('updated', send('updated'));
+    store.on('cleared', () => this.broadcast('event: cleared\ndata: {}\n\n'));
     this.keepalive = setInterval(() => this.broadcast(': keepalive\n\n'), SSE_KEEPALIVE_MS);
     this.keepalive.unref();
   }
 
+  showStatus(source: StatusSource): void {
+    this.statusSource?.off('changed', this.statusChanged);
+    this.statusSource = source;
+    source.on('changed', this.statusChanged);
+    this.statusChanged();
+  }
+
+  /** Before the CLI handed a source (or in tests without one): nothing known but the version. */
+  private status(): StatusJson {
+    const s = this.statusSource?.status() ?? { server: { url: '', version: null, latency_ms: null }, state: 'connecting' as const, state_detail: null, tunnels: [] };
+    return { version: burrowVersion(), ...s };
+  }
+
+  private statusEvent(): string {
+    return `event: status\ndata: ${JSON.stringify(this.status())}\n\n`;
+  }
+
   closeStreams(): void {
+    this.statusSource?.off('changed', this.statusChanged);
     clearInterval(this.keepalive);
     for (const r of this.sse) r.end();
     this.sse.clear();
@@ -205,7 +236,8 @@ class InspectorServer {
 
   handle(req: IncomingMessage, res: ServerResponse): void {
     this.route(req, res).catch((err: unknown) => {
-      if (err instanceof ReplayError) problem(res, err.status, err.status === 413 ? 'Payload Too Large' : err.status === 409 ? 'Conflict' : 'Bad Request', err.message);
+      if (err instanceof FilterError) problem(res, 400, 'Bad Request', err.message);
+      else if (err instanceof ReplayError) problem(res, err.status, err.status === 413 ? 'Payload Too Large' : err.status === 409 ? 'Conflict' : 'Bad Request', err.message);
       else problem(res, 500, 'Internal Server Error', `the inspector failed: ${(err as Error).message}`);
     });
   }
@@ -217,12 +249,14 @@ class InspectorServer {
     const url = new URL(req.url ?? '/', 'http://inspector');
     const path = url.pathname;
     const method = req.method ?? 'GET';
-    const only = (allowed: string): boolean => {
-      if (method === allowed || (allowed === 'GET' && method === 'HEAD')) return true;
-      problem(res, 405, 'Method Not Allowed', `${path} accepts ${allowed}`, { allow: allowed === 'GET' ? 'GET, HEAD' : allowed });
+    const only = (...allowed: string[]): boolean => {
+      if (allowed.includes(method) || (allowed.includes('GET') && method === 'HEAD')) return true;
+      const allow = allowed.flatMap((m) => (m === 'GET' ? ['GET', 'HEAD'] : [m])).join(', ');
+      problem(res, 405, 'Method Not Allowed', `${path} accepts ${allowed.join(' or ')}`, { allow });
       return false;
     };
-    if (path === '/' || path === '/index.html') {
+    // One page: it shows the status view at /status.
+    if (path === '/' || path === '/index.html' || path === '/status') {
       if (!only('GET')) return;
       res.writeHead(200, {
         ...SECURITY_HEADERS,
@@ -233,14 +267,31 @@ class InspectorServer {
       return void res.end(method === 'HEAD' ? undefined : pageHtml());
     }
     if (path === '/api/requests') {
-      if (!only('GET')) return;
+      if (!only('GET', 'DELETE')) return;
+      if (method === 'DELETE') {
+        const foreign = crossOrigin(req);
+        if (foreign) return problem(res, 403, 'Forbidden', `clearing is refused to other sites (${foreign})`);
+        this.store.clear();
+        res.writeHead(204, SECURITY_HEADERS);
+        return void res.end();
+      }
+      const filter = parseFilter(url.searchParams);
+      // view=summary: the list's rows only (the page asks which rows a filter keeps); ids=1,2:
+      // only those (the page asks about new rows alone).
+      const summary = url.searchParams.get('view') === 'summary';
+      const ids = url.searchParams.get('ids');
+      const kept = ids === null ? this.store.list() : ids.split(',', this.store.limits.maxEntries).flatMap((id) => this.store.get(id) ?? []);
+      const list = isEmptyFilter(filter) ? kept : kept.filter((c) => captureMatches(c, filter));
       res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'application/json; charset=utf-8' });
-      const list = this.store.list();
       return stream(res, (function* () {
         yield '[';
-        for (let i = 0; i < list.length; i++) yield (i ? ',' : '') + JSON.stringify(list[i]);
+        for (let i = 0; i < list.length; i++) yield (i ? ',' : '') + JSON.stringify(summary ? list[i]!.summary() : list[i]);
         yield ']';
       })());
+    }
+    if (path === '/api/status') {
+      if (!only('GET')) return;
+      return json(res, 200, this.status());
     }
     if (path === '/api/requests.har') {
       if (!only('GET')) return;
@@ -256,14 +307,16 @@ class InspectorServer {
       if (!only('GET')) return;
       return this.events(req, res);
     }
-    const m = /^\/api\/requests\/([^/]+)(\/replay)?$/.exec(path);
+    const m = /^\/api\/requests\/([^/]+)(\/replay|\/curl)?$/.exec(path);
     if (m) {
       const id = m[1]!;
       const capture = /^\d{1,15}$/.test(id) ? this.store.get(id) : undefined;
-      if (!m[2]) {
+      if (m[2] !== '/replay') {
         if (!only('GET')) return;
         if (!capture) return problem(res, 404, 'Not Found', `no request ${JSON.stringify(id)} is kept (the inspector keeps the last ${this.store.limits.maxEntries})`);
-        return json(res, 200, capture);
+        if (!m[2]) return json(res, 200, capture);
+        res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/plain; charset=utf-8' });
+        return void res.end(method === 'HEAD' ? undefined : `${curlCommand(capture)}\n`);
       }
       if (!only('POST')) return;
       const foreign = crossOrigin(req);
@@ -296,7 +349,7 @@ class InspectorServer {
     res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/event-stream; charset=utf-8' });
     if (req.method === 'HEAD') return void res.end();
     // The list as it is now (newest first), then every change as it happens.
-    res.write(`retry: 2000\nevent: snapshot\ndata: ${JSON.stringify(this.store.list().map((c) => c.summary()))}\n\n`);
+    res.write(`retry: 2000\nevent: snapshot\ndata: ${JSON.stringify(this.store.list().map((c) => c.summary()))}\n\n${this.statusEvent()}`);
     this.sse.add(res);
     res.on('close', () => this.sse.delete(res));
   }
@@ -355,6 +408,7 @@ export async function startInspector(opts: InspectorOptions = {}): Promise<Inspe
       const label = typeof tunnel === 'function' ? tunnel : () => tunnel;
       return { request: (head) => store.begin(label(), head, { target }) };
     },
+    showStatus: (source) => inspector.showStatus(source),
     close: () =>
       new Promise<void>((resolve) => {
         inspector.closeStreams();

@@ -1,4 +1,5 @@
 import { EventEmitter } from 'node:events';
+import { STATUS_CODES } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { ExchangeObserver } from '../observer.js';
 import type { ReplayTarget } from './replay.js';
@@ -100,6 +101,8 @@ export interface CaptureSummary {
   method: string;
   path: string;
   status: number | null;
+  /** The standard reason phrase of `status` ("OK"); the local service's own is not captured. */
+  status_text: string;
   duration_ms: number | null;
   started_at: string;
   state: CaptureState;
@@ -121,7 +124,7 @@ export class Capture {
   error: string | null = null;
   readonly startedAt = new Date();
   private readonly t0 = performance.now();
-  /** Set when the ring dropped it: later observer calls change nothing and count nothing. */
+  /** Set when the ring dropped it or the store was cleared: later observer calls change nothing and count nothing. */
   evicted = false;
   /** Bytes this capture holds, as charged to the store. */
   bytes = CAPTURE_OVERHEAD_BYTES;
@@ -147,6 +150,7 @@ export class Capture {
       method: this.method,
       path: this.path,
       status: this.status,
+      status_text: this.status === null ? '' : (STATUS_CODES[this.status] ?? ''),
       duration_ms: this.durationMs,
       started_at: this.startedAt.toISOString(),
       state: this.state,
@@ -170,6 +174,8 @@ export interface CaptureStoreEvents {
   added: [CaptureSummary];
   /** A capture's response head arrived, or it ended or failed. */
   updated: [CaptureSummary];
+  /** Every capture was dropped (the page's Clear). */
+  cleared: [];
 }
 
 export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
@@ -199,6 +205,14 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
 
   get(id: string): Capture | undefined {
     return this.captures.get(id);
+  }
+
+  /** Drops every capture; exchanges still in flight fill nothing any more. */
+  clear(): void {
+    for (const c of this.captures.values()) this.forget(c);
+    this.captures.clear();
+    this.total = 0;
+    this.emit('cleared');
   }
 
   /** Starts a capture for a request head; the returned observer fills it. */
@@ -231,10 +245,14 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
       if (old === keep) continue;
       this.captures.delete(id);
       this.total -= old.bytes;
-      old.evicted = true;
-      old.request.drop();
-      old.response.drop();
+      this.forget(old);
     }
+  }
+
+  private forget(c: Capture): void {
+    c.evicted = true;
+    c.request.drop();
+    c.response.drop();
   }
 
   private observerOf(c: Capture): CaptureHandle {
