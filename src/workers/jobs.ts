@@ -55,7 +55,9 @@ export class Jobs {
   ) {
     this.pool = new Piscina({
       filename: new URL('./argon2-job.js', import.meta.url).href,
-      minThreads: 1,
+      // No thread kept idle: each is an isolate of ~12 MiB, and keys are verified once then cached;
+      // the first verification after 30 s of calm pays a thread start (tens of ms).
+      minThreads: 0,
       maxThreads: threads,
       idleTimeout: 30_000,
     });
