@@ -9,13 +9,20 @@ export interface ExchangeObserver {
   /** A chunk of the visitor's request body (may be called after `response`). */
   requestBody(chunk: Uint8Array): void;
   /** The local service's response head (flat [name, value, …], as relayed to the visitor). */
-  response(status: number, headers: readonly string[]): void;
+  response(status: number, headers: readonly string[], line?: StatusLine): void;
   /** A chunk of the response body. */
   responseBody(chunk: Uint8Array): void;
   /** The exchange completed. */
   end(): void;
   /** The exchange failed (local service unreachable, timed out, reset by either side). */
   fail(reason: string): void;
+}
+
+/** The rest of the status line, as the local service wrote it. */
+export interface StatusLine {
+  version: 'HTTP/1.0' | 'HTTP/1.1';
+  /** The reason phrase ("OK", or whatever the service chose; may be empty). */
+  reason: string;
 }
 
 /** Per tunnel: asked once per request; null = not captured. */
@@ -69,7 +76,7 @@ export function guardedExchange(observer: TunnelObserver, head: { method: string
     };
   return {
     requestBody: guard((c: Uint8Array) => o.requestBody(c)),
-    response: guard((s: number, h: readonly string[]) => o.response(s, h)),
+    response: guard((s: number, h: readonly string[], line?: StatusLine) => o.response(s, h, line)),
     responseBody: guard((c: Uint8Array) => o.responseBody(c)),
     end: guard(() => o.end()),
     fail: guard((reason: string) => o.fail(reasonInWords(reason, local))),

@@ -234,7 +234,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     this.answered = true;
     this.status = h.status;
     this.keepAlive = h.keepAlive;
-    this.capture?.response(h.status, h.headers);
+    this.capture?.response(h.status, h.headers, { version: h.versionMinor === 0 ? 'HTTP/1.0' : 'HTTP/1.1', reason: h.reason });
     if (h.status === 101) this.capture?.end();
   }
   onResponseBody(chunk: Buffer): void {

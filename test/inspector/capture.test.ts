@@ -9,6 +9,7 @@ import * as assert from 'uvu/assert';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import type { TunnelObserver } from '../../src/client/observer.js';
 import { CaptureStore } from '../../src/client/inspector/store.js';
+import { harEntry } from '../../src/client/inspector/har.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { waitFor } from '../cli/harness.js';
@@ -35,6 +36,11 @@ test.before(async () => {
       const chunks: Buffer[] = [];
       req.on('data', (d: Buffer) => chunks.push(d));
       req.on('end', () => {
+        if (req.url === '/old-school') {
+          // An HTTP/1.0 answer with a reason phrase of its own, as some embedded servers send.
+          res.socket!.end('HTTP/1.0 200 Fine Thanks\r\nContent-Type: text/plain\r\n\r\nbye');
+          return;
+        }
         if (req.url === '/big') {
           res.writeHead(200, { 'content-type': 'application/octet-stream' });
           return void res.end(BIG);
@@ -70,6 +76,20 @@ test('a 1 MiB upload and a 1 MiB download: the visitor and the service get every
   assert.is(dl!.response.kept, 64 * 1024);
   assert.ok(dl!.response.body().equals(BIG.subarray(0, 64 * 1024)));
   assert.ok(store.bytes < 3 * 64 * 1024, `store holds ${store.bytes} bytes`);
+});
+
+test('the capture keeps the status line as the local service wrote it: its HTTP version and reason phrase', async () => {
+  const store = new CaptureStore();
+  const host = await tunnel('cap-line', { request: (head) => store.begin('cap-line', head) });
+  const r = await visit(server.port, host, { path: '/old-school' });
+  assert.is(r.body.toString(), 'bye');
+  await waitFor(() => (store.list()[0]?.state === 'complete' ? true : undefined), 10_000, 'capture complete');
+  const summary = store.list()[0]!.summary();
+  assert.is(summary.status_text, 'Fine Thanks');
+  assert.is(summary.http_version, 'HTTP/1.0');
+  const entry = harEntry(store.list()[0]!) as { response: { statusText: string; httpVersion: string } };
+  assert.is(entry.response.statusText, 'Fine Thanks');
+  assert.is(entry.response.httpVersion, 'HTTP/1.0');
 });
 
 test('a local service that refuses: the visitor gets 502, the capture says why', async () => {

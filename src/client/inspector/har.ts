@@ -92,8 +92,8 @@ export function harEntry(c: Capture): Record<string, unknown> {
     request,
     response: {
       status: c.status ?? 0,
-      statusText: '',
-      httpVersion: 'HTTP/1.1',
+      statusText: c.statusLine?.reason ?? '',
+      httpVersion: c.statusLine?.version ?? 'HTTP/1.1',
       cookies: cookies(c.response.headers, 'set-cookie'),
       headers: c.response.headers.map(([name, value]) => ({ name, value })),
       content: {

@@ -124,7 +124,7 @@ export async function replay(store: CaptureStore, original: Capture, edits: Repl
       req.end(body.length ? body : undefined);
     });
     // The same hop-by-hop rule as a tunnelled response, so a replay reads like its original.
-    obs.response(res.statusCode ?? 0, responseHeaders(res.rawHeaders));
+    obs.response(res.statusCode ?? 0, responseHeaders(res.rawHeaders), { version: res.httpVersion === '1.0' ? 'HTTP/1.0' : 'HTTP/1.1', reason: res.statusMessage ?? '' });
     for await (const chunk of res) obs.responseBody(chunk as Buffer);
     obs.end();
   } catch (err) {

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import { STATUS_CODES } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import type { ExchangeObserver } from '../observer.js';
+import type { ExchangeObserver, StatusLine } from '../observer.js';
 import type { ReplayTarget } from './replay.js';
 
 // The inspector's memory: the last requests of every tunnel of this `burrow` process, with the
@@ -101,8 +101,10 @@ export interface CaptureSummary {
   method: string;
   path: string;
   status: number | null;
-  /** The standard reason phrase of `status` ("OK"); the local service's own is not captured. */
+  /** The reason phrase the local service sent ("OK"); the standard one when it sent none. */
   status_text: string;
+  /** The response's HTTP version as the local service wrote it ("HTTP/1.1"); null before it. */
+  http_version: string | null;
   duration_ms: number | null;
   started_at: string;
   state: CaptureState;
@@ -119,6 +121,7 @@ export class Capture {
   readonly request = new Side();
   readonly response = new Side();
   status: number | null = null;
+  statusLine: StatusLine | null = null;
   durationMs: number | null = null;
   state: CaptureState = 'pending';
   error: string | null = null;
@@ -150,7 +153,8 @@ export class Capture {
       method: this.method,
       path: this.path,
       status: this.status,
-      status_text: this.status === null ? '' : (STATUS_CODES[this.status] ?? ''),
+      status_text: this.status === null ? '' : this.statusLine?.reason || (STATUS_CODES[this.status] ?? ''),
+      http_version: this.statusLine?.version ?? null,
       duration_ms: this.durationMs,
       started_at: this.startedAt.toISOString(),
       state: this.state,
@@ -269,9 +273,10 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
       requestBody: (chunk) => {
         if (!c.evicted) this.charge(c, c.request.addBody(chunk, maxBodyBytes));
       },
-      response: (status, headers) => {
+      response: (status, headers, line) => {
         if (c.evicted || c.status !== null) return;
         c.status = status;
+        c.statusLine = line ?? null;
         this.charge(c, c.response.setHeaders(headers, maxHeadBytes));
         this.emit('updated', c.summary());
       },
