@@ -18,7 +18,7 @@ import { Jobs } from './workers/jobs.js';
 import { ShardSupervisor } from './main-thread/shards.js';
 import { ServerMetrics } from './main-thread/metrics.js';
 import { listenMetrics, type MetricsListener } from './main-thread/metrics-listener.js';
-import { RegistryActor } from './main-thread/registry.js';
+import { RegistryActor } from './actors/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
 import { addressGroup } from './protocol/cidr.js';
 import { INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';

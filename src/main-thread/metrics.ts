@@ -1,7 +1,7 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { EdgeTotals } from '../protocol/messages.js';
 import type { ShardCounts } from '../protocol/tunnel-messages.js';
-import type { StatsObserver } from './stats.js';
+import type { StatsObserver } from '../actors/stats.js';
 
 // The server's Prometheus metrics (main thread): one prom-client Registry for the whole process.
 //

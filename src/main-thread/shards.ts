@@ -6,7 +6,7 @@ import { Mailbox, mailboxOfWorker } from '../actors/actor.js';
 import type { MainToShard, ShardToMain } from '../protocol/messages.js';
 import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
-import type { ShardWorkerData } from '../edge/shard-worker.js';
+import type { ShardWorkerData } from '../workers/shard-worker.js';
 
 //   ShardSupervisor (main thread)
 //     ├── shard 0  Worker(shard-worker.js)  ── Mailbox ──┐
@@ -113,7 +113,7 @@ export class ShardSupervisor {
 
   private spawn(index: number, port: number, first = false): Promise<number> {
     const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port, apiPath: this.apiPaths[index]! };
-    const worker = new Worker(new URL('../edge/shard-worker.js', import.meta.url), { workerData: data, name: `shard-${index}` });
+    const worker = new Worker(new URL('../workers/shard-worker.js', import.meta.url), { workerData: data, name: `shard-${index}` });
     const mailbox = mailboxOfWorker<MainToShard, ShardToMain>(worker);
     const shard: Shard = { index, worker, mailbox, ready: false, stopping: false };
     this.shards[index] = shard;

@@ -8,7 +8,7 @@ import { addMember, createTeamWithOwner } from '../../src/db/teams.js';
 import { parseConfig } from '../../src/config.js';
 import { createLogger } from '../../src/log.js';
 import { ApiError } from '../../src/errors.js';
-import { RegistryActor, type ShardDirectory } from '../../src/main-thread/registry.js';
+import { RegistryActor, type ShardDirectory } from '../../src/actors/registry.js';
 import type { TunnelAdmitted, TunnelMainToShard, TunnelShardToMain } from '../../src/protocol/tunnel-messages.js';
 
 // The RegistryActor in-process, on a real database (users, teams, reservations, sessions);

@@ -7,7 +7,7 @@ import { connect, type Sql } from '../../src/db/sql.js';
 import { migrate } from '../../src/db/migrate.js';
 import { createUser } from '../../src/db/users.js';
 import { createLogger } from '../../src/log.js';
-import { FLUSH_INTERVAL_MS, StatsActor } from '../../src/main-thread/stats.js';
+import { FLUSH_INTERVAL_MS, StatsActor } from '../../src/actors/stats.js';
 
 // The StatsActor in-process, on a real database: it writes each session's absolute totals once
 // a second, closes sessions with their final counters, and a write that failed (database away)

@@ -63,7 +63,7 @@ test('npm pack builds a tarball with the compiled server and client, the license
   const [info] = JSON.parse(r.stdout.slice(r.stdout.indexOf('['))) as { filename: string; files: { path: string }[] }[];
   assert.is(info!.filename, `${PKG.name}-${PKG.version}.tgz`);
   packedFiles = info!.files.map((f) => f.path);
-  for (const f of ['LICENSE', 'package.json', 'dist/src/main.js', 'dist/src/cli/main.js', 'dist/src/edge/shard-worker.js', 'src/db/migrations/001_init.sql', 'src/client/inspector/page.html']) {
+  for (const f of ['LICENSE', 'package.json', 'dist/src/main.js', 'dist/src/cli/main.js', 'dist/src/workers/shard-worker.js', 'src/db/migrations/001_init.sql', 'src/client/inspector/page.html']) {
     assert.ok(packedFiles.includes(f), `the tarball has ${f}`);
   }
   assert.equal(packedFiles.filter((f) => f.endsWith('.ts') || f.startsWith('test/') || f.startsWith('bench/')), [], 'no sources, tests or benchmarks');

@@ -11,18 +11,18 @@ import { Authenticator } from '../auth/authenticate.js';
 import { installApi } from '../api/router.js';
 import { installHealth } from '../api/health.js';
 import { installMetrics } from '../api/metrics.js';
-import { pushEdgeCounters } from './metrics.js';
-import { installTunnels } from './shard.js';
+import { pushEdgeCounters } from '../edge/metrics.js';
+import { installTunnels } from '../edge/shard.js';
 import { installOauth } from '../auth/oauth/routes.js';
-import type { ShardContext } from './shard-context.js';
+import type { ShardContext } from '../edge/shard-context.js';
 import { setAddressPolicy } from '../http/client-address.js';
 import { loadCertificates, SniContexts } from '../http/tls.js';
 import { CidrSet } from '../protocol/cidr.js';
 import type { Config } from '../config.js';
-import { Front } from './front.js';
-import { DISCARD, type FrontHost } from './front-connection.js';
-import { ApiExchange } from './api-relay.js';
-import { acceptControl, isControlRequest } from './control.js';
+import { Front } from '../edge/front.js';
+import { DISCARD, type FrontHost } from '../edge/front-connection.js';
+import { ApiExchange } from '../edge/api-relay.js';
+import { acceptControl, isControlRequest } from '../edge/control.js';
 
 //   public port (SO_REUSEPORT) ─▶ this shard's Front (edge/front.ts): node:net/tls + llhttp
 //        ├─ Host <id>.<domain>     ─▶ tunnel data plane (edge/shard.ts)
