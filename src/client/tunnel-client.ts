@@ -196,6 +196,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private nextReq = 1;
   private first: { resolve: (v: StartedTunnel[]) => void; reject: (e: Error) => void } | null = null;
+  private welcomedVersion: string | null = null;
 
   constructor(private readonly opts: TunnelClientOptions) {
     super();
@@ -203,6 +204,16 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
     this.tunnels = list.map((t) => new Tunnel(t));
     if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
+  }
+
+  /** The last heartbeat round trip to the server in ms; null while disconnected or before the first Pong. */
+  get latencyMs(): number | null {
+    return this.link?.rttMs ?? null;
+  }
+
+  /** burrowd's version as its Welcome said (null before one, or from a server too old to say). */
+  get serverVersion(): string | null {
+    return this.welcomedVersion;
   }
 
   /** The first tunnel up (its id and URL); rejects when none could be. */
@@ -423,6 +434,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         const ms = frame[1].heartbeatMs;
         if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
+        this.welcomedVersion = frame[1].version ?? null;
+        // Measure the latency now, not one heartbeat interval later.
+        this.send([F.Ping, Date.now()]);
         return;
       }
       case F.Opened: {

@@ -8,6 +8,7 @@ import type { VisitorResponse } from './visitor-response.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
+import { burrowVersion } from '../version.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
@@ -41,6 +42,8 @@ export interface ControlHost {
   draining?: () => boolean;
 }
 
+/** Told to clients in Welcome (their status screens show it). */
+const SERVER_VERSION = burrowVersion();
 const WS_NORMAL = 1000;
 const WS_GOING_AWAY = 1001;
 const WS_PROTOCOL_ERROR = 1002;
@@ -277,7 +280,7 @@ export class ControlConnection implements StreamCarrier {
     // Several shards: say which one this is, so the client can open lanes to the others.
     const { workers } = this.host.ctx.config;
     const shard = workers > 1 ? { shard: this.host.ctx.index, shards: workers } : {};
-    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, ...shard }]);
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, version: SERVER_VERSION, ...shard }]);
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {
