@@ -9,6 +9,7 @@ import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
 import { burrowVersion } from '../version.js';
+import type { HandshakeGate } from './handshake-gate.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
@@ -40,6 +41,8 @@ export interface ControlHost {
   connections: Set<ControlConnection>;
   /** True once the shard drains (shutdown): new control connections are refused. */
   draining?: () => boolean;
+  /** Bounds the handshakes in progress: a reconnect storm is shed with 503 (handshake-gate.ts). */
+  handshakes: HandshakeGate;
 }
 
 /** Told to clients in Welcome (their status screens show it). */
@@ -443,6 +446,8 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       if (!/^[A-Za-z0-9+/]{22}==$/.test(key)) return refuse('bad-request', 'Sec-WebSocket-Key must be 16 bytes in base64');
       const ip = conn.clientOf(head).ip;
       if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
+      // Before any key lookup: shedding must cost less than the work it spares.
+      if (!host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
       const authorization = headerOf(head.headers, 'authorization') ?? '';
       // A revoke that lands while the key is being verified finds no connection to end yet, and
       // the verification may have read the row before it: verify again (a fresh read) then.
@@ -467,7 +472,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
         }
         return principal;
       };
-      admitted().then(
+      admitted().finally(() => host.handshakes.leave()).then(
         (principal) => {
           if (host.draining?.()) {
             host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
