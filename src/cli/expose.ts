@@ -10,6 +10,7 @@ import { addInspectOptions, startInspectorFromFlag } from './inspect.js';
 import { resolveTeam } from './teams.js';
 import { flagOf, localLabel, parseTunnelExpiry, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
 import type { User } from './types.js';
+import { burrowVersion } from '../version.js';
 import { basicAuthProblem, parseCidr, type AccessRules } from '../protocol/access.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
@@ -162,17 +163,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   const inspector = inspection?.inspector ?? null;
   /** the id each tunnel was given: `burrow http` labels its captures with it (start: the entry's name) */
   const ids = new Map<string, string>();
-  const screen = new ExposeScreen(
-    {
-      tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null, access: accessSummary(s.access) })),
-      account: null,
-      state: 'connecting',
-      stateDetail: null,
-      webInterface: inspector?.url ?? null,
-    },
-    { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
-  );
-  const client = new TunnelClient({
+  const client: InstanceType<typeof TunnelClient> = new TunnelClient({
     server: target.server,
     token: target.token,
     ca: trustedCas(target.ca),
@@ -193,11 +184,33 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       };
     }),
   });
+  const screen = new ExposeScreen(
+    {
+      tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null, access: accessSummary(s.access) })),
+      account: null,
+      state: 'connecting',
+      stateDetail: null,
+      webInterface: inspector?.url ?? null,
+      version: burrowVersion(),
+      server: {
+        url: target.server,
+        get version() {
+          return client.serverVersion;
+        },
+        get latencyMs() {
+          return client.latencyMs;
+        },
+      },
+    },
+    { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
+  );
 
   const registered = new Set<string>();
   let finish: (code: ExitCode) => void = () => undefined;
   const done = new Promise<ExitCode>((resolve) => (finish = resolve));
   let failure: CliError | null = null;
+  /** Why the run ended, for the `closed` event (--json): Ctrl-C / SIGTERM unless the server ended it. */
+  let ending = { code: 'stopped', reason: 'stopped by the user' };
   /** The exit code a tunnel refused or closed for good leaves for the end of a named run. */
   let laterCode: ExitCode = EXIT.ok;
 
@@ -225,6 +238,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   client.on('closed', (c) => {
     // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
     if (!c.permanent || c.code === 'stopped' || registered.size === 0) return;
+    ending = { code: c.code, reason: c.reason };
     if (c.code === 'expired') {
       // The end the user asked for (--expires): a success.
       screen.setState('closed', c.reason);
@@ -308,6 +322,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   await client.stop().catch(() => undefined);
   await inspector?.close();
   screen.stop();
+  screen.closed(ending.code, ending.reason);
   if (!ctx.json) screen.summary();
   if (failure) throw failure;
   process.exitCode = code === EXIT.ok ? laterCode : code;
