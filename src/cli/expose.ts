@@ -7,6 +7,7 @@ import { detachIfAsked, detachOptions, tellParent } from './detach.js';
 import { CliError, EXIT, type ExitCode } from './errors.js';
 import { ExposeScreen, accessSummary } from './expose-screen.js';
 import { addInspectOptions, startInspectorFromFlag } from './inspect.js';
+import { keyHint, notLoggedIn } from './key-hint.js';
 import { resolveTeam } from './teams.js';
 import { flagOf, localLabel, parseTunnelExpiry, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
 import type { User } from './types.js';
@@ -32,12 +33,16 @@ export function exitCodeForRefusal(code: string): ExitCode {
   return EXIT.error;
 }
 
-function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number; team?: string }, reason = ''): string {
+/** `keyHint`: how to get a working key (keyHint(target)); a refused key (401) gets it. */
+function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number; team?: string; refusal: string; keyHint: string }, reason = ''): string {
   if (opts.remotePort !== undefined && /port/i.test(reason)) {
     return code === EXIT.conflict ? 'that port is taken: pick another --remote-port, or omit it' : "pick a --remote-port within the server's --tcp-port-range, or omit it";
   }
   switch (code) {
     case EXIT.auth:
+      // 401: the server does not know the key (unknown, expired, revoked), so no scope would
+      // help; 403: a known key without the `tunnels` scope.
+      if (opts.refusal === 'unauthorized') return `the server does not accept this key (unknown, expired or revoked): ${opts.keyHint}`;
       return 'the key is not valid for tunnels: it needs the `tunnels` scope (`burrow whoami`, `burrow keys create NAME --scopes tunnels`)';
     case EXIT.conflict:
       return opts.id ? `the id "${opts.id}" is taken: pick another --id, or omit it for a random one` : 'try again, or pick an --id';
@@ -145,16 +150,15 @@ export interface RunFlags {
  * and the run goes on; its exit code is the run's at the end.
  */
 export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, specs: TunnelSpec[], named: boolean): Promise<void> {
-  if (!target.token) {
-    throw new CliError(EXIT.auth, 'not logged in', `no API key for ${target.server}`, 'run `burrow login`, pass --token KEY or set BURROW_TOKEN');
-  }
+  if (!target.token) throw await notLoggedIn(target);
   const api = new ApiClient(target);
   const teamIds = new Map<string, string>();
   for (const s of specs) {
     if (s.team === undefined || teamIds.has(s.team)) continue;
     teamIds.set(s.team, await teamForTunnel(api, s.team));
   }
-  const hintOpts = (s: TunnelSpec) => ({ id: s.id, remotePort: s.remotePort, team: s.team });
+  /** A refused key's hint asks the server (its login providers): only then. */
+  const hintOpts = async (s: TunnelSpec, refusal: string) => ({ id: s.id, remotePort: s.remotePort, team: s.team, refusal, keyHint: refusal === 'unauthorized' ? await keyHint(target) : '' });
 
   // Loaded here so management commands do not pay for the tunnel code at start-up.
   const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
@@ -249,15 +253,17 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     screen.setState('closed', c.reason);
     const spec = specs.find((s) => s.name === c.tunnel) ?? specs[0]!;
     const code = exitCodeForRefusal(c.code ?? '');
-    const hint =
+    const hint = async (): Promise<string> =>
       c.code === 'deleted'
         ? 'it was closed on the server (`burrow tunnels delete`, team deleted or user deactivated) and does not reconnect'
         : c.code === 'taken-over'
           ? 'another connection now serves this id; this one stopped so the two do not take turns (stop the other one, then start this again to serve the id from here)'
-          : refusalHint(code, hintOpts(spec), c.reason);
+          : refusalHint(code, await hintOpts(spec, c.code), c.reason);
     const title = named && specs.length > 1 ? `tunnel ${spec.name} closed, the last one running` : 'tunnel closed';
-    failure = new CliError(code === EXIT.ok ? EXIT.error : code, title, c.reason || c.code, hint);
-    finish(failure.exitCode);
+    void hint().then((h) => {
+      failure = new CliError(code === EXIT.ok ? EXIT.error : code, title, c.reason || c.code, h);
+      finish(failure.exitCode);
+    });
   });
 
   // Ctrl-C while still connecting: start() would never settle once stopped, so leave from here
@@ -297,7 +303,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       const code = exitCodeForRefusal(e.code);
       const spec = specs.find((s) => s.name === e.tunnel) ?? specs[0]!;
       const title = named && specs.length > 1 ? 'every tunnel was refused' : 'tunnel refused';
-      throw new CliError(code, title, e.message, refusalHint(code, hintOpts(spec), e.message));
+      throw new CliError(code, title, e.message, refusalHint(code, await hintOpts(spec, e.code), e.message));
     }
     throw unreachable(target.server, e);
   } finally {

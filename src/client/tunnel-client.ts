@@ -292,7 +292,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       const refusal =
         err instanceof WsRefused ? refusalOfStatus(err.status, err.body, err.retryAfterS)
         : untrusted ? new TunnelRefused('tls', `${new URL(this.opts.server).host}: ${untrusted}`, true)
-        : new TunnelRefused('unreachable', `cannot reach ${this.opts.server}: ${(err as Error).message}`, false);
+        : new TunnelRefused('unreachable', `cannot connect to ${this.opts.server} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, false);
       return this.lost(refusal);
     }
     if (this.stopped) return ws.destroy();
