@@ -1,6 +1,6 @@
 // The reconnect policy, timed: after an outage longer than an exponential backoff would take to
 // pass 1 s, `burrow http` is back within 1 s of the restarted server's ready line, and no wait
-// it announces is longer than 1 s (README "Reconnecting").
+// it announces is longer than 1 s (README "Reconnecting"); a GoAway brings it back at once.
 import { createServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -60,6 +60,15 @@ test(`after a ${OUTAGE_MS / 1000} s outage the client is back within 1 s of the 
   const res = await visit(port, `quick.localhost:${port}`, '/again');
   assert.is(res.status, 200);
   console.log(`  back ${backAfterMs} ms after the ready line; ${delays.length} attempts, longest wait ${Math.max(...delays)} ms`);
+});
+
+test('a server that shuts down says GoAway: the client tries again at once, not after a backoff', async () => {
+  const c = child!;
+  const before = c.output.stderr.length;
+  await second!.stop({ keepDatabase: true });
+  second = null;
+  const line = await waitFor(() => /^reconnecting in .*$/m.exec(c.output.stderr.slice(before))?.[0], 10_000, 'reconnect line');
+  assert.match(line, /^reconnecting in 0ms \(attempt 1\): /);
 });
 
 test.run();
