@@ -446,9 +446,11 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       if (!/^[A-Za-z0-9+/]{22}==$/.test(key)) return refuse('bad-request', 'Sec-WebSocket-Key must be 16 bytes in base64');
       const ip = conn.clientOf(head).ip;
       if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
-      // Before any key lookup: shedding must cost less than the work it spares.
-      if (!host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
       const authorization = headerOf(head.headers, 'authorization') ?? '';
+      // Before any key lookup: shedding must cost less than the work it spares. A key that is
+      // cached, or already being verified, costs next to nothing and is never shed.
+      const gated = !host.ctx.authIsCheap(authorization || undefined, ip);
+      if (gated && !host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
       // A revoke that lands while the key is being verified finds no connection to end yet, and
       // the verification may have read the row before it: verify again (a fresh read) then.
       const authenticate = async (): Promise<Principal> => {
@@ -472,7 +474,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
         }
         return principal;
       };
-      admitted().finally(() => host.handshakes.leave()).then(
+      admitted().finally(() => gated && host.handshakes.leave()).then(
         (principal) => {
           if (host.draining?.()) {
             host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });

@@ -1,4 +1,5 @@
-// Bounds the control handshakes a shard works on at once (upgrade received → 101 or refusal).
+// Bounds the control handshakes a shard works on at once (upgrade received → 101 or refusal)
+// whose key needs a new verification (not cached, none of it under way).
 //
 // When a server restarts, every client comes back within the same second (their reconnect
 // delay is at most 1 s, tunnel-client.ts). Each handshake whose key is not cached yet costs a
@@ -8,7 +9,7 @@
 // client waits the Retry-After with jitter and tries again, so the work arrives in waves the
 // server can finish.
 
-/** Handshakes in progress per shard; cached keys finish in one main round trip, well under it. */
+/** Handshakes in progress per shard that each start a key verification (a database read and an argon2 run on main). */
 export const MAX_PENDING_HANDSHAKES = 256;
 
 export class HandshakeGate {
