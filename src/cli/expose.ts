@@ -325,9 +325,10 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   const code = await done;
   process.removeListener('SIGINT', stopOnSignal);
   process.removeListener('SIGTERM', stopOnSignal);
+  // The last frame first, while the connection (and its latency) is still there.
+  screen.stop();
   await client.stop().catch(() => undefined);
   await inspector?.close();
-  screen.stop();
   screen.closed(ending.code, ending.reason);
   if (!ctx.json) screen.summary();
   if (failure) throw failure;

@@ -9,13 +9,22 @@
 // client waits the Retry-After with jitter and tries again, so the work arrives in waves the
 // server can finish.
 
-/** Handshakes in progress per shard that each start a key verification (a database read and an argon2 run on main). */
-export const MAX_PENDING_HANDSHAKES = 256;
+import { MAX_QUEUED_JOBS } from '../workers/job-limits.js';
+
+/**
+ * Handshakes in progress per shard that each start a key verification (a database read and an
+ * argon2 run on main): together the shards fill main's verification queue and no more, so main
+ * never refuses one after its database read (with 256 per shard on two shards, 10,000 of 1,000
+ * keys' attempts were: bench/results/2026-11-25-reconnect.md).
+ */
+export function handshakeBound(shards: number): number {
+  return Math.max(16, Math.floor(MAX_QUEUED_JOBS / shards));
+}
 
 export class HandshakeGate {
   private pending = 0;
 
-  constructor(private readonly max = MAX_PENDING_HANDSHAKES) {}
+  constructor(private readonly max: number) {}
 
   /** True and counted when under the bound; the caller must leave() once the handshake ends. */
   tryEnter(): boolean {
