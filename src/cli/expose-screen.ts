@@ -160,7 +160,7 @@ function figures(rows: { name: string | null; type: 'http' | 'tcp'; stats: Expos
   if (indent + nameCol + col * FIGURE_HEADS.length > width) {
     return table.flatMap((r, i) => layoutRow(i === 0 ? label : '', [[null, [...(r.name === null ? [] : [r.name]), ...FIGURE_HEADS.map((h, j) => `${h} ${r.values[j]}`)].join('  ')]], width, paint));
   }
-  const head = paint('dim', label.padEnd(indent).slice(0, indent)) + paint('dim', (nameCol ? ''.padEnd(nameCol) : '') + cells(FIGURE_HEADS));
+  const head = paint('dim', label.padEnd(indent).slice(0, indent)) + paint('dim', ' '.repeat(nameCol) + cells(FIGURE_HEADS));
   return [head, ...table.map((r) => ' '.repeat(indent) + (r.name === null ? '' : r.name.padEnd(nameCol)) + cells(r.values))];
 }
 
