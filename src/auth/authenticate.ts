@@ -112,6 +112,20 @@ export class Authenticator {
     return principal;
   }
 
+  /**
+   * True when authenticating this header costs no new argon2 verification: the key is cached,
+   * or a verification of it for this address is under way (the request would join it). What
+   * a reconnect storm sheds first is the rest (edge/handshake-gate.ts).
+   */
+  isCheap(authorization: string | undefined, ip: string): boolean {
+    const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+    if (!token) return false;
+    const digest = keyDigest(token);
+    const hit = this.cache.get(digest);
+    if (hit && (hit.expiresAtMs === null || hit.expiresAtMs > Date.now())) return true;
+    return this.verifying.has(`${ip} ${digest}`);
+  }
+
   /** Drops cached keys by key id or user id. Synchronous: done when it returns. */
   invalidate(keyIds: readonly string[], userIds: readonly string[]): void {
     this.epoch++;

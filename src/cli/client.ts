@@ -1,6 +1,7 @@
 import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import type { Target } from './config.js';
 import { fetchTrusting, tlsError } from './tls-trust.js';
+import { keyHint, notLoggedIn } from './key-hint.js';
 
 // The management API client: JSON in, JSON out, problem+json turned into a CliError whose exit
 // code follows the status (README "The CLI"), and a hint naming the next command to try.
@@ -31,8 +32,6 @@ const UNREACHABLE_CODES = new Set([
 
 /** A slow server still answers; one that takes longer than this is treated as unreachable. */
 const REQUEST_TIMEOUT_MS = 30_000;
-/** The reachability probe before "not logged in": any HTTP answer will do, so it can be short. */
-const PROBE_TIMEOUT_MS = 10_000;
 
 export class ApiClient {
   constructor(readonly target: Target) {}
@@ -43,17 +42,7 @@ export class ApiClient {
 
   async request<T>(method: string, path: string, opts: RequestOptions = {}): Promise<T> {
     const token = this.target.token;
-    if (!token) {
-      // Without a key nothing is sent, but a mistyped --server should say "unreachable", not
-      // "not logged in": the user's next step differs.
-      await this.probe();
-      throw new CliError(
-        EXIT.auth,
-        'not logged in',
-        `no API key for ${this.server}`,
-        'run `burrow login`, pass --token KEY, set BURROW_TOKEN, or `burrow context create NAME --server URL --token KEY`',
-      );
-    }
+    if (!token) throw await notLoggedIn(this.target);
     const url = new URL(`${this.server}/api/v1${path}`);
     for (const [k, v] of Object.entries(opts.query ?? {})) if (v !== undefined) url.searchParams.set(k, String(v));
     const headers: Record<string, string> = { authorization: `Bearer ${token}`, accept: 'application/json' };
@@ -83,17 +72,10 @@ export class ApiClient {
       }
       return json as T;
     }
-    throw problemError(res.status, json, res.headers.get('retry-after'), this.server, opts.hints ?? {});
-  }
-
-  /** Throws "server unreachable" (exit 6) when nothing answers HTTP at the server's address. */
-  private async probe(): Promise<void> {
-    try {
-      const res = await fetchTrusting(this.target.ca, `${this.server}/`, { method: 'GET', signal: AbortSignal.timeout(PROBE_TIMEOUT_MS) });
-      await res.body?.cancel();
-    } catch (err) {
-      throw unreachable(this.server, err);
-    }
+    const hints = { ...opts.hints };
+    // A refused key: how to get one depends on whether this server has a browser login.
+    if (res.status === 401 && hints[401] === undefined) hints[401] = `the key is missing, expired or revoked: ${await keyHint(this.target)}`;
+    throw problemError(res.status, json, res.headers.get('retry-after'), this.server, hints);
   }
 
   get<T>(path: string, opts?: RequestOptions): Promise<T> {
@@ -148,7 +130,6 @@ export function unreachable(server: string, err: unknown): CliError {
 
 const DEFAULT_HINTS: Record<number, string> = {
   400: 'check the values given; `--help` shows what each command accepts',
-  401: 'the key is missing, expired or revoked: run `burrow login`, or pass a valid --token / BURROW_TOKEN',
   403: 'this needs a key with the `management` scope or an admin/owner role; `burrow whoami` shows yours',
   404: 'it does not exist or is not visible to you',
   409: 'it clashes with something that exists',

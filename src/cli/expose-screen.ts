@@ -25,6 +25,17 @@ export interface TunnelRow {
   failed: string | null;
   /** the tunnel's access rules in one line (accessSummary), or null */
   access?: string | null;
+  /** this tunnel's own figures (`burrow start` shows a row each); ExposeScreen keeps them */
+  stats?: ExposeStats;
+}
+
+/** The server as the block shows it; version and latency are read at each redraw. */
+export interface ServerInfo {
+  url: string;
+  /** burrowd's version from its Welcome; null before it or from an older server */
+  readonly version: string | null;
+  /** the last heartbeat round trip; null while disconnected */
+  readonly latencyMs: number | null;
 }
 
 export interface ScreenInfo {
@@ -34,6 +45,11 @@ export interface ScreenInfo {
   stateDetail: string | null;
   /** the request inspector's address, when one runs (shown as "Web Interface") */
   webInterface?: string | null;
+  /** this burrow's version */
+  version?: string;
+  server?: ServerInfo;
+  /** when the current connection registered its first tunnel (Uptime says both spans) */
+  connectedAtMs?: number | null;
 }
 
 /** Access rules in one line for people: who may log in (user names, never passwords), address lists, expiry. */
@@ -114,9 +130,10 @@ export function layoutRow(label: string, spans: Span[], width: number, paint: Pa
   return lines.map((l, i) => (i === 0 ? paint('dim', l.text ? shown : shown.trimEnd()) : ' '.repeat(l.indent)) + l.text);
 }
 
-/** ngrok's connection figures: total, open, arrivals per second over 1 and 5 minutes, p50 and p90 duration. */
-function figures(stats: ExposeStats, type: 'http' | 'tcp', width: number, paint: Painter, now: number): string[] {
-  const values = [
+const FIGURE_HEADS = ['ttl', 'opn', 'rt1', 'rt5', 'p50', 'p90'];
+
+function figureValues(stats: ExposeStats, type: 'http' | 'tcp', now: number): string[] {
+  return [
     String(type === 'http' ? stats.requests : stats.connections),
     String(stats.openStreams),
     stats.rate(60, now).toFixed(2),
@@ -124,16 +141,27 @@ function figures(stats: ExposeStats, type: 'http' | 'tcp', width: number, paint:
     formatMs(stats.percentile(50)),
     formatMs(stats.percentile(90)),
   ];
-  const heads = ['ttl', 'opn', 'rt1', 'rt5', 'p50', 'p90'];
+}
+
+/**
+ * ngrok's connection figures: total, open, arrivals per second over 1 and 5 minutes, p50 and
+ * p90 duration; one table row per tunnel when there are several (`ttl` counts an http tunnel's
+ * requests and a tcp tunnel's connections).
+ */
+function figures(rows: { name: string | null; type: 'http' | 'tcp'; stats: ExposeStats }[], width: number, paint: Painter, now: number): string[] {
+  const types = new Set(rows.map((r) => r.type));
+  const label = types.size > 1 ? 'Requests/Conns' : types.has('http') ? 'Requests' : 'Connections';
+  const table = rows.map((r) => ({ name: r.name, values: figureValues(r.stats, r.type, now) }));
   const indent = Math.min(LABEL_WIDTH, Math.max(2, Math.floor(width / 3)));
-  const col = Math.max(...values.map((v) => v.length + 1), Math.min(8, Math.floor((width - indent) / heads.length)));
+  const nameCol = Math.max(0, ...rows.map((r) => (r.name === null ? 0 : r.name.length + 2)));
+  const col = Math.max(...table.flatMap((r) => r.values.map((v) => v.length + 1)), Math.min(8, Math.floor((width - indent - nameCol) / FIGURE_HEADS.length)));
   const cells = (xs: string[]) => xs.map((x, i) => (i === xs.length - 1 ? x : x.padEnd(col))).join('');
-  // Too narrow even for that: one figure per line.
-  if (indent + col * heads.length > width) {
-    return heads.flatMap((h, i) => layoutRow(i === 0 ? (type === 'http' ? 'Requests' : 'Connections') : '', [[null, `${h} ${values[i]}`]], width, paint));
+  // Too narrow even for that: each tunnel's figures as words, wrapped.
+  if (indent + nameCol + col * FIGURE_HEADS.length > width) {
+    return table.flatMap((r, i) => layoutRow(i === 0 ? label : '', [[null, [...(r.name === null ? [] : [r.name]), ...FIGURE_HEADS.map((h, j) => `${h} ${r.values[j]}`)].join('  ')]], width, paint));
   }
-  const label = type === 'http' ? 'Requests' : 'Connections';
-  return [paint('dim', label.padEnd(indent).slice(0, indent)) + paint('dim', cells(heads)), ' '.repeat(indent) + cells(values)];
+  const head = paint('dim', label.padEnd(indent).slice(0, indent)) + paint('dim', ' '.repeat(nameCol) + cells(FIGURE_HEADS));
+  return [head, ...table.map((r) => ' '.repeat(indent) + (r.name === null ? '' : r.name.padEnd(nameCol)) + cells(r.values))];
 }
 
 /** The status block's lines, each at most `width` columns (no control codes except colour). */
@@ -147,6 +175,12 @@ export function renderBlock(info: ScreenInfo, stats: ExposeStats, paint: Painter
     ...row('Session Status', [stateStyle, info.state], ...(info.stateDetail ? [['dim', ` ${info.stateDetail}`] as Span] : [])),
   ];
   if (info.account) lines.push(...row('Account', [null, info.account]));
+  if (info.version) lines.push(...row('Version', [null, info.version]));
+  if (info.server) {
+    const { url, version, latencyMs } = info.server;
+    lines.push(...row('Server', [null, url], ...(version ? [['dim', ` (burrowd ${version})`] as Span] : [])));
+    lines.push(...row('Latency', [null, latencyMs === null ? '-' : formatMs(latencyMs)]));
+  }
   if (info.webInterface) lines.push(...row('Web Interface', [null, info.webInterface]));
   const named = info.tunnels.length > 1;
   const nameWidth = Math.max(...info.tunnels.map((t) => t.name.length));
@@ -157,17 +191,14 @@ export function renderBlock(info: ScreenInfo, stats: ExposeStats, paint: Painter
   }
   const withAccess = info.tunnels.filter((t) => t.access);
   for (const [i, t] of withAccess.entries()) lines.push(...row(i === 0 ? 'Access' : '', ...nameSpan(t), [null, t.access!]));
-  const hasHttp = info.tunnels.some((t) => t.type === 'http');
-  const hasTcp = info.tunnels.some((t) => t.type === 'tcp');
-  if (hasHttp && hasTcp) {
-    // Both kinds: rates and percentiles would mix requests and connections, so only the counts.
-    lines.push(...row('Connections', [null, `total ${stats.connections}   open ${stats.openStreams}`]));
-    lines.push(...row('Requests', [null, `total ${stats.requests}`]));
-  } else {
-    lines.push(...figures(stats, hasHttp ? 'http' : 'tcp', width, paint, now));
-  }
+  // One tunnel: its figures are the run's; several: a row each, so rates never mix kinds.
+  const figureRows = named ? info.tunnels.map((t) => ({ name: t.name, type: t.type, stats: t.stats ?? new ExposeStats(stats.startedAtMs) })) : [{ name: null, type: info.tunnels[0]!.type, stats }];
+  lines.push(...figures(figureRows, width, paint, now));
   lines.push(...row('Traffic', [null, `in ${formatBytes(stats.bytesIn)}   out ${formatBytes(stats.bytesOut)}`]));
-  lines.push(...row('Uptime', [null, formatDuration((now - stats.startedAtMs) / 1000)]));
+  // The figures count since this burrow started, across reconnects; the server's listings
+  // (`burrow tunnels list`) count the current connection only: both spans, said plainly.
+  const connected = info.state === 'online' && info.connectedAtMs != null ? [['dim', `   this connection ${formatDuration((now - info.connectedAtMs) / 1000)}`] as Span] : [];
+  lines.push(...row('Uptime', [null, `${formatDuration((now - stats.startedAtMs) / 1000)} since started`], ...connected));
   lines.push('');
   return lines;
 }
@@ -176,16 +207,31 @@ export function statusStyle(status: number): 'green' | 'cyan' | 'yellow' | 'red'
   return status >= 500 ? 'red' : status >= 400 ? 'yellow' : status >= 300 ? 'cyan' : 'green';
 }
 
-export function requestLine(e: RequestEvent, paint: Painter): string {
-  // Paths pad to a column so statuses line up for the usual short paths; long ones just push on.
-  const line = `${paint('bold', e.method.padEnd(7))}${e.path.padEnd(24)}  ${paint(statusStyle(e.status), String(e.status))}  ${paint('dim', formatMs(e.durationMs))}`;
-  // No answer from the local service: what the visitor got, in words, and why.
-  return e.error ? `${line}  ${paint('red', `${STATUS_CODES[e.status] ?? 'failed'}: ${e.error}`)}` : line;
+/** When a request or connection arrived, as a line's first column: local time, "15:04:05.123". */
+export function clockOf(atMs: number): string {
+  const d = new Date(atMs);
+  const two = (n: number) => String(n).padStart(2, '0');
+  return `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}.${String(d.getMilliseconds()).padStart(3, '0')}`;
 }
 
-export function connectionLine(e: ConnectionEvent, paint: Painter): string {
-  if (e.error) return `${paint('bold', 'TCP'.padEnd(7))}${e.remote}  ${paint('red', `failed: ${e.error}`)}`;
-  return `${paint('bold', 'TCP'.padEnd(7))}${e.remote}  ${paint('dim', formatMs(e.durationMs))}  in ${formatBytes(e.bytesIn)}  out ${formatBytes(e.bytesOut)}`;
+/** "200 OK", "502 Bad Gateway": the status as ngrok prints it. */
+export function statusText(status: number): string {
+  const text = STATUS_CODES[status];
+  return text ? `${status} ${text}` : String(status);
+}
+
+/** `now`: when the exchange ended (the line shows when it arrived: now - its duration). */
+export function requestLine(e: RequestEvent, paint: Painter, now = Date.now()): string {
+  // Paths and statuses pad to columns so the usual short ones line up; long ones just push on.
+  const line = `${paint('dim', clockOf(now - e.durationMs))}  ${paint('bold', e.method.padEnd(7))}${e.path.padEnd(24)}  ${paint(statusStyle(e.status), statusText(e.status).padEnd(15))}  ${paint('dim', formatMs(e.durationMs))}`;
+  // No answer from the local service: why (the status says what the visitor got).
+  return e.error ? `${line}  ${paint('red', e.error)}` : line;
+}
+
+export function connectionLine(e: ConnectionEvent, paint: Painter, now = Date.now()): string {
+  const head = `${paint('dim', clockOf(now - e.durationMs))}  ${paint('bold', 'TCP'.padEnd(7))}${e.remote}`;
+  if (e.error) return `${head}  ${paint('red', `failed: ${e.error}`)}`;
+  return `${head}  ${paint('dim', formatMs(e.durationMs))}  in ${formatBytes(e.bytesIn)}  out ${formatBytes(e.bytesOut)}`;
 }
 
 export function summaryLine(info: ScreenInfo, stats: ExposeStats, now = Date.now()): string {
@@ -221,6 +267,7 @@ export class ExposeScreen {
     private readonly opts: ScreenOptions,
   ) {
     this.nameWidth = Math.max(...info.tunnels.map((t) => t.name.length));
+    for (const t of info.tunnels) t.stats ??= new ExposeStats(this.stats.startedAtMs);
   }
 
   private row(name: string): TunnelRow {
@@ -272,6 +319,7 @@ export class ExposeScreen {
     const row = this.row(name);
     const previous = row.url;
     row.url = url;
+    if (this.info.state !== 'online') this.info.connectedAtMs = Date.now();
     this.setState('online', null);
     const plain = this.opts.named ? `${name} ${url}` : url;
     if (first) this.stdout(this.opts.json ? this.event(name, 'registered', { id, url }) : plain);
@@ -290,12 +338,14 @@ export class ExposeScreen {
 
   request(e: RequestEvent, name = this.info.tunnels[0]!.name): void {
     this.stats.addRequest(e);
+    this.row(name).stats!.addRequest(e);
     if (this.opts.json) return this.stdout(this.event(name, 'request', e));
     if (!this.opts.quiet) this.stdout(this.prefix(name, requestLine(e, this.outPaint)));
   }
 
   connection(e: ConnectionEvent, name = this.info.tunnels[0]!.name): void {
     this.stats.addConnection(e);
+    this.row(name).stats!.addConnection(e);
     if (this.opts.json) return this.stdout(this.event(name, 'connection', e));
     if (!this.opts.quiet) this.stdout(this.prefix(name, connectionLine(e, this.outPaint)));
   }
@@ -303,6 +353,7 @@ export class ExposeScreen {
   /** `n` streams open on tunnel `name` (the block shows the sum). */
   openStreams(n: number, name = this.info.tunnels[0]!.name): void {
     this.openByTunnel.set(name, n);
+    this.row(name).stats!.openStreams = n;
     let sum = 0;
     for (const v of this.openByTunnel.values()) sum += v;
     this.stats.openStreams = sum;
@@ -317,6 +368,21 @@ export class ExposeScreen {
     this.setState('reconnecting', `(attempt ${attempt}, in ${formatMs(delayMs)}: ${reason})`);
     // Not a TTY: a line per attempt instead of a spinner, so logs show what happened when.
     if (!this.tty || this.opts.json) this.note(`reconnecting in ${formatMs(delayMs)} (attempt ${attempt}): ${reason}`);
+  }
+
+  /**
+   * The run ended: under --json a `closed` event per tunnel still running (`code` "stopped" for
+   * Ctrl-C / SIGTERM, else the server's reason), with the tunnel's totals since it started.
+   * A tunnel that failed earlier had its `failed` event.
+   */
+  closed(code: string, reason: string): void {
+    if (!this.opts.json) return;
+    for (const t of this.info.tunnels) {
+      if (t.failed !== null) continue;
+      const s = t.stats!;
+      const counts = t.type === 'http' ? { requests: s.requests } : { connections: s.connections };
+      this.stdout(this.event(t.name, 'closed', { code, reason, url: t.url, ...counts, bytesIn: s.bytesIn, bytesOut: s.bytesOut, uptimeS: Math.floor((Date.now() - s.startedAtMs) / 1000) }));
+    }
   }
 
   /** A state change line on stderr (above the block on a TTY). */

@@ -8,9 +8,11 @@ import { CliError, EXIT, type ExitCode } from './errors.js';
 import { ExposeScreen, accessSummary } from './expose-screen.js';
 import { trackClient } from '../client/inspector/status.js';
 import { addInspectOptions, startInspectorFromFlag } from './inspect.js';
+import { keyHint, notLoggedIn } from './key-hint.js';
 import { resolveTeam } from './teams.js';
 import { flagOf, localLabel, parseTunnelExpiry, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
 import type { User } from './types.js';
+import { burrowVersion } from '../version.js';
 import { basicAuthProblem, parseCidr, type AccessRules } from '../protocol/access.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
@@ -32,12 +34,16 @@ export function exitCodeForRefusal(code: string): ExitCode {
   return EXIT.error;
 }
 
-function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number; team?: string }, reason = ''): string {
+/** `keyHint`: how to get a working key (keyHint(target)); a refused key (401) gets it. */
+function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number; team?: string; refusal: string; keyHint: string }, reason = ''): string {
   if (opts.remotePort !== undefined && /port/i.test(reason)) {
     return code === EXIT.conflict ? 'that port is taken: pick another --remote-port, or omit it' : "pick a --remote-port within the server's --tcp-port-range, or omit it";
   }
   switch (code) {
     case EXIT.auth:
+      // 401: the server does not know the key (unknown, expired, revoked), so no scope would
+      // help; 403: a known key without the `tunnels` scope.
+      if (opts.refusal === 'unauthorized') return `the server does not accept this key (unknown, expired or revoked): ${opts.keyHint}`;
       return 'the key is not valid for tunnels: it needs the `tunnels` scope (`burrow whoami`, `burrow keys create NAME --scopes tunnels`)';
     case EXIT.conflict:
       return opts.id ? `the id "${opts.id}" is taken: pick another --id, or omit it for a random one` : 'try again, or pick an --id';
@@ -145,16 +151,15 @@ export interface RunFlags {
  * and the run goes on; its exit code is the run's at the end.
  */
 export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, specs: TunnelSpec[], named: boolean): Promise<void> {
-  if (!target.token) {
-    throw new CliError(EXIT.auth, 'not logged in', `no API key for ${target.server}`, 'run `burrow login`, pass --token KEY or set BURROW_TOKEN');
-  }
+  if (!target.token) throw await notLoggedIn(target);
   const api = new ApiClient(target);
   const teamIds = new Map<string, string>();
   for (const s of specs) {
     if (s.team === undefined || teamIds.has(s.team)) continue;
     teamIds.set(s.team, await teamForTunnel(api, s.team));
   }
-  const hintOpts = (s: TunnelSpec) => ({ id: s.id, remotePort: s.remotePort, team: s.team });
+  /** A refused key's hint asks the server (its login providers): only then. */
+  const hintOpts = async (s: TunnelSpec, refusal: string) => ({ id: s.id, remotePort: s.remotePort, team: s.team, refusal, keyHint: refusal === 'unauthorized' ? await keyHint(target) : '' });
 
   // Loaded here so management commands do not pay for the tunnel code at start-up.
   const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
@@ -163,17 +168,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   const inspector = inspection?.inspector ?? null;
   /** the id each tunnel was given: `burrow http` labels its captures with it (start: the entry's name) */
   const ids = new Map<string, string>();
-  const screen = new ExposeScreen(
-    {
-      tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null, access: accessSummary(s.access) })),
-      account: null,
-      state: 'connecting',
-      stateDetail: null,
-      webInterface: inspector?.url ?? null,
-    },
-    { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
-  );
-  const client = new TunnelClient({
+  const client: InstanceType<typeof TunnelClient> = new TunnelClient({
     server: target.server,
     token: target.token,
     ca: trustedCas(target.ca),
@@ -194,6 +189,26 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       };
     }),
   });
+  const screen = new ExposeScreen(
+    {
+      tunnels: specs.map((s) => ({ name: s.name, type: s.type, url: null, local: localLabel(s), failed: null, access: accessSummary(s.access) })),
+      account: null,
+      state: 'connecting',
+      stateDetail: null,
+      webInterface: inspector?.url ?? null,
+      version: burrowVersion(),
+      server: {
+        url: target.server,
+        get version() {
+          return client.serverVersion;
+        },
+        get latencyMs() {
+          return client.latencyMs;
+        },
+      },
+    },
+    { quiet: Boolean(ctx.opts.quiet), json: ctx.json, named },
+  );
 
   inspector?.showStatus(trackClient(client, target.server, specs.map((s) => ({ name: s.name, type: s.type, local: localLabel(s) }))));
 
@@ -201,6 +216,8 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   let finish: (code: ExitCode) => void = () => undefined;
   const done = new Promise<ExitCode>((resolve) => (finish = resolve));
   let failure: CliError | null = null;
+  /** Why the run ended, for the `closed` event (--json): Ctrl-C / SIGTERM unless the server ended it. */
+  let ending = { code: 'stopped', reason: 'stopped by the user' };
   /** The exit code a tunnel refused or closed for good leaves for the end of a named run. */
   let laterCode: ExitCode = EXIT.ok;
 
@@ -228,6 +245,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   client.on('closed', (c) => {
     // 'stopped' is our own stop(); before registration start() rejects and the catch reports.
     if (!c.permanent || c.code === 'stopped' || registered.size === 0) return;
+    ending = { code: c.code, reason: c.reason };
     if (c.code === 'expired') {
       // The end the user asked for (--expires): a success.
       screen.setState('closed', c.reason);
@@ -238,15 +256,17 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     screen.setState('closed', c.reason);
     const spec = specs.find((s) => s.name === c.tunnel) ?? specs[0]!;
     const code = exitCodeForRefusal(c.code ?? '');
-    const hint =
+    const hint = async (): Promise<string> =>
       c.code === 'deleted'
         ? 'it was closed on the server (`burrow tunnels delete`, team deleted or user deactivated) and does not reconnect'
         : c.code === 'taken-over'
           ? 'another connection now serves this id; this one stopped so the two do not take turns (stop the other one, then start this again to serve the id from here)'
-          : refusalHint(code, hintOpts(spec), c.reason);
+          : refusalHint(code, await hintOpts(spec, c.code), c.reason);
     const title = named && specs.length > 1 ? `tunnel ${spec.name} closed, the last one running` : 'tunnel closed';
-    failure = new CliError(code === EXIT.ok ? EXIT.error : code, title, c.reason || c.code, hint);
-    finish(failure.exitCode);
+    void hint().then((h) => {
+      failure = new CliError(code === EXIT.ok ? EXIT.error : code, title, c.reason || c.code, h);
+      finish(failure.exitCode);
+    });
   });
 
   // Ctrl-C while still connecting: start() would never settle once stopped, so leave from here
@@ -286,7 +306,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       const code = exitCodeForRefusal(e.code);
       const spec = specs.find((s) => s.name === e.tunnel) ?? specs[0]!;
       const title = named && specs.length > 1 ? 'every tunnel was refused' : 'tunnel refused';
-      throw new CliError(code, title, e.message, refusalHint(code, hintOpts(spec), e.message));
+      throw new CliError(code, title, e.message, refusalHint(code, await hintOpts(spec, e.code), e.message));
     }
     throw unreachable(target.server, e);
   } finally {
@@ -308,9 +328,11 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   const code = await done;
   process.removeListener('SIGINT', stopOnSignal);
   process.removeListener('SIGTERM', stopOnSignal);
+  // The last frame first, while the connection (and its latency) is still there.
+  screen.stop();
   await client.stop().catch(() => undefined);
   await inspector?.close();
-  screen.stop();
+  screen.closed(ending.code, ending.reason);
   if (!ctx.json) screen.summary();
   if (failure) throw failure;
   process.exitCode = code === EXIT.ok ? laterCode : code;

@@ -44,7 +44,8 @@ export function buildProgram(): Command {
     // Set before any subcommand exists: commander copies these settings into each new command.
     .exitOverride()
     .configureHelp({ showGlobalOptions: true, sortSubcommands: false })
-    .configureOutput({ outputError: (text, write) => write(err.paint('red', text)) });
+    // Under --json, commanderExit prints commander's message as the JSON error instead.
+    .configureOutput({ outputError: (text, write) => (jsonErrors ? undefined : write(err.paint('red', text))) });
   addGlobalOptions(program);
   examples(program, [
     'burrow context create local --server http://localhost:8080 --token "$KEY"',
@@ -76,9 +77,14 @@ export function buildProgram(): Command {
 /** Under --json an error is one JSON object on stderr (stdout stays the command's output alone). */
 let jsonErrors = false;
 
+/** The --json error: the line people read, the hint, the exit code, and the API's status (or null). */
+function jsonError(error: string, hint: string | null, exitCode: number, status: number | null): string {
+  return JSON.stringify({ error, hint, exit_code: exitCode, status });
+}
+
 function printError(e: CliError): void {
   if (jsonErrors) {
-    err.line(JSON.stringify({ error: { title: e.title, detail: e.detail, hint: e.hint ?? null, status: e.status ?? null, exit_code: e.exitCode } }));
+    err.line(jsonError(`${e.title}: ${e.detail}`, e.hint ?? null, e.exitCode, e.status ?? null));
     return;
   }
   err.line(`${err.paint('red', 'error:')} ${e.title}: ${e.detail}`);
@@ -98,7 +104,9 @@ function commanderExit(program: Command, e: CommanderError, args: string[]): num
     path.push(sub.name());
     cmd = sub;
   }
-  err.line(`${err.paint('dim', 'hint:')} see \`burrow ${path.length ? path.join(' ') + ' ' : ''}--help\``);
+  const hint = `see \`burrow ${path.length ? path.join(' ') + ' ' : ''}--help\``;
+  if (jsonErrors) err.line(jsonError(e.message.replace(/^error: /, ''), hint, EXIT.usage, null));
+  else err.line(`${err.paint('dim', 'hint:')} ${hint}`);
   return EXIT.usage;
 }
 

@@ -24,13 +24,18 @@ const FILE_EXAMPLE = [
   '# host_header, upstream_insecure (the flags of `burrow http|tcp`)',
 ];
 
-/** Reads the file; an invalid one prints every error (file:line: field: message) first. */
-function loadFile(config: string | undefined): ReturnType<typeof readTunnelFile> {
+/**
+ * Reads the file; an invalid one prints every error (file:line: field: message) first, or under
+ * --json puts them in the one JSON error's text.
+ */
+function loadFile(config: string | undefined, json: boolean): ReturnType<typeof readTunnelFile> {
   const path = findTunnelFile(config);
   try {
     return readTunnelFile(path);
   } catch (e) {
-    if (e instanceof TunnelFileError) for (const l of e.lines()) err.line(`${err.paint('red', 'error:')} ${l}`);
+    if (!(e instanceof TunnelFileError)) throw e;
+    if (json) throw new CliError(e.exitCode, e.title, e.lines().join('; '), '`burrow config check` checks the file without starting anything');
+    for (const l of e.lines()) err.line(`${err.paint('red', 'error:')} ${l}`);
     throw e;
   }
 }
@@ -57,7 +62,7 @@ export function registerStart(program: Command): void {
       ),
     ).action(
       act<{ config?: string; quiet?: boolean; detach?: boolean; pidFile?: string; inspect?: string | boolean }, [string[]]>(async (ctx, names) => {
-        const file = loadFile(ctx.opts.config);
+        const file = loadFile(ctx.opts.config, ctx.json);
         const specs = pick(file.tunnels, names, file.path);
         if (await detachIfAsked(ctx.opts)) return;
         // --server / BURROW_SERVER beat the file, which beats the context; a context's key still

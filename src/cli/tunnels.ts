@@ -41,7 +41,7 @@ export function registerTunnels(program: Command): void {
     tunnels
       .command('list')
       .alias('ls')
-      .description('list live tunnels visible to you')
+      .description("list live tunnels visible to you; uptime and counts are the tunnel's session's, since its client last connected")
       .action(
         act(async (ctx) => {
           const client = ctx.client();
@@ -55,10 +55,12 @@ export function registerTunnels(program: Command): void {
               { header: 'LOCAL', value: (t) => t.local_target ?? '-' },
               { header: 'OWNER', value: (t) => ownerOf(t) },
               { header: 'TEAM', value: (t) => teamOf(t) },
-              { header: 'UPTIME', value: (t) => formatDuration(t.uptime_secs) },
-              { header: 'REQUESTS', value: (t) => String(t.stats.requests), align: 'right' },
-              { header: 'IN', value: (t) => formatBytes(t.stats.bytes_in), align: 'right' },
-              { header: 'OUT', value: (t) => formatBytes(t.stats.bytes_out), align: 'right' },
+              // The server counts per session (since the client last connected); the client's
+              // own screen counts since it started: the headings say which span this is.
+              { header: 'SESSION UP', value: (t) => formatDuration(t.uptime_secs) },
+              { header: 'SESSION REQS', value: (t) => String(t.stats.requests), align: 'right' },
+              { header: 'SESSION IN', value: (t) => formatBytes(t.stats.bytes_in), align: 'right' },
+              { header: 'SESSION OUT', value: (t) => formatBytes(t.stats.bytes_out), align: 'right' },
             ],
             'no live tunnels: start one with `burrow http 3000`',
           );
@@ -85,11 +87,11 @@ export function registerTunnels(program: Command): void {
               ['remote port', t.remote_port === null ? '-' : String(t.remote_port)],
               ['owner', t.owner_email ? `${ownerOf(t)} (${t.owner_id})` : t.owner_id],
               ['team', t.team_id ? (t.team_name ? `${t.team_name} (${t.team_id})` : t.team_id) : '-'],
-              ['uptime', formatDuration(t.uptime_secs)],
+              ['session uptime', `${formatDuration(t.uptime_secs)} (since its client last connected)`],
               ['access', accessLine(t.access)],
-              ['requests', String(t.stats.requests)],
-              ['bytes in', formatBytes(t.stats.bytes_in)],
-              ['bytes out', formatBytes(t.stats.bytes_out)],
+              ['session requests', String(t.stats.requests)],
+              ['session bytes in', formatBytes(t.stats.bytes_in)],
+              ['session bytes out', formatBytes(t.stats.bytes_out)],
             ]),
           );
         }),

@@ -9,10 +9,15 @@ import type { WsClient } from './ws-client.js';
 /** Opens a client stream for StreamOpen `sid` of tunnel `tunnelId` on `link`. */
 export type StreamOpener = (link: Link, sid: number, tunnelId: string, head: HttpHead | TcpHead) => void;
 
+/** Longer than a heartbeat could wait for its Pong (HEARTBEAT_MISSES intervals). */
+const MAX_RTT_MS = 60_000;
+
 export class Link {
   readonly streams = new Map<number, ClientStream>();
   readonly sender: Sender;
   lastSeenMs = Date.now();
+  /** The last heartbeat's round trip (Ping sent → its Pong), ms; null before the first Pong. */
+  rttMs: number | null = null;
 
   constructor(readonly ws: WsClient) {
     this.sender = {
@@ -70,8 +75,13 @@ export class Link {
       case F.Ping:
         this.send([F.Pong, frame[1]]);
         return true;
-      case F.Pong:
+      case F.Pong: {
+        // Our own Ping's clock reading comes back; a Pong that names a future or long-past
+        // time was not ours (or the clock stepped): not a measurement.
+        const rtt = Date.now() - frame[1];
+        if (rtt >= 0 && rtt <= MAX_RTT_MS) this.rttMs = rtt;
         return true;
+      }
       default:
         return false;
     }

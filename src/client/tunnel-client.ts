@@ -23,7 +23,8 @@ export type { AccessRules } from '../protocol/access.js';
 //     Hello → Welcome → Open → Opened{id,url}
 //     StreamOpen(http) → the request as bytes on a pooled connection (local-pool.ts) → the answer's bytes as Data, End
 //     StreamOpen(tcp)  → net.connect to the local service → Data/End both ways
-//   connection lost / heartbeat silent → reconnect with capped exponential backoff + jitter,
+//   connection lost / heartbeat silent → reconnect after a full-jitter backoff capped at 1 s
+//   (a server's Retry-After, with jitter, instead when it names one; at once after GoAway),
 //   re-registering the same id; a permanent refusal (bad key, id taken, deleted) ends it.
 //   Several tunnels (`burrow start`): one Open each on the one connection; StreamOpen names the
 //   tunnel, whose local service and pools serve the stream; one tunnel refused for good is
@@ -69,6 +70,8 @@ export class TunnelRefused extends Error {
     readonly permanent: boolean,
     /** the tunnel it concerns (its name), when not the whole connection */
     readonly tunnel?: string,
+    /** The server's Retry-After (seconds), when it named one. */
+    readonly retryAfterS: number | null = null,
   ) {
     super(message);
     this.name = 'TunnelRefused';
@@ -77,7 +80,8 @@ export class TunnelRefused extends Error {
 
 const CONNECT_TIMEOUT_MS = 10_000;
 const BACKOFF_FIRST_MS = 250;
-const BACKOFF_MAX_MS = 30_000;
+/** The longest wait between attempts (README "Reconnecting"), unless the server's Retry-After says more. */
+const BACKOFF_MAX_MS = 1_000;
 const AGENT = `burrow-client/${PROTOCOL_VERSION}`;
 /** Connections to the local service at most; further requests wait in the pool (streams are capped per tunnel). */
 const MAX_LOCAL_CONNECTIONS = 256;
@@ -87,7 +91,7 @@ const MAX_LOCAL_CONNECTIONS = 256;
 // pool to themselves. (The edge bounds streams per connection and requests per visitor IP.)
 
 /** Maps a refused upgrade's HTTP status to a refusal. */
-function refusalOfStatus(status: number, body: string): TunnelRefused {
+function refusalOfStatus(status: number, body: string, retryAfterS: number | null): TunnelRefused {
   let detail = body;
   try {
     detail = (JSON.parse(body) as { detail?: string }).detail ?? body;
@@ -98,8 +102,8 @@ function refusalOfStatus(status: number, body: string): TunnelRefused {
   if (status === 401) return new TunnelRefused('unauthorized', msg, true);
   if (status === 403) return new TunnelRefused('forbidden', msg, true);
   if (status === 404) return new TunnelRefused('not-found', `${msg} (is this a burrowd server?)`, true);
-  if (status === 429) return new TunnelRefused('too-many-requests', msg, false);
-  return new TunnelRefused('unavailable', msg, false);
+  if (status === 429) return new TunnelRefused('too-many-requests', msg, false, undefined, retryAfterS);
+  return new TunnelRefused('unavailable', msg, false, undefined, retryAfterS);
 }
 
 export interface TunnelClientEvents {
@@ -172,9 +176,19 @@ class Tunnel {
   }
 }
 
+/**
+ * Full jitter: a uniform wait in [0, min(1 s, 250 ms × 2^(attempt-1))]. The cap is what brings
+ * a client back within 1 s of the server being ready, whatever the outage's length; the
+ * spread keeps a restarted server's clients from arriving in one instant (the server sheds
+ * the excess with a 503 + Retry-After: edge/handshake-gate.ts).
+ */
 function backoffMs(attempt: number): number {
-  const cap = Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (attempt - 1));
-  return Math.round(cap / 2 + (Math.random() * cap) / 2);
+  return Math.round(Math.random() * Math.min(BACKOFF_MAX_MS, BACKOFF_FIRST_MS * 2 ** (attempt - 1)));
+}
+
+/** A server's Retry-After, honoured with jitter: a uniform wait in its second half. */
+function retryAfterMs(seconds: number): number {
+  return Math.round(seconds * 1000 * (0.5 + Math.random() / 2));
 }
 
 export class TunnelClient extends EventEmitter<TunnelClientEvents> {
@@ -196,6 +210,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private heartbeatTimer: NodeJS.Timeout | null = null;
   private nextReq = 1;
   private first: { resolve: (v: StartedTunnel[]) => void; reject: (e: Error) => void } | null = null;
+  private welcomedVersion: string | null = null;
+  /** The server said GoAway: the next reconnect is at once (the restarted server, or the next node). */
+  private goingAway = false;
 
   constructor(private readonly opts: TunnelClientOptions) {
     super();
@@ -203,6 +220,16 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
     this.tunnels = list.map((t) => new Tunnel(t));
     if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
+  }
+
+  /** The last heartbeat round trip to the server in ms; null while disconnected or before the first Pong. */
+  get latencyMs(): number | null {
+    return this.link?.rttMs ?? null;
+  }
+
+  /** burrowd's version as its Welcome said (null before one, or from a server too old to say). */
+  get serverVersion(): string | null {
+    return this.welcomedVersion;
   }
 
   /** The first tunnel up (its id and URL); rejects when none could be. */
@@ -263,9 +290,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       // A certificate we do not trust will not become trusted by retrying: permanent.
       const untrusted = verificationProblem(err);
       const refusal =
-        err instanceof WsRefused ? refusalOfStatus(err.status, err.body)
+        err instanceof WsRefused ? refusalOfStatus(err.status, err.body, err.retryAfterS)
         : untrusted ? new TunnelRefused('tls', `${new URL(this.opts.server).host}: ${untrusted}`, true)
-        : new TunnelRefused('unreachable', `cannot reach ${this.opts.server}: ${(err as Error).message}`, false);
+        : new TunnelRefused('unreachable', `cannot connect to ${this.opts.server} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, false);
       return this.lost(refusal);
     }
     if (this.stopped) return ws.destroy();
@@ -343,7 +370,8 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     // A Closed and a Fatal for the same going-away server must not schedule two attempts.
     if (this.reconnectTimer) return;
     const attempt = ++this.attempt;
-    const delayMs = backoffMs(attempt);
+    const delayMs = this.goingAway ? 0 : why.retryAfterS !== null ? retryAfterMs(why.retryAfterS) : backoffMs(attempt);
+    this.goingAway = false;
     this.emit('reconnecting', { attempt, delayMs, reason: why.message });
     this.reconnectTimer = setTimeout(() => {
       this.reconnectTimer = null;
@@ -423,6 +451,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         const ms = frame[1].heartbeatMs;
         if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
+        this.welcomedVersion = frame[1].version ?? null;
+        // Measure the latency now, not one heartbeat interval later.
+        this.send([F.Ping, Date.now()]);
         return;
       }
       case F.Opened: {
@@ -459,7 +490,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       }
       case F.GoAway:
         // Nothing to stop (the server opens every stream): its Closed/Fatal follows once the
-        // open streams ended, and the usual reconnect (backoff) finds the restarted server.
+        // open streams ended, and we reconnect at once (a server still draining answers 503 +
+        // Retry-After, honoured like any other).
+        this.goingAway = true;
         this.emit('draining', { timeoutMs: frame[1].timeoutMs });
         return;
       case F.Hello:

@@ -13,9 +13,18 @@ export class WsRefused extends Error {
   constructor(
     readonly status: number,
     readonly body: string,
+    /** The answer's Retry-After in seconds (delta form only, 0..3600); null when absent or other. */
+    readonly retryAfterS: number | null = null,
   ) {
     super(`upgrade refused with HTTP ${status}`);
   }
+}
+
+/** A Retry-After in seconds; an HTTP date or anything else is ignored (the backoff applies). */
+function retryAfterOf(v: string | undefined): number | null {
+  if (v === undefined || !/^\d{1,4}$/.test(v.trim())) return null;
+  const s = Number(v.trim());
+  return s <= 3600 ? s : null;
 }
 
 /** The client end: connects, checks the 101, then is a WsConnection of role 'client'. */
@@ -48,7 +57,7 @@ export class WsClient extends WsConnection {
         let body = '';
         res.setEncoding('utf8');
         res.on('data', (d: string) => (body += d.length < 4096 ? d : ''));
-        res.on('end', () => reject(new WsRefused(res.statusCode ?? 0, body)));
+        res.on('end', () => reject(new WsRefused(res.statusCode ?? 0, body, retryAfterOf(res.headers['retry-after']))));
         res.on('error', reject);
       });
       req.on('upgrade', (res, socket: Socket, head: Buffer) => {

@@ -8,6 +8,8 @@ import type { VisitorResponse } from './visitor-response.js';
 import type { Principal } from '../protocol/messages.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
+import { burrowVersion } from '../version.js';
+import type { HandshakeGate } from './handshake-gate.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
@@ -39,8 +41,12 @@ export interface ControlHost {
   connections: Set<ControlConnection>;
   /** True once the shard drains (shutdown): new control connections are refused. */
   draining?: () => boolean;
+  /** Bounds the handshakes in progress: a reconnect storm is shed with 503 (handshake-gate.ts). */
+  handshakes: HandshakeGate;
 }
 
+/** Told to clients in Welcome (their status screens show it). */
+const SERVER_VERSION = burrowVersion();
 const WS_NORMAL = 1000;
 const WS_GOING_AWAY = 1001;
 const WS_PROTOCOL_ERROR = 1002;
@@ -279,7 +285,7 @@ export class ControlConnection implements StreamCarrier {
     // Several shards: say which one this is, so the client can open lanes to the others.
     const { workers } = this.host.ctx.config;
     const shard = workers > 1 ? { shard: this.host.ctx.index, shards: workers } : {};
-    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, ...shard }]);
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, version: SERVER_VERSION, ...shard }]);
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {
@@ -443,6 +449,10 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       const ip = conn.clientOf(head).ip;
       if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
       const authorization = headerOf(head.headers, 'authorization') ?? '';
+      // Before any key lookup: shedding must cost less than the work it spares. A key that is
+      // cached, or already being verified, costs next to nothing and is never shed.
+      const gated = !host.ctx.authIsCheap(authorization || undefined, ip);
+      if (gated && !host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
       // A revoke that lands while the key is being verified finds no connection to end yet, and
       // the verification may have read the row before it: verify again (a fresh read) then.
       const authenticate = async (): Promise<Principal> => {
@@ -466,7 +476,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
         }
         return principal;
       };
-      admitted().then(
+      admitted().finally(() => gated && host.handshakes.leave()).then(
         (principal) => {
           if (host.draining?.()) {
             host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });

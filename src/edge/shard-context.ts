@@ -19,4 +19,6 @@ export interface ShardContext {
   main: Mailbox<ShardToMain, MainToShard>;
   /** Resolves `Authorization` to a principal or throws ApiError(401/429); `ip` counts failures. */
   authenticate(authorization: string | undefined, ip: string): Promise<Principal>;
+  /** True when authenticate() would run no new key verification (cached, or joining one). */
+  authIsCheap(authorization: string | undefined, ip: string): boolean;
 }

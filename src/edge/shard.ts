@@ -7,6 +7,7 @@ import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } f
 import { ApiError, assertNever, unavailableError } from '../errors.js';
 import { TunnelActor } from './tunnel.js';
 import { ControlConnection, type ControlHost } from './control.js';
+import { HandshakeGate, handshakeBound } from './handshake-gate.js';
 import { serveVisitor, TunnelVisitor } from './ingress.js';
 import { Mesh } from './mesh.js';
 import { DISCARD, FrontConnection, headerOf, type Exchange } from './front-connection.js';
@@ -143,6 +144,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     connections,
     revocations: () => revocations,
     draining: () => draining,
+    handshakes: new HandshakeGate(handshakeBound(ctx.config.workers)),
     async open(conn: ControlConnection, req: OpenRequest) {
       if (draining) throw unavailableError(SHUTTING_DOWN);
       if (typeof req.lane === 'string' && typeof req.id === 'string') return lanes.open(conn, req.id, req.lane);

@@ -113,6 +113,8 @@ export interface Welcome {
   /** the shard this connection landed on (0-based), of `shards`; absent from older servers */
   shard?: number;
   shards?: number;
+  /** burrowd's version ("0.9.0"), shown on the client's status screen; absent from older servers */
+  version?: string;
 }
 export interface OpenRequest {
   type: 'http' | 'tcp';
@@ -412,6 +414,8 @@ function checkFrame(a: unknown[]): void {
       c.int(w.heartbeatMs, 'welcome.heartbeatMs', 0, MAX_UINT32);
       if (w.shards !== undefined) c.int(w.shards, 'welcome.shards', 1, MAX_SHARDS);
       if (w.shard !== undefined) c.int(w.shard, 'welcome.shard', 0, (typeof w.shards === 'number' ? w.shards : MAX_SHARDS) - 1);
+      // Printed on the user's terminal: printable ASCII only (no escape sequences), short.
+      if (w.version !== undefined && !(typeof w.version === 'string' && /^[\x21-\x7e]{1,64}$/.test(w.version))) c.fail('welcome.version', 'at most 64 printable ASCII characters', w.version);
       return;
     }
     case F.Open: {

@@ -4,13 +4,13 @@ import { ApiError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Argon2Task } from './argon2-job.js';
 import { FairQueue } from './fair-queue.js';
+import { MAX_QUEUED_JOBS } from './job-limits.js';
 
 // Stateless CPU jobs (argon2id) on a piscina pool owned by the main thread. Shards ask
 // main for them, so the machine runs one pool, not one per shard. Jobs wait in a bounded
 // fair queue with one lane per client IP and go to the pool only as threads free up, so one
 // client's burst cannot stand in front of everyone else's key (piscina's own queue is FIFO).
 // When the queue is full the caller gets 503 instead of waiting behind an unbounded backlog.
-export const MAX_QUEUED_JOBS = 256;
 /** Lane of key creation (issueKey): not a client's guess, but it shares the pool fairly. */
 export const ISSUE_LANE = '\0issue';
 /**

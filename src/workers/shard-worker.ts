@@ -63,7 +63,7 @@ const auth = new Authenticator({
   verify: (req) => main.ask({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
   reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
 });
-const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip) };
+const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip), authIsCheap: (a, ip) => auth.isCheap(a, ip) };
 
 const tunnels = installTunnels(ctx);
 installHealth(ctx);

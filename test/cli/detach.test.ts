@@ -63,7 +63,7 @@ test('--detach returns with the URL on stdout; the background tunnel serves; bur
   assert.is(res.status, 200);
   assert.is(res.body, 'detached /bg');
   // Its output goes to the log next to the pid file.
-  await waitFor(() => (/GET\s+\/bg\s+200/.test(readFileSync(join(home.dir, 'web.log'), 'utf8')) ? true : undefined), 10_000, 'request line in the log');
+  await waitFor(() => (/GET\s+\/bg\s+200 OK/.test(readFileSync(join(home.dir, 'web.log'), 'utf8')) ? true : undefined), 10_000, 'request line in the log');
 
   // A second one on the same pid file is refused while the first runs.
   const again = await burrow(cli, ['http', String(port), '--detach', '--pid-file', pidFile]);

@@ -64,7 +64,7 @@ test('burrow http with --basic-auth and --allow-ip: enforced, shown without the 
   assert.is(await visit('cli-access', { authorization: `Basic ${Buffer.from('alice:s3cret-pw').toString('base64')}` }), 200);
   assert.is(reached, 1);
   await waitFor(() => (child.output.stdout.split('\n').length > 2 ? true : undefined), 10_000, 'one request line');
-  assert.match(child.output.stdout.split('\n')[1]!, /GET\s+\/\s+200/);
+  assert.match(child.output.stdout.split('\n')[1]!, /GET\s+\/\s+200 OK/);
   child.kill('SIGINT');
   assert.is(await exitOf(child, 10_000, 'exit on SIGINT'), 0);
   assert.not.match(child.output.stdout + child.output.stderr, /s3cret/);

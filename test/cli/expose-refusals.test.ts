@@ -77,4 +77,20 @@ test('deleting the tunnel through the API ends the client with a non-zero exit a
   assert.match(child.output.stderr, /^error: tunnel closed: .+\nhint: it was closed on the server/m);
 });
 
+test('--json: a tunnel deleted on the server ends the stream with a closed event (code deleted), the error one JSON object', async () => {
+  const child = start(bob, ['http', String(webPort), '--id', 'doomed-json', '--json']);
+  await firstLine(child);
+  assert.is((await burrow(alice, ['tunnels', 'delete', 'doomed-json'])).code, 0);
+  assert.is(await exitOf(child, 10_000, 'deleted tunnel exit'), 1);
+  const last = JSON.parse(child.output.stdout.trim().split('\n').at(-1)!) as Record<string, unknown>;
+  assert.is(last.event, 'closed');
+  assert.is(last.code, 'deleted');
+  assert.is(last.url, `http://doomed-json.localhost:${srv.port}`);
+  const errors = child.output.stderr.split('\n').filter((l) => l.startsWith('{'));
+  assert.is(errors.length, 1, child.output.stderr);
+  const e = JSON.parse(errors[0]!) as Record<string, unknown>;
+  assert.match(String(e.error), /^tunnel closed: /);
+  assert.is(e.exit_code, 1);
+});
+
 test.run();

@@ -2,6 +2,7 @@
 // stdout, one line per request, the summary on Ctrl-C, JSON lines, --quiet, and the live status
 // block under a pseudo-terminal. Refusals: expose-refusals.test.ts.
 import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { connect } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -63,8 +64,8 @@ test('burrow http: URL first, a line per request, summary and exit 0 on Ctrl-C',
   assert.match(r1.text, /hello \/hello/);
   const r2 = await visit(`cli-web.localhost:${srv.port}`, '/missing');
   assert.is(r2.status, 404);
-  await waitFor(() => (/^GET\s+\/missing\s+404\s+\d+ms$/m.test(child.output.stdout) ? true : undefined), 10_000, 'request lines');
-  assert.match(child.output.stdout, /^GET\s+\/hello\s+200\s+\d+ms$/m);
+  await waitFor(() => (/^\d\d:\d\d:\d\d\.\d{3}\s+GET\s+\/missing\s+404 Not Found\s+\d+ms$/m.test(child.output.stdout) ? true : undefined), 10_000, 'request lines');
+  assert.match(child.output.stdout, /^\d\d:\d\d:\d\d\.\d{3}\s+GET\s+\/hello\s+200 OK\s+\d+ms$/m);
   // Visible to the management commands while it runs.
   const list = JSON.parse((await burrow(alice, ['tunnels', 'list', '--json'])).stdout);
   assert.ok(list.some((t: { id: string; tunnel_type: string }) => t.id === 'cli-web' && t.tunnel_type === 'http'));
@@ -88,6 +89,13 @@ test('burrow http --json prints JSON lines; --quiet prints only the URL', async 
   assert.type(ev.duration_ms, 'number');
   j.kill('SIGINT');
   assert.is(await exitOf(j, 10_000, 'json exit'), 0);
+  // The last event says the tunnel closed, why, and its totals.
+  const closed = JSON.parse(j.output.stdout.trim().split('\n').at(-1)!) as Record<string, unknown>;
+  assert.equal(Object.keys(closed), ['event', 'code', 'reason', 'url', 'requests', 'bytes_in', 'bytes_out', 'uptime_s']);
+  assert.is(closed.event, 'closed');
+  assert.is(closed.code, 'stopped');
+  assert.is(closed.url, `http://cli-json.localhost:${srv.port}`);
+  assert.is(closed.requests, 1);
 
   const q = start(alice, ['http', String(webPort), '--id', 'cli-quiet', '--quiet']);
   await firstLine(q);
@@ -103,16 +111,16 @@ test('a tunnel bound to a team (by name): tunnels list names the team, tunnels g
   const child = start(alice, ['http', String(webPort), '--team', 'qa', '--id', 'cli-team']);
   await firstLine(child);
   await visit(`cli-team.localhost:${srv.port}`, '/t');
-  await waitFor(() => (/^GET\s+\/t\s+200/m.test(child.output.stdout) ? true : undefined), 10_000, 'request line');
+  await waitFor(() => (/^\d\d:\d\d:\d\d\.\d{3}\s+GET\s+\/t\s+200 OK/m.test(child.output.stdout) ? true : undefined), 10_000, 'request line');
   const l = await burrow(alice, ['tunnels', 'list']);
   assert.is(l.code, 0, l.stderr);
-  assert.match(l.stdout, /^ID\s+URL\s+LOCAL\s+OWNER\s+TEAM\s+UPTIME\s+REQUESTS\s+IN\s+OUT\n/);
+  assert.match(l.stdout, /^ID\s+URL\s+LOCAL\s+OWNER\s+TEAM\s+SESSION UP\s+SESSION REQS\s+SESSION IN\s+SESSION OUT\n/);
   assert.match(l.stdout, new RegExp(`^cli-team\\s+http://cli-team\\.localhost:${srv.port}\\s+http://localhost:${webPort}\\s+Seed admin <seed@burrow\\.local>\\s+qa\\s+\\d+s\\s+\\d+\\s+\\S+ B\\s+\\S+ B$`, 'm'));
   const g = await burrow(alice, ['tunnels', 'get', 'cli-team']);
   assert.is(g.code, 0, g.stderr);
   assert.match(
     g.stdout,
-    new RegExp(`^id\\s+cli-team\\nurl\\s+http://cli-team\\.localhost:${srv.port}\\nlocal\\s+http://localhost:${webPort}\\ntype\\s+http\\nremote port\\s+-\\nowner\\s+\\S+.* \\([0-9a-f-]{36}\\)\\nteam\\s+qa \\([0-9a-f-]{36}\\)\\nuptime\\s+\\d+s\\naccess\\s+-\\nrequests\\s+\\d+\\nbytes in\\s+\\S+ B\\nbytes out\\s+\\S+ K?i?B\\n$`),
+    new RegExp(`^id\\s+cli-team\\nurl\\s+http://cli-team\\.localhost:${srv.port}\\nlocal\\s+http://localhost:${webPort}\\ntype\\s+http\\nremote port\\s+-\\nowner\\s+\\S+.* \\([0-9a-f-]{36}\\)\\nteam\\s+qa \\([0-9a-f-]{36}\\)\\nsession uptime\\s+\\d+s \\(since its client last connected\\)\\naccess\\s+-\\nsession requests\\s+\\d+\\nsession bytes in\\s+\\S+ B\\nsession bytes out\\s+\\S+ K?i?B\\n$`),
   );
   const j = JSON.parse((await burrow(alice, ['tunnels', 'get', 'cli-team', '--json'])).stdout);
   assert.is(j.id, 'cli-team');
@@ -127,7 +135,7 @@ test('burrow tcp: tcp:// URL first, bytes echo through, a line per connection', 
   const m = /^tcp:\/\/[^:]+:(\d+)$/.exec(url);
   assert.ok(m, url);
   assert.is(await tcpEcho(Number(m![1]), 'ping through burrow'), 'ping through burrow');
-  await waitFor(() => (/^TCP\s+\S+\s+\d+ms\s+in 19 B\s+out 19 B$/m.test(child.output.stdout) ? true : undefined), 10_000, 'connection line').catch((e) => {
+  await waitFor(() => (/^\d\d:\d\d:\d\d\.\d{3}\s+TCP\s+\S+\s+\d+ms\s+in 19 B\s+out 19 B$/m.test(child.output.stdout) ? true : undefined), 10_000, 'connection line').catch((e) => {
     throw new Error(`${(e as Error).message}\nstdout: ${child.output.stdout}\nstderr: ${child.output.stderr}`);
   });
   child.kill('SIGINT');
@@ -154,7 +162,13 @@ test('on a TTY: the live status block on stderr, redrawn in place, request lines
   assert.match(screen, `http://cli-tty.localhost:${srv.port}`);
   assert.match(screen, /Forwarding\s+http:\/\/cli-tty\.localhost:\d+ → http:\/\/localhost:\d+/);
   assert.match(screen, /Account\s+seed@burrow\.local \(admin\)/);
-  assert.match(screen, /GET\s+\/tty\s+200\s+\d+ms/);
+  // The versions of both ends and the heartbeat's round trip, as ngrok shows its own.
+  const version = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version.replace(/\./g, '\\.');
+  assert.match(screen, new RegExp(`Version\\s+${version}\\r?\\n`));
+  assert.match(screen, new RegExp(`Server\\s+${srv.url.replace(/[.:/]/g, '\\$&')} \\(burrowd ${version}\\)`));
+  assert.match(screen, /Latency\s+\d+ms/);
+  assert.match(screen, /Uptime\s+\d+s since started\s+this connection \d+s/);
+  assert.match(screen, /\d\d:\d\d:\d\d\.\d{3}\s+GET\s+\/tty\s+200 OK\s+\d+ms/);
   assert.match(screen, /\x1b\[\d+F\x1b\[J/); // block erased and redrawn in place
   assert.not.match(screen, /\x1b\[3\dm/); // NO_COLOR: no colours even on a TTY
   assert.match(screen, /closed after \d+s · 1 request /);

@@ -59,7 +59,7 @@ test('a restart of burrowd: reconnect lines on stderr, same URL, traffic flows a
   const res = await get(port, `survivor.localhost:${port}`, '/again');
   assert.match(res, /^HTTP\/1\.1 200/);
   assert.match(res, /ok \/again$/);
-  await waitFor(() => (/^GET\s+\/again\s+200/m.test(c.output.stdout) ? true : undefined), 10_000, 'request line');
+  await waitFor(() => (/^\d\d:\d\d:\d\d\.\d{3}\s+GET\s+\/again\s+200 OK/m.test(c.output.stdout) ? true : undefined), 10_000, 'request line');
   assert.is(c.output.stdout.split('\n')[0], `http://survivor.localhost:${port}`); // printed once, first
   assert.not.match(c.output.stderr, /\x1b\[/); // no spinner or cursor codes off a TTY
   c.kill('SIGINT');

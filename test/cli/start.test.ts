@@ -1,6 +1,6 @@
 // burrow start: the tunnels of a burrow.yml over ONE control connection (counted by the
 // server's readiness detail), both carrying traffic; `burrow start web` starts only that one;
-// --json events name their tunnel; a tunnel refused for good is reported while the other runs
+// --json events name their tunnel and end with `closed`; a tunnel refused for good is reported while the other runs
 // on, and the exit code at the end says so; --detach prints "NAME URL" per tunnel.
 import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:http';
@@ -75,7 +75,7 @@ test('two tunnels (http + tcp) over one control connection, both carrying traffi
   assert.is(res.body, 'web says /hello');
   assert.is(await tcpEcho(Number(m![1]), 'through the db tunnel'), 'through the db tunnel');
   // Each line says which tunnel it came from.
-  await waitFor(() => (/^web\s+GET\s+\/hello\s+200/m.test(child.output.stdout) && /^db\s+TCP\s+\S+/m.test(child.output.stdout) ? true : undefined), 10_000, 'named lines');
+  await waitFor(() => (/^web\s+\d\d:\d\d:\d\d\.\d{3}\s+GET\s+\/hello\s+200 OK/m.test(child.output.stdout) && /^db\s+\d\d:\d\d:\d\d\.\d{3}\s+TCP\s+\S+/m.test(child.output.stdout) ? true : undefined), 10_000, 'named lines');
 
   const tunnels = await api(srv, 'GET', '/tunnels', { key: srv.adminKey });
   assert.is((tunnels.body as unknown[]).length, 2);
@@ -117,6 +117,9 @@ test('burrow start web starts only that one; --json events carry the tunnel name
   assert.equal(tunnels.map((t) => t.id), ['pick-web']);
   child.kill('SIGINT');
   assert.is(await exitOf(child, 10_000, 'exit'), 0);
+  // The stream ends with a `closed` event per tunnel, named like the others.
+  const closed = JSON.parse(child.output.stdout.trim().split('\n').at(-1)!) as Record<string, unknown>;
+  assert.equal({ ...closed, uptime_s: 0, bytes_in: 0, bytes_out: 0 }, { event: 'closed', tunnel: 'web', code: 'stopped', reason: 'stopped by the user', url: `http://pick-web.localhost:${srv.port}`, requests: 1, bytes_in: 0, bytes_out: 0, uptime_s: 0 });
 });
 
 test('a tunnel refused for good is reported; the other runs on; the exit code at the end says it', async () => {

@@ -44,7 +44,7 @@ const access = fc.record(
 
 const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ v: fc.nat(10), agent: str }).map((h): Frame => [F.Hello, h]),
-  fc.record({ v: fc.nat(10), heartbeatMs: fc.nat(), shard: fc.nat(1), shards: fc.integer({ min: 2, max: 256 }) }, { requiredKeys: ['v', 'heartbeatMs'] }).map((w): Frame => [F.Welcome, w]),
+  fc.record({ v: fc.nat(10), heartbeatMs: fc.nat(), shard: fc.nat(1), shards: fc.integer({ min: 2, max: 256 }), version: fc.stringMatching(/^[\x21-\x7e]{1,64}$/) }, { requiredKeys: ['v', 'heartbeatMs'] }).map((w): Frame => [F.Welcome, w]),
   // a lane's Open: http with an id and the key
   fc.tuple(sid, str, fc.base64String({ minLength: 4, maxLength: 40 })).map(([r, id, lane]): Frame => [F.Open, r, { type: 'http', id, lane }]),
   fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), access: fc.option(access), local: fc.option(fc.stringMatching(/^[\x21-\x7e]{0,60}$/)) }, { requiredKeys: ['type'] })).map(([r, o]): Frame => [F.Open, r, o]),
@@ -195,6 +195,11 @@ test('wrong shapes are refused', () => {
     [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 0, shards: 0 }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 0, shards: 1000 }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 'a' }],
+    // the server's version is printed on a terminal: short printable ASCII only
+    [F.Welcome, { v: 1, heartbeatMs: 5000, version: '1.0\x1b[2J' }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, version: '' }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, version: 'x'.repeat(65) }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, version: 1 }],
     [F.Opened, 1, { id: 'a', url: 'u'.repeat(70_000) }],
     [F.Reset, 1, 'no-such-code'],
     [F.Reset, 1, 7],

@@ -8,6 +8,7 @@ import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
 import { WsClient } from '../../src/client/ws-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
 import { listen, visit, once, type Local } from './helpers.js';
+import { burrowVersion } from '../../src/version.js';
 
 // The control connection: auth before upgrading, hello/version, several tunnels on one
 // connection, malformed and oversized frames, admission rules, takeover, delete, reconnect.
@@ -244,7 +245,7 @@ test('a silent client is dropped after three missed heartbeats; its tunnel ends'
     await eventually(() => frames.some((f) => f[0] === F.Opened), 5_000, 'opened');
     // Two shards: Welcome also names the one this connection landed on (for lanes).
     const welcome = frames.find((f) => f[0] === F.Welcome)!;
-    assert.equal(welcome, [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200, shard: (welcome[1] as { shard: number }).shard, shards: 2 }]);
+    assert.equal(welcome, [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200, version: burrowVersion(), shard: (welcome[1] as { shard: number }).shard, shards: 2 }]);
     assert.ok([0, 1].includes((welcome[1] as { shard: number }).shard));
     assert.is((await api(quick, 'GET', '/tunnels/mute', { key: quick.adminKey })).status, 200);
     silent = true;
