@@ -151,6 +151,8 @@ test('on a TTY: the live status block on stderr, redrawn in place, request lines
   let screen = '';
   child.stdout.on('data', (d) => (screen += d));
   await waitFor(() => (/Session Status\s+online/.test(screen) ? true : undefined), 15_000, 'status online');
+  // The account comes from GET /me, asked beside the tunnel: on a busy machine it may come later.
+  await waitFor(() => (/Account\s+seed@burrow\.local \(admin\)/.test(screen) ? true : undefined), 15_000, 'account shown');
   await visit(`cli-tty.localhost:${srv.port}`, '/tty');
   // ngrok's figures: ttl opn rt1 rt5 p50 p90, the values on the line under their names.
   await waitFor(() => (/Requests\s+ttl\s+opn\s+rt1\s+rt5\s+p50\s+p90\s*\r?\n\s+1\s+\d+\s+\d+\.\d\d\s+\d+\.\d\d\s+\d+ms\s+\d+ms/.test(screen) ? true : undefined), 10_000, 'request counted');
@@ -161,7 +163,6 @@ test('on a TTY: the live status block on stderr, redrawn in place, request lines
   await exitOf(child, 10_000, 'script exit');
   assert.match(screen, `http://cli-tty.localhost:${srv.port}`);
   assert.match(screen, /Forwarding\s+http:\/\/cli-tty\.localhost:\d+ → http:\/\/localhost:\d+/);
-  assert.match(screen, /Account\s+seed@burrow\.local \(admin\)/);
   // The versions of both ends and the heartbeat's round trip, as ngrok shows its own.
   const version = (JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string }).version.replace(/\./g, '\\.');
   assert.match(screen, new RegExp(`Version\\s+${version}\\r?\\n`));
