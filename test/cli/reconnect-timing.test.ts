@@ -8,8 +8,11 @@ import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { spawnBurrow, tempDir, visit, waitFor } from './harness.js';
 
-/** Long enough for ~8 attempts at the old backoff (250 ms doubling): its waits were 2 s and more by then. */
-const OUTAGE_MS = 8_000;
+/**
+ * Long enough for the old backoff (250 ms doubling) to pass 1 s a wait: its waits were 189, 268,
+ * 709, 1150, 2030 ms, so a 4 s outage shows a wait over 1 s and a return seconds after ready.
+ */
+const OUTAGE_MS = 4_000;
 /** The cap, plus a handshake and a registration on a busy 2-core CI machine. */
 const BACK_WITHIN_MS = 1_000 + 500;
 
