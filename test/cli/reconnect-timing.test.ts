@@ -1,12 +1,11 @@
 // The reconnect policy, timed: after an outage longer than an exponential backoff would take to
 // pass 1 s, `burrow http` is back within 1 s of the restarted server's ready line, and no wait
 // it announces is longer than 1 s (README "Reconnecting"); a GoAway brings it back at once.
-import { createServer, type Server } from 'node:http';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { spawnBurrow, tempDir, visit, waitFor } from './harness.js';
+import { RestartScene } from './restart-scene.js';
+import { spawnBurrow, visit, waitFor } from './harness.js';
 
 /**
  * Long enough for the old backoff (250 ms doubling) to pass 1 s a wait: its waits were 189, 268,
@@ -16,36 +15,20 @@ const OUTAGE_MS = 4_000;
 /** The cap, plus a handshake and a registration on a busy 2-core CI machine. */
 const BACK_WITHIN_MS = 1_000 + 500;
 
-let first: TestServer;
-let second: TestServer | null = null;
-let home: { dir: string; remove: () => void };
-let web: Server;
-let child: ReturnType<typeof spawnBurrow> | null = null;
+const scene = new RestartScene();
 
-test.before(async () => {
-  first = await startServer();
-  home = tempDir();
-  web = createServer((req, res) => res.end(`ok ${req.url}`));
-  await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
-});
-
-test.after(async () => {
-  child?.kill('SIGKILL');
-  web?.close();
-  await second?.stop();
-  await first?.stop().catch(() => null);
-  home?.remove();
-});
+test.before(() => scene.setUp());
+test.after(() => scene.tearDown());
 
 test(`after a ${OUTAGE_MS / 1000} s outage the client is back within 1 s of the server's ready line`, async () => {
   // Not the seed key: a restart with --seed-api-key revokes the previous seed key.
-  const key = await createKeyFor(first, (await createUser(first)).id, { scopes: ['tunnels'] });
-  const port = first.port;
-  child = spawnBurrow({ configDir: home.dir, env: { BURROW_SERVER: first.url, BURROW_TOKEN: key } }, ['http', String((web.address() as { port: number }).port), '--id', 'quick']);
-  const c = child;
+  const key = await createKeyFor(scene.first, (await createUser(scene.first)).id, { scopes: ['tunnels'] });
+  const port = scene.first.port;
+  scene.child = spawnBurrow({ configDir: scene.home.dir, env: { BURROW_SERVER: scene.first.url, BURROW_TOKEN: key } }, ['http', String(scene.webPort), '--id', 'quick']);
+  const c = scene.child;
   await waitFor(() => (c.output.stdout.includes('\n') ? true : undefined), 15_000, 'URL');
 
-  await first.stop({ keepDatabase: true });
+  await scene.first.stop({ keepDatabase: true });
   // The outage itself is the scenario: nothing to await but its length.
   await new Promise((r) => setTimeout(r, OUTAGE_MS));
   const back = withDeadline(
@@ -53,7 +36,7 @@ test(`after a ${OUTAGE_MS / 1000} s outage the client is back within 1 s of the 
     30_000,
     'reconnected line',
   );
-  second = await startServer({ db: first.db, args: ['--port', String(port)] });
+  await scene.startSecond();
   const readyAt = Date.now();
   const backAfterMs = (await back) - readyAt;
   const delays = [...c.output.stderr.matchAll(/^reconnecting in (\d+)ms|^reconnecting in (\d+(?:\.\d+)?)s/gm)].map((m) => (m[1] !== undefined ? Number(m[1]) : Number(m[2]) * 1000));
@@ -66,10 +49,10 @@ test(`after a ${OUTAGE_MS / 1000} s outage the client is back within 1 s of the 
 });
 
 test('a server that shuts down says GoAway: the client tries again at once, not after a backoff', async () => {
-  const c = child!;
+  const c = scene.child!;
   const before = c.output.stderr.length;
-  await second!.stop({ keepDatabase: true });
-  second = null;
+  await scene.second!.stop({ keepDatabase: true });
+  scene.second = null;
   const line = await waitFor(() => /^reconnecting in .*$/m.exec(c.output.stderr.slice(before))?.[0], 10_000, 'reconnect line');
   assert.match(line, /^reconnecting in 0ms \(attempt 1\): /);
 });

@@ -1,33 +1,16 @@
 // burrow http across a server restart: not a TTY, so it prints a plain line per reconnect attempt
 // on stderr (no spinner), keeps the same URL, and serves again once the server is back.
-import { createServer, type Server } from 'node:http';
 import { connect } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
-import { startServer, type TestServer } from '../helpers/server.js';
-import { exitOf, spawnBurrow, tempDir, waitFor } from './harness.js';
+import { RestartScene } from './restart-scene.js';
+import { exitOf, spawnBurrow, waitFor } from './harness.js';
 
-let first: TestServer;
-let second: TestServer | null = null;
-let home: { dir: string; remove: () => void };
-let web: Server;
-let child: ReturnType<typeof spawnBurrow> | null = null;
+const scene = new RestartScene();
 
-test.before(async () => {
-  first = await startServer();
-  home = tempDir();
-  web = createServer((req, res) => res.end(`ok ${req.url}`));
-  await new Promise<void>((r) => web.listen(0, '127.0.0.1', r));
-});
-
-test.after(async () => {
-  child?.kill('SIGKILL');
-  web?.close();
-  await second?.stop();
-  await first?.stop().catch(() => null);
-  home?.remove();
-});
+test.before(() => scene.setUp());
+test.after(() => scene.tearDown());
 
 function get(port: number, host: string, path: string): Promise<string> {
   return withDeadline(
@@ -45,22 +28,22 @@ function get(port: number, host: string, path: string): Promise<string> {
 
 test('a restart of burrowd: reconnect lines on stderr, same URL, traffic flows again', async () => {
   // Not the seed key: a restart with --seed-api-key revokes the previous seed key.
-  const key = await createKeyFor(first, (await createUser(first)).id, { scopes: ['tunnels'] });
-  const port = first.port;
-  child = spawnBurrow({ configDir: home.dir, env: { BURROW_SERVER: first.url, BURROW_TOKEN: key } }, ['http', String((web.address() as { port: number }).port), '--id', 'survivor']);
-  const c = child;
+  const key = await createKeyFor(scene.first, (await createUser(scene.first)).id, { scopes: ['tunnels'] });
+  const port = scene.first.port;
+  scene.child = spawnBurrow({ configDir: scene.home.dir, env: { BURROW_SERVER: scene.first.url, BURROW_TOKEN: key } }, ['http', String(scene.webPort), '--id', 'survivor']);
+  const c = scene.child;
   await waitFor(() => (c.output.stdout.includes('\n') ? true : undefined), 15_000, 'URL');
   assert.is(c.output.stdout, `http://survivor.localhost:${port}\n`);
 
-  await first.stop({ keepDatabase: true });
+  await scene.first.stop({ keepDatabase: true });
   await waitFor(() => (/^reconnecting in \d+(ms|\.\d+s) \(attempt 1\): /m.test(c.output.stderr) ? true : undefined), 15_000, 'reconnect line');
-  second = await startServer({ db: first.db, args: ['--port', String(port)] });
+  await scene.startSecond();
   await waitFor(() => (/^reconnected$/m.test(c.output.stderr) ? true : undefined), 40_000, 'reconnected line');
   const res = await get(port, `survivor.localhost:${port}`, '/again');
   assert.match(res, /^HTTP\/1\.1 200/);
   assert.match(res, /ok \/again$/);
   await waitFor(() => (/^\d\d:\d\d:\d\d\.\d{3}\s+GET\s+\/again\s+200 OK/m.test(c.output.stdout) ? true : undefined), 10_000, 'request line');
-  assert.is(c.output.stdout.split('\n')[0], `http://survivor.localhost:${port}`); // printed once, first
+  assert.is(c.output.stdout.split('\n')[0], `http://survivor.localhost:${port}`); // printed once, scene.first
   assert.not.match(c.output.stderr, /\x1b\[/); // no spinner or cursor codes off a TTY
   c.kill('SIGINT');
   assert.is(await exitOf(c, 10_000, 'exit'), 0);
