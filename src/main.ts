@@ -195,6 +195,7 @@ async function verifyKey(msg: Extract<ShardToMain, { type: 'verify-key' }>): Pro
     throw err;
   }
   limiter.settle(who, msg.prefix, valid ? 'valid' : 'invalid');
+  metrics.keyVerified();
   if (!valid) metrics.authFailed();
   return { verdict: valid ? 'valid' : 'invalid' };
 }

@@ -1,9 +1,10 @@
 import { addressGroup } from '../protocol/cidr.js';
 import type { Sql } from '../db/sql.js';
-import { findKeyForAuth } from '../db/api-keys.js';
+import { findKeyForAuth, type KeyForAuth } from '../db/api-keys.js';
 import type { KeyVerdict, Principal } from '../protocol/messages.js';
 import { ApiError } from '../errors.js';
 import { keyDigest, keyPrefixOf } from './key-format.js';
+import { TICKET_TTL_MS, type TicketBox } from './resume-ticket.js';
 
 // Per-shard authentication: a key is verified with argon2id once, then served from this
 // shard's cache until an invalidation (revoke, deactivate, role change) arrives from main.
@@ -12,14 +13,16 @@ import { keyDigest, keyPrefixOf } from './key-format.js';
 // Every uncached key costs one verification on main, which first admits it against the
 // failed-auth limit (per IP and per prefix) and counts the outcome; a key whose row is
 // missing or unusable is verified against a dummy hash, so timing does not tell which
-// prefixes exist.
+// prefixes exist. A control connection that comes back with a resumption ticket for its key
+// (resume-ticket.ts) skips the verification: its row is read, and that is all.
 
 export interface AuthDeps {
   sql: Sql;
   /** Main's `verify-key`: `hash` null verifies against the dummy hash. */
   verify(req: { ip: string; prefix: string; hash: string | null; secret: string }): Promise<KeyVerdict>;
-  /** A failure main did not see (missing or malformed key). */
+  /** A failure main did not see (missing or malformed key, a resumed key no longer usable). */
   reportFailure(ip: string): void;
+  tickets: TicketBox;
 }
 
 interface CachedKey {
@@ -43,6 +46,10 @@ function tooMany(what: string, waitS: number): ApiError {
 // One answer for unknown, expired, revoked and deactivated: nothing to learn from it.
 const REJECTED = 'the API key is missing, invalid, expired or revoked, or its user is deactivated';
 
+function usable(row: KeyForAuth): boolean {
+  return !row.revoked_at && !row.deactivated_at && !(row.expires_at && row.expires_at.getTime() <= Date.now());
+}
+
 export class Authenticator {
   private readonly cache = new Map<string, CachedKey>();
   private readonly blockedUntil = new Map<string, number>();
@@ -53,7 +60,8 @@ export class Authenticator {
 
   constructor(private readonly deps: AuthDeps) {}
 
-  async authenticate(authorization: string | undefined, ip: string): Promise<Principal> {
+  /** `ticket`: a resumption ticket the client was given in Welcome (control connections only). */
+  async authenticate(authorization: string | undefined, ip: string, ticket?: string): Promise<Principal> {
     const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
     const digest = token ? keyDigest(token) : null;
     const hit = digest ? this.cache.get(digest) : undefined;
@@ -76,7 +84,8 @@ export class Authenticator {
     const joinKey = `${ip} ${digest!}`;
     let pending = this.verifying.get(joinKey);
     if (!pending) {
-      pending = this.verify(ip, prefix, token, digest!).finally(() => {
+      const resumed = ticket !== undefined && this.deps.tickets.check(ticket, prefix, digest!);
+      pending = (resumed ? this.resume(ip, prefix, digest!) : this.verify(ip, prefix, token, digest!)).finally(() => {
         if (this.verifying.get(joinKey) === pending) this.verifying.delete(joinKey);
       });
       this.verifying.set(joinKey, pending);
@@ -87,12 +96,23 @@ export class Authenticator {
     return principal;
   }
 
+  /** A key whose ticket proved it was verified before: its row is read, not its hash. */
+  private async resume(ip: string, prefix: string, digest: string): Promise<Principal | null> {
+    const epoch = this.epoch;
+    const row = await findKeyForAuth(this.deps.sql, prefix);
+    if (!row || !usable(row)) {
+      this.deps.reportFailure(ip);
+      return null;
+    }
+    return this.remember(row, digest, epoch);
+  }
+
   /** Reads the key's row and argon2-verifies it; caches and returns the principal, or null. */
   private async verify(ip: string, prefix: string, token: string, digest: string): Promise<Principal | null> {
     const epoch = this.epoch;
     const row = await findKeyForAuth(this.deps.sql, prefix);
-    const usable = row && !row.revoked_at && !row.deactivated_at && !(row.expires_at && row.expires_at.getTime() <= Date.now());
-    const answer = await this.deps.verify({ ip, prefix, hash: usable ? row.key_hash : null, secret: token });
+    const ok = row !== undefined && usable(row);
+    const answer = await this.deps.verify({ ip, prefix, hash: ok ? row.key_hash : null, secret: token });
     switch (answer.verdict) {
       case 'limited':
         throw tooMany(answer.kind === 'ip' ? `from ${ip}` : 'with this key', answer.retryAfterS);
@@ -103,7 +123,12 @@ export class Authenticator {
       case 'valid':
         break;
     }
-    if (!usable) return null;
+    if (!ok) return null;
+    return this.remember(row, digest, epoch);
+  }
+
+  /** Caches the principal of a verified key, unless an invalidation came in since `epoch`. */
+  private remember(row: KeyForAuth, digest: string, epoch: number): Principal {
     const principal: Principal = { keyId: row.id, userId: row.user_id, role: row.role, scopes: row.scopes, keyExpiresAtMs: row.expires_at?.getTime() ?? null };
     if (epoch === this.epoch) {
       if (this.cache.size >= MAX_CACHED_KEYS) this.cache.delete(this.cache.keys().next().value!);
@@ -112,15 +137,26 @@ export class Authenticator {
     return principal;
   }
 
+  /** A resumption ticket for the key in `authorization` (which authenticated as `principal`). */
+  resumeTicket(authorization: string, principal: Principal): string | null {
+    const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization)?.[1];
+    const prefix = token ? keyPrefixOf(token) : null;
+    if (!token || !prefix) return null;
+    const untilMs = Math.min(Date.now() + TICKET_TTL_MS, principal.keyExpiresAtMs ?? Infinity);
+    return this.deps.tickets.issue(prefix, keyDigest(token), untilMs);
+  }
+
   /**
    * True when authenticating this header costs no new argon2 verification: the key is cached,
    * or a verification of it for this address is under way (the request would join it). What
    * a reconnect storm sheds first is the rest (edge/handshake-gate.ts).
    */
-  isCheap(authorization: string | undefined, ip: string): boolean {
+  isCheap(authorization: string | undefined, ip: string, ticket?: string): boolean {
     const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
     if (!token) return false;
     const digest = keyDigest(token);
+    const prefix = keyPrefixOf(token);
+    if (ticket !== undefined && prefix && this.deps.tickets.check(ticket, prefix, digest)) return true;
     const hit = this.cache.get(digest);
     if (hit && (hit.expiresAtMs === null || hit.expiresAtMs > Date.now())) return true;
     return this.verifying.has(`${ip} ${digest}`);

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
-  RESPONSE_HEAD_TIMEOUT_MS,
+  RESPONSE_HEAD_TIMEOUT_MS, RESUME_HEADER,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type TcpHead,
 } from '../protocol/frames.js';
 import type { AccessRules } from '../protocol/access.js';
@@ -211,6 +211,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private nextReq = 1;
   private first: { resolve: (v: StartedTunnel[]) => void; reject: (e: Error) => void } | null = null;
   private welcomedVersion: string | null = null;
+  private resumeTicket: string | null = null;
   /** The server said GoAway: the next reconnect is at once (the restarted server, or the next node). */
   private goingAway = false;
 
@@ -278,7 +279,10 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   /** A new authenticated control WebSocket (the main connection, or a lane). */
   private dial(): Promise<WsClient> {
-    return WsClient.connect(this.wsUrl(), { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT }, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
+    const headers: Record<string, string> = { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT };
+    // The last Welcome's ticket: the server (restarted, or another shard) need not verify the key again.
+    if (this.resumeTicket) headers[RESUME_HEADER] = this.resumeTicket;
+    return WsClient.connect(this.wsUrl(), headers, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
   }
 
   private async connect(): Promise<void> {
@@ -452,6 +456,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
         this.welcomedVersion = frame[1].version ?? null;
+        this.resumeTicket = frame[1].resume ?? null;
         // Measure the latency now, not one heartbeat interval later.
         this.send([F.Ping, Date.now()]);
         return;

@@ -12,7 +12,7 @@ import { burrowVersion } from '../version.js';
 import type { HandshakeGate } from './handshake-gate.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
-  HELLO_TIMEOUT_MS, FrameError, decodeFrame, encodeFrame, dataFrame,
+  HELLO_TIMEOUT_MS, RESUME_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
 import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
@@ -105,6 +105,8 @@ export class ControlConnection implements StreamCarrier {
     private readonly host: ControlHost,
     readonly principal: Principal,
     readonly ip: string,
+    /** Handed to the client in Welcome, for its next handshake. */
+    private readonly resumeTicket: string | null,
   ) {
     this.helloTimer = setTimeout(() => {
       if (!this.helloDone) this.fatal({ code: 'bad-request', message: `no hello within ${HELLO_TIMEOUT_MS} ms`, permanent: false });
@@ -285,7 +287,7 @@ export class ControlConnection implements StreamCarrier {
     // Several shards: say which one this is, so the client can open lanes to the others.
     const { workers } = this.host.ctx.config;
     const shard = workers > 1 ? { shard: this.host.ctx.index, shards: workers } : {};
-    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, version: SERVER_VERSION, ...shard }]);
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, version: SERVER_VERSION, ...shard, ...(this.resumeTicket ? { resume: this.resumeTicket } : {}) }]);
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {
@@ -449,16 +451,17 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       const ip = conn.clientOf(head).ip;
       if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
       const authorization = headerOf(head.headers, 'authorization') ?? '';
+      const ticket = headerOf(head.headers, RESUME_HEADER) ?? undefined;
       // Before any key lookup: shedding must cost less than the work it spares. A key that is
       // cached, or already being verified, costs next to nothing and is never shed.
-      const gated = !host.ctx.authIsCheap(authorization || undefined, ip);
+      const gated = !host.ctx.authIsCheap(authorization || undefined, ip, ticket);
       if (gated && !host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
       // A revoke that lands while the key is being verified finds no connection to end yet, and
       // the verification may have read the row before it: verify again (a fresh read) then.
       const authenticate = async (): Promise<Principal> => {
         for (let attempt = 0; attempt < 3; attempt++) {
           const seen = host.revocations();
-          const principal = await host.ctx.authenticate(authorization || undefined, ip);
+          const principal = await host.ctx.authenticate(authorization || undefined, ip, ticket);
           if (host.revocations() === seen) return principal;
         }
         throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
@@ -485,7 +488,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
           const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
           socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
           const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');
-          const control = new ControlConnection(ws, host, principal, ip);
+          const control = new ControlConnection(ws, host, principal, ip, host.ctx.resumeTicket(authorization, principal));
           host.connections.add(control);
           ws.on('message', (m) => control.receive(m));
           ws.on('close', () => {

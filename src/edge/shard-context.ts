@@ -17,8 +17,13 @@ export interface ShardContext {
   app: TemplatedApp;
   http: HttpServer;
   main: Mailbox<ShardToMain, MainToShard>;
-  /** Resolves `Authorization` to a principal or throws ApiError(401/429); `ip` counts failures. */
-  authenticate(authorization: string | undefined, ip: string): Promise<Principal>;
-  /** True when authenticate() would run no new key verification (cached, or joining one). */
-  authIsCheap(authorization: string | undefined, ip: string): boolean;
+  /**
+   * Resolves `Authorization` to a principal or throws ApiError(401/429); `ip` counts failures.
+   * `ticket`: a control connection's resumption ticket (src/auth/resume-ticket.ts).
+   */
+  authenticate(authorization: string | undefined, ip: string, ticket?: string): Promise<Principal>;
+  /** True when authenticate() would run no new key verification (cached, joining one, or resumed). */
+  authIsCheap(authorization: string | undefined, ip: string, ticket?: string): boolean;
+  /** The resumption ticket Welcome hands a control connection that authenticated as `principal`. */
+  resumeTicket(authorization: string, principal: Principal): string | null;
 }

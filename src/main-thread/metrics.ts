@@ -57,6 +57,7 @@ export class ServerMetrics implements StatsObserver {
   private readonly shardHeap: Gauge<'shard'>;
   private readonly shardRestarts: Counter;
   private readonly authFailures: Counter;
+  private readonly keyVerifications: Counter;
   private readonly flushSeconds: Histogram;
 
   constructor(private readonly sources: MetricsSources) {
@@ -80,6 +81,7 @@ export class ServerMetrics implements StatsObserver {
     this.controlConnections = new Gauge({ name: 'burrow_control_connections', help: 'Open tunnel control connections (all shards), lanes included.', registers });
     this.shardRestarts = new Counter({ name: 'burrow_shard_restarts_total', help: 'Shard worker threads that exited unexpectedly and were restarted.', registers });
     this.authFailures = new Counter({ name: 'burrow_auth_failures_total', help: 'Failed authentications: missing, malformed, unknown, revoked or expired API keys (API and tunnel control).', registers });
+    this.keyVerifications = new Counter({ name: 'burrow_key_verifications_total', help: 'argon2id verifications of API keys (a key is verified once per shard, then cached; a resumed control connection skips it).', registers });
     this.flushSeconds = new Histogram({ name: 'burrow_stats_flush_seconds', help: 'Duration of each write of the session counters to the database.', registers });
     this.accessRefusals = new Counter({ name: 'burrow_access_refusals_total', help: "Visitors refused by a tunnel's access rules, by rule.", labelNames: ['rule'], registers });
     this.shardHeap = new Gauge({ name: 'burrow_shard_heap_used_bytes', help: 'V8 heap used by each shard worker thread.', labelNames: ['shard'], registers });
@@ -88,6 +90,7 @@ export class ServerMetrics implements StatsObserver {
     this.bytesTotal.inc({ direction: 'out' }, 0);
     this.shardRestarts.inc(0);
     this.authFailures.inc(0);
+    this.keyVerifications.inc(0);
   }
 
   // ---- StatsObserver (StatsActor) ----
@@ -102,6 +105,9 @@ export class ServerMetrics implements StatsObserver {
   // ---- events on main ----
   authFailed(): void {
     this.authFailures.inc();
+  }
+  keyVerified(): void {
+    this.keyVerifications.inc();
   }
   shardRestarted(): void {
     this.shardRestarts.inc();

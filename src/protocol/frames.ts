@@ -115,7 +115,13 @@ export interface Welcome {
   shards?: number;
   /** burrowd's version ("0.9.0"), shown on the client's status screen; absent from older servers */
   version?: string;
+  /** a resumption ticket: sent back in the RESUME_HEADER of the next handshake, it spares the key's verification */
+  resume?: string;
 }
+/** The control handshake's request header that carries Welcome's resumption ticket. */
+export const RESUME_HEADER = 'burrow-resume';
+/** Longest resumption ticket either side accepts (src/auth/resume-ticket.ts makes 59 characters). */
+export const MAX_RESUME_TICKET_CHARS = 128;
 export interface OpenRequest {
   type: 'http' | 'tcp';
   /** requested id (http and tcp); random when absent */
@@ -416,6 +422,8 @@ function checkFrame(a: unknown[]): void {
       if (w.shard !== undefined) c.int(w.shard, 'welcome.shard', 0, (typeof w.shards === 'number' ? w.shards : MAX_SHARDS) - 1);
       // Printed on the user's terminal: printable ASCII only (no escape sequences), short.
       if (w.version !== undefined && !(typeof w.version === 'string' && /^[\x21-\x7e]{1,64}$/.test(w.version))) c.fail('welcome.version', 'at most 64 printable ASCII characters', w.version);
+      // Sent back as a header value: a token's characters only.
+      if (w.resume !== undefined && !(typeof w.resume === 'string' && w.resume.length <= MAX_RESUME_TICKET_CHARS && /^[A-Za-z0-9._-]+$/.test(w.resume))) c.fail('welcome.resume', `at most ${MAX_RESUME_TICKET_CHARS} characters of [A-Za-z0-9._-]`, w.resume);
       return;
     }
     case F.Open: {

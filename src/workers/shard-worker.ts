@@ -8,6 +8,8 @@ import type { MainToShard, ShardToMain } from '../protocol/messages.js';
 import { connect } from '../db/sql.js';
 import { createLogger } from '../log.js';
 import { Authenticator } from '../auth/authenticate.js';
+import { TicketBox } from '../auth/resume-ticket.js';
+import { serverSecret } from '../db/server-secrets.js';
 import { installApi } from '../api/router.js';
 import { installHealth } from '../api/health.js';
 import { installMetrics } from '../api/metrics.js';
@@ -62,8 +64,14 @@ const auth = new Authenticator({
   sql,
   verify: (req) => main.ask({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
   reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
+  tickets: new TicketBox(await serverSecret(sql, 'resume-ticket')),
 });
-const ctx: ShardContext = { index, config, log, sql, uws, app, http, main, authenticate: (a, ip) => auth.authenticate(a, ip), authIsCheap: (a, ip) => auth.isCheap(a, ip) };
+const ctx: ShardContext = {
+  index, config, log, sql, uws, app, http, main,
+  authenticate: (a, ip, ticket) => auth.authenticate(a, ip, ticket),
+  authIsCheap: (a, ip, ticket) => auth.isCheap(a, ip, ticket),
+  resumeTicket: (a, principal) => auth.resumeTicket(a, principal),
+};
 
 const tunnels = installTunnels(ctx);
 installHealth(ctx);

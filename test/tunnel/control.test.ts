@@ -245,7 +245,9 @@ test('a silent client is dropped after three missed heartbeats; its tunnel ends'
     await eventually(() => frames.some((f) => f[0] === F.Opened), 5_000, 'opened');
     // Two shards: Welcome also names the one this connection landed on (for lanes).
     const welcome = frames.find((f) => f[0] === F.Welcome)!;
-    assert.equal(welcome, [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200, version: burrowVersion(), shard: (welcome[1] as { shard: number }).shard, shards: 2 }]);
+    const w = welcome[1] as { shard: number; resume: string };
+    assert.match(w.resume, /^v1\.\d+\.[A-Za-z0-9_-]{43}$/, 'a resumption ticket');
+    assert.equal(welcome, [F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: 200, version: burrowVersion(), shard: w.shard, shards: 2, resume: w.resume }]);
     assert.ok([0, 1].includes((welcome[1] as { shard: number }).shard));
     assert.is((await api(quick, 'GET', '/tunnels/mute', { key: quick.adminKey })).status, 200);
     silent = true;
