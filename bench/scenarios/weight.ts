@@ -1,0 +1,311 @@
+// Memory at rest (issue 23 §4): burrowd with nothing to do at each shard count
+// (--worker-counts, default 1,2,4; a fresh process each, on the embedded database, whose
+// PostgreSQL processes are its children, and on --database-url when the run has one, which
+// has none), the client idle with one tunnel (inspector on, the default, and --no-inspect),
+// and the floor under both: a bare node process of the same binary.
+//
+//   VmRSS     every resident page: what the issue's targets are stated in
+//   RssAnon   private allocations (V8 heaps, malloc, stacks): what the process itself costs
+//   RssFile   node's binary and native modules mapped from disk, shared with every node process
+//   PSS       each page divided by the number of processes mapping it: sums without double counting
+//
+// burrowd "with children" = burrowd's RSS + its children's PSS. PostgreSQL's processes all map
+// the cluster's shared buffers and binary: their RSS summed counts those pages once per process.
+import { createServer, type Server } from 'node:http';
+import { join } from 'node:path';
+import type { AddressInfo } from 'node:net';
+import { start, stop, tempDir, waitForOutput, descendants, sleep, type Proc } from '../lib/procs.js';
+import { LOOPBACK } from '../lib/net.js';
+import { memoryOf, settledRssKiB, type Memory } from '../lib/rss.js';
+import { shebangEnv } from '../targets/burrow.js';
+import type { Context, Scenario, ScenarioOutput } from '../lib/context.js';
+import type { Measurement } from '../lib/report.js';
+
+/**
+ * Each process is left alone this long after it is ready before it is read. burrowd's argon2
+ * pool keeps no idle thread (src/workers/jobs.ts: minThreads 0) but its start-up hashes run on
+ * one, which leaves after the pool's idleTimeout of 30 s: read sooner, every burrowd would carry
+ * a ~12 MiB isolate an idle one has given back. The same wait for every process, so V8's idle
+ * collections have run in all of them alike.
+ */
+const IDLE_AFTER_READY_MS = 35_000;
+const START_TIMEOUT_MS = 60_000;
+/** SIGTERM → exit: burrowd stops its PostgreSQL on the way out. */
+const STOP_GRACE_MS = 10_000;
+const KEY_RE = /\bbk_[A-Za-z0-9]{12}_[A-Za-z0-9]{43}\b/;
+/** The issue's targets, in RSS (MiB). */
+const TARGET_TWO_SHARDS_MIB = 120;
+const TARGET_PER_SHARD_MIB = 12;
+const TARGET_CLIENT_MIB = 40;
+
+interface Running {
+  label: string;
+  kind: 'floor' | 'burrowd' | 'client';
+  proc: Proc;
+  readyAt: number;
+}
+
+interface Reading {
+  label: string;
+  kind: Running['kind'];
+  self: Memory;
+  children: { count: number; rssKiB: number; pssKiB: number };
+}
+
+interface Burrowd extends Running {
+  serverUrl: string;
+  key: string;
+}
+
+const MiB = (kib: number): number => kib / 1024;
+const withChildrenKiB = (r: Reading): number => r.self.rssKiB + r.children.pssKiB;
+
+export const weightScenario: Scenario = {
+  name: 'weight',
+  summary: 'memory at rest: burrowd per shard count (+ its PostgreSQL), the client, a bare node (the floor)',
+  required: [],
+  optional: [],
+  opensOwnTargets: true,
+  async run(ctx: Context): Promise<ScenarioOutput> {
+    const counts = [...ctx.settings.weightWorkers].sort((a, b) => a - b);
+    const url = ctx.settings.burrowDatabaseUrl;
+    const notes: string[] = [];
+    const readings: Reading[] = [];
+
+    // Part 1, all at once (memory does not depend on who else has the CPU): the floor and every
+    // burrowd. The smallest embedded one stays up for part 2, its own figure taken before.
+    const floor: Running = { label: 'bare node (the floor)', kind: 'floor', proc: start('node-floor', process.execPath, ['-e', 'setInterval(()=>{},1e9)']), readyAt: Date.now() };
+    const servers = await startAll([
+      ...counts.map((n) => () => startBurrowd(ctx.repoRoot, n, undefined)),
+      ...(url ? counts.map((n) => () => startBurrowd(ctx.repoRoot, n, url)) : []),
+    ], notes);
+    readings.push(...(await readAll([floor, ...servers], notes)));
+    const host = servers.find((s) => s.label === label(counts[0]!, undefined));
+    await Promise.all([floor, ...servers].filter((s) => s !== host).map((s) => stop(s.proc, STOP_GRACE_MS)));
+
+    // Part 2: the client, idle with one HTTP tunnel, with and without the request inspector.
+    if (host) {
+      const origin = await listenOrigin();
+      try {
+        const clients = await startAll([true, false].map((inspect) => () => startClient(ctx.repoRoot, host, origin.port, inspect)), notes);
+        readings.push(...(await readAll(clients, notes)));
+        await Promise.all(clients.map((c) => stop(c.proc, STOP_GRACE_MS)));
+      } finally {
+        origin.server.close();
+        await stop(host.proc, STOP_GRACE_MS);
+      }
+    } else {
+      notes.push('client: not measured, the burrowd it needs did not start');
+    }
+
+    for (const r of readings) {
+      if (r.kind === 'burrowd' && r.label.includes('embedded') && r.children.count === 0) {
+        notes.push(`${r.label}: no child processes — the embedded database ran as PGlite, inside burrowd (no PostgreSQL binaries for this platform)`);
+      }
+    }
+    const perShard = [undefined, url].flatMap((u) => perShardCost(readings, counts, u));
+    const floorReading = readings.find((r) => r.kind === 'floor');
+
+    ctx.info.burrow = {
+      describe: `MALLOC_ARENA_MAX=2 (its shebang) burrowd --host 127.0.0.1 --port 0 --seed-api-key --data-dir <tmp> --log-level warn --workers N${url ? ' [--database-url <url>]' : ''}, a fresh process for each N; ` +
+        "`burrow http 127.0.0.1:<origin> --server http://127.0.0.1:<port> --token <seed key>` [--no-inspect] against the smallest one (embedded database), the origin a node:http server in the harness",
+    };
+    ctx.info.direct = { describe: "in weight, the floor: `node -e 'setInterval(()=>{},1e9)'`, the same node binary, no burrow at all" };
+    return {
+      table: [processTable(readings, perShard, floorReading), '', targetTable(readings, perShard, counts), ''].join('\n'),
+      measurements: measurementsOf(readings, perShard, notes),
+      notMeasured: [
+        'burrowd with tunnels: the idle scenario weighs each tunnel and connection',
+        ...(url ? [] : ['burrowd on an external database: the run had no --database-url']),
+        'kernel memory (socket buffers, page tables) — not in RSS',
+      ],
+      settings: {
+        method: `each process started fresh, left alone ${IDLE_AFTER_READY_MS / 1000} s after it was ready (burrowd: listening; client: tunnel up), then read once its RSS (with its children's) settled (two samples 1 s apart within 256 KiB): VmRSS, RssAnon, RssFile, RssShmem and Threads from /proc/<pid>/status, PSS from /proc/<pid>/smaps_rollup`,
+        'burrowd with children': "burrowd's VmRSS + the PSS of its descendants (the embedded PostgreSQL): their RSS summed would count the shared buffers and the postgres binary once per backend",
+        'per shard': `(figure at --workers ${counts[counts.length - 1]} − figure at --workers ${counts[0]}) ÷ ${counts[counts.length - 1]! - counts[0]!}`,
+        concurrency: 'the floor and every burrowd run at the same time, then the two clients: PSS divides shared pages among every process mapping them, these and any other node or postgres on the machine, so PSS (not RSS, RssAnon or RssFile) moves with what else runs',
+        'burrowd --workers': counts.join(', '),
+        'burrowd database': url ? 'the embedded PostgreSQL (children of burrowd, in --data-dir) and PostgreSQL at --database-url' : 'the embedded PostgreSQL (children of burrowd, in --data-dir)',
+      },
+    };
+  },
+};
+
+function label(workers: number, url: string | undefined): string {
+  return `burrowd --workers ${workers}, ${url ? '--database-url' : 'embedded database'}`;
+}
+
+/** Starts each, in parallel; one that fails becomes a note, the others go on. */
+async function startAll<T extends Running>(starts: (() => Promise<T>)[], notes: string[]): Promise<T[]> {
+  const settled = await Promise.allSettled(starts.map((s) => s()));
+  for (const s of settled) if (s.status === 'rejected') notes.push(`did not start: ${(s.reason as Error).message.split('\n')[0]}`);
+  return settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+}
+
+async function startBurrowd(repoRoot: string, workers: number, url: string | undefined): Promise<Burrowd> {
+  const serverJs = join(repoRoot, 'dist', 'src', 'main.js');
+  const args = [serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', tempDir('weight'), '--log-level', 'warn', '--workers', String(workers)];
+  if (url) args.push('--database-url', url);
+  const name = label(workers, url);
+  const proc = start(`burrowd-${workers}${url ? '-url' : ''}`, process.execPath, args, { env: { ...process.env, ...shebangEnv(serverJs) } });
+  try {
+    // First stdout line: the seeded key; a later one: where it listens (ready).
+    const key = await waitForOutput(proc, 'stdout', (t) => KEY_RE.exec(t.split('\n')[0] ?? '')?.[0], START_TIMEOUT_MS, 'the seeded key');
+    const port = await waitForOutput(proc, 'stdout', (t) => {
+      for (const line of t.split('\n').slice(1)) {
+        const m = /127\.0\.0\.1:(\d{2,5})\b/.exec(line);
+        if (m) return Number(m[1]);
+      }
+      return null;
+    }, START_TIMEOUT_MS, 'the listening address');
+    return { label: name, kind: 'burrowd', proc, readyAt: Date.now(), serverUrl: `http://${LOOPBACK}:${port}`, key };
+  } catch (err) {
+    await stop(proc);
+    throw new Error(`${name}: ${(err as Error).message}`);
+  }
+}
+
+async function startClient(repoRoot: string, server: Burrowd, originPort: number, inspect: boolean): Promise<Running> {
+  const cliJs = join(repoRoot, 'dist', 'src', 'cli', 'main.js');
+  const home = tempDir('weight-home');
+  // Its own config home; the inspector's default port (4040, or the next free one).
+  const env = { ...process.env, ...shebangEnv(cliJs), HOME: home, XDG_CONFIG_HOME: join(home, '.config'), BURROW_SERVER: '', BURROW_TOKEN: '' };
+  const args = [cliJs, 'http', `${LOOPBACK}:${originPort}`, '--server', server.serverUrl, '--token', server.key, ...(inspect ? [] : ['--no-inspect'])];
+  const label = `burrow http, ${inspect ? 'inspector on (default)' : '--no-inspect'}, 1 tunnel`;
+  const proc = start(`burrow-http${inspect ? '' : '-no-inspect'}`, process.execPath, args, { env });
+  try {
+    await waitForOutput(proc, 'stdout', (t) => (t.includes('\n') ? true : null), START_TIMEOUT_MS, 'the public URL');
+    // Without an inspector the figure would pass for one with it: check it said where it listens.
+    if (inspect) await waitForOutput(proc, 'stderr', (t) => (/inspector at /.test(t) ? true : /no request inspector/.test(t) ? false : null), 10_000, 'the inspector address').then((ok) => {
+      if (!ok) throw new Error('no inspector started (ports 4040-4049 taken)');
+    });
+    return { label, kind: 'client', proc, readyAt: Date.now() };
+  } catch (err) {
+    await stop(proc);
+    throw new Error(`${label}: ${(err as Error).message}`);
+  }
+}
+
+/** The tunnel's local service: nothing reaches it at rest, but the tunnel points somewhere real. */
+async function listenOrigin(): Promise<{ server: Server; port: number }> {
+  const server = createServer((_req, res) => res.end('ok\n'));
+  await new Promise<void>((resolve) => server.listen(0, LOOPBACK, resolve));
+  return { server, port: (server.address() as AddressInfo).port };
+}
+
+/** Reads each once idle, in parallel; one that died becomes a note. */
+async function readAll(running: Running[], notes: string[]): Promise<Reading[]> {
+  const settled = await Promise.allSettled(running.map(readWhenIdle));
+  for (const s of settled) if (s.status === 'rejected') notes.push((s.reason as Error).message.split('\n')[0]!);
+  return settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
+}
+
+async function readWhenIdle(r: Running): Promise<Reading> {
+  await sleep(Math.max(0, r.readyAt + IDLE_AFTER_READY_MS - Date.now()));
+  await settledRssKiB(() => [r.proc.pid, ...descendants(r.proc.pid)]);
+  const self = memoryOf(r.proc.pid);
+  if (!self || !r.proc.isRunning()) throw new Error(`${r.label} exited while idle: ${r.proc.stderr().split('\n')[0]}`);
+  const children = descendants(r.proc.pid).flatMap((pid) => memoryOf(pid) ?? []);
+  process.stderr.write(`bench: ${r.label} — RSS ${MiB(self.rssKiB).toFixed(1)} MiB, anon ${MiB(self.anonKiB).toFixed(1)} MiB, ${children.length} children\n`);
+  return {
+    label: r.label,
+    kind: r.kind,
+    self,
+    children: { count: children.length, rssKiB: sum(children.map((c) => c.rssKiB)), pssKiB: sum(children.map((c) => c.pssKiB)) },
+  };
+}
+
+function sum(xs: number[]): number {
+  return xs.reduce((a, b) => a + b, 0);
+}
+
+interface PerShard {
+  /** 'embedded database' or '--database-url'. */
+  db: string;
+  /** '(4 − 1) ÷ 3' */
+  formula: string;
+  rssKiB: number;
+  anonKiB: number;
+  pssKiB: number;
+  withChildrenKiB: number;
+  threads: number;
+}
+
+/** (largest − smallest shard count) ÷ their difference, for one database. */
+function perShardCost(readings: Reading[], counts: number[], url: string | undefined): PerShard[] {
+  const lo = counts[0]!;
+  const hi = counts[counts.length - 1]!;
+  const a = readings.find((r) => r.label === label(lo, url));
+  const b = readings.find((r) => r.label === label(hi, url));
+  if (hi === lo || !a || !b) return [];
+  const per = (f: (r: Reading) => number) => (f(b) - f(a)) / (hi - lo);
+  return [{
+    db: url ? '--database-url' : 'embedded database',
+    formula: `(${hi} − ${lo}) ÷ ${hi - lo}`,
+    rssKiB: per((r) => r.self.rssKiB),
+    anonKiB: per((r) => r.self.anonKiB),
+    pssKiB: per((r) => r.self.pssKiB),
+    withChildrenKiB: per(withChildrenKiB),
+    threads: per((r) => r.self.threads),
+  }];
+}
+
+const f1 = (kib: number): string => MiB(kib).toFixed(1);
+
+function processTable(readings: Reading[], perShard: PerShard[], floor: Reading | undefined): string {
+  const head = ['process', 'VmRSS MiB', 'RssAnon MiB', 'RssFile MiB', 'RssShmem MiB', 'PSS MiB', 'threads', 'children: n, PSS MiB (RSS summed)', 'with children: RSS + children PSS, MiB', 'VmRSS − floor MiB'];
+  const rows = readings.map((r) => [
+    r.label,
+    f1(r.self.rssKiB),
+    f1(r.self.anonKiB),
+    f1(r.self.fileKiB),
+    f1(r.self.shmemKiB),
+    f1(r.self.pssKiB),
+    String(r.self.threads),
+    r.children.count ? `${r.children.count}: ${f1(r.children.pssKiB)} (${f1(r.children.rssKiB)})` : '—',
+    r.kind === 'burrowd' ? f1(withChildrenKiB(r)) : '—',
+    floor && r !== floor ? f1(r.self.rssKiB - floor.self.rssKiB) : '—',
+  ]);
+  const shardRows = perShard.map((p) => [`per shard, ${p.db} (${p.formula})`, f1(p.rssKiB), f1(p.anonKiB), '', '', f1(p.pssKiB), p.threads.toFixed(1), '', f1(p.withChildrenKiB), '']);
+  return [head, head.map(() => '---'), ...rows, ...shardRows].map((c) => `| ${c.join(' | ')} |`).join('\n');
+}
+
+function targetTable(readings: Reading[], perShard: PerShard[], counts: number[]): string {
+  const verdict = (kib: number, limitMiB: number) => (MiB(kib) <= limitMiB ? 'met' : `missed by ${(MiB(kib) - limitMiB).toFixed(1)} MiB`);
+  const two = readings.find((r) => r.label === label(2, undefined));
+  const rows: string[][] = [
+    two
+      ? ['burrowd with its children, 2 shards (embedded database)', `≤ ${TARGET_TWO_SHARDS_MIB}`, f1(withChildrenKiB(two)), verdict(withChildrenKiB(two), TARGET_TWO_SHARDS_MIB)]
+      : ['burrowd with its children, 2 shards', `≤ ${TARGET_TWO_SHARDS_MIB}`, counts.includes(2) ? 'did not start' : 'not measured (--worker-counts lacks 2)', ''],
+    ...perShard.map((p) => [`each further shard, ${p.db} (${p.formula})`, `≤ ${TARGET_PER_SHARD_MIB}`, f1(p.rssKiB), verdict(p.rssKiB, TARGET_PER_SHARD_MIB)]),
+    ...readings.filter((r) => r.kind === 'client').map((r) => [`client: ${r.label}`, `≤ ${TARGET_CLIENT_MIB}`, f1(r.self.rssKiB), verdict(r.self.rssKiB, TARGET_CLIENT_MIB)]),
+    // For scale: any Node process starts here, most of it node's own binary mapped from disk.
+    ...readings.filter((r) => r.kind === 'floor').map((r) => ['for scale: a bare node, no burrow', '—', f1(r.self.rssKiB), `${f1(r.self.fileKiB)} of it file-backed (RssFile)`]),
+  ];
+  const head = ['issue 23 §4 target (VmRSS)', 'limit MiB', 'measured MiB', ''];
+  return [head, head.map(() => '---'), ...rows].map((c) => `| ${c.join(' | ')} |`).join('\n');
+}
+
+/** The same figures as Measurements (the JSON): burrow's processes under burrow, the floor under direct. */
+function measurementsOf(readings: Reading[], perShard: PerShard[], notes: string[]): Measurement[] {
+  const out: Measurement[] = [];
+  const add = (c: string, floor: boolean, metric: string, kib: number, raw?: unknown) =>
+    out.push({ case: c, metric, higherIsBetter: false, values: floor ? { direct: MiB(kib) } : { burrow: MiB(kib) }, ...(raw ? { raw: floor ? { direct: raw } : { burrow: raw } } : {}) });
+  for (const r of readings) {
+    const floor = r.kind === 'floor';
+    add(r.label, floor, 'VmRSS MiB', r.self.rssKiB, r);
+    add(r.label, floor, 'RssAnon MiB', r.self.anonKiB);
+    add(r.label, floor, 'RssFile MiB', r.self.fileKiB);
+    add(r.label, floor, 'PSS MiB', r.self.pssKiB);
+    if (r.kind === 'burrowd') add(r.label, false, 'with children (VmRSS + children PSS) MiB', withChildrenKiB(r));
+  }
+  for (const p of perShard) {
+    const c = `per shard, ${p.db} (${p.formula})`;
+    add(c, false, 'VmRSS MiB', p.rssKiB, p);
+    add(c, false, 'RssAnon MiB', p.anonKiB);
+    add(c, false, 'with children MiB', p.withChildrenKiB);
+  }
+  // Run-wide notes (a process that did not start) ride on the first row.
+  if (out[0] && notes.length) out[0].notes = { burrow: notes.join('; ') };
+  return out;
+}
