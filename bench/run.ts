@@ -170,7 +170,7 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
       settings: {
         ...(['idle', 'churn', 'weight'].includes(scenario.name) ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
         ...(['http', 'https', 'hol'].includes(scenario.name) ? { 'wrk threads': settings.threads } : {}),
-        ...(['idle', 'weight'].includes(scenario.name) ? {} : { rounds: settings.repeat > 1 ? `${settings.repeat}, median reported` : 1 }),
+        ...(scenario.name === 'idle' ? {} : { rounds: settings.repeat > 1 ? `${settings.repeat}, median reported` : 1 }),
         ...(out.settings ?? {}),
         'burrowd --workers': settings.burrowWorkers ?? 'default (CPU count)',
         'burrowd database': settings.burrowDatabaseUrl ? 'PostgreSQL (--database-url)' : 'embedded (PGlite in --data-dir)',

@@ -9,6 +9,8 @@
 //   RssFile   node's binary and native modules mapped from disk, shared with every node process
 //   PSS       each page divided by the number of processes mapping it: sums without double counting
 //
+// With --repeat N, N rounds and the median process of each case.
+//
 // burrowd "with children" = burrowd's RSS + its children's PSS. PostgreSQL's processes all map
 // the cluster's shared buffers and binary: their RSS summed counts those pages once per process.
 import { createServer, type Server } from 'node:http';
@@ -50,6 +52,8 @@ interface Reading {
   kind: Running['kind'];
   self: Memory;
   children: { count: number; rssKiB: number; pssKiB: number };
+  /** The headline figure (KiB) of every round, ascending. */
+  spread?: number[];
 }
 
 interface Burrowd extends Running {
@@ -70,33 +74,15 @@ export const weightScenario: Scenario = {
     const counts = [...ctx.settings.weightWorkers].sort((a, b) => a - b);
     const url = ctx.settings.burrowDatabaseUrl;
     const notes: string[] = [];
-    const readings: Reading[] = [];
-
-    // Part 1, all at once (memory does not depend on who else has the CPU): the floor and every
-    // burrowd. The smallest embedded one stays up for part 2, its own figure taken before.
-    const floor: Running = { label: 'bare node (the floor)', kind: 'floor', proc: start('node-floor', process.execPath, ['-e', 'setInterval(()=>{},1e9)']), readyAt: Date.now() };
-    const servers = await startAll([
-      ...counts.map((n) => () => startBurrowd(ctx.repoRoot, n, undefined)),
-      ...(url ? counts.map((n) => () => startBurrowd(ctx.repoRoot, n, url)) : []),
-    ], notes);
-    readings.push(...(await readAll([floor, ...servers], notes)));
-    const host = servers.find((s) => s.label === label(counts[0]!, undefined));
-    await Promise.all([floor, ...servers].filter((s) => s !== host).map((s) => stop(s.proc, STOP_GRACE_MS)));
-
-    // Part 2: the client, idle with one HTTP tunnel, with and without the request inspector.
-    if (host) {
-      const origin = await listenOrigin();
-      try {
-        const clients = await startAll([true, false].map((inspect) => () => startClient(ctx.repoRoot, host, origin.port, inspect)), notes);
-        readings.push(...(await readAll(clients, notes)));
-        await Promise.all(clients.map((c) => stop(c.proc, STOP_GRACE_MS)));
-      } finally {
-        origin.server.close();
-        await stop(host.proc, STOP_GRACE_MS);
-      }
-    } else {
-      notes.push('client: not measured, the burrowd it needs did not start');
+    // Rounds one after the other, the median process of each case reported: the same idle
+    // burrowd measured 96 MiB in one run and 106 MiB in the next (RssAnon: the heaps), so one
+    // process per case cannot tell 5 MiB apart.
+    const rounds: Reading[][] = [];
+    for (let i = 1; i <= ctx.settings.repeat; i++) {
+      if (ctx.settings.repeat > 1) process.stderr.write(`bench: round ${i}/${ctx.settings.repeat}\n`);
+      rounds.push(await round(ctx.repoRoot, counts, url, notes));
     }
+    const readings = medians(rounds);
 
     for (const r of readings) {
       if (r.kind === 'burrowd' && r.label.includes('embedded') && r.children.count === 0) {
@@ -108,7 +94,7 @@ export const weightScenario: Scenario = {
 
     ctx.info.burrow = {
       describe: `MALLOC_ARENA_MAX=2 (its shebang) burrowd --host 127.0.0.1 --port 0 --seed-api-key --data-dir <tmp> --log-level warn --workers N${url ? ' [--database-url <url>]' : ''}, a fresh process for each N; ` +
-        "`burrow http 127.0.0.1:<origin> --server http://127.0.0.1:<port> --token <seed key>` [--no-inspect] against the smallest one (embedded database), the origin a node:http server in the harness",
+        "`burrow http 127.0.0.1:<origin> --server http://127.0.0.1:<port> --token <seed key>` [--no-inspect] against a burrowd --workers 1 of their own (embedded database, not read), the origin a node:http server in the harness",
     };
     ctx.info.direct = { describe: "in weight, the floor: `node -e 'setInterval(()=>{},1e9)'`, the same node binary, no burrow at all" };
     return {
@@ -120,16 +106,63 @@ export const weightScenario: Scenario = {
         'kernel memory (socket buffers, page tables) — not in RSS',
       ],
       settings: {
-        method: `each process started fresh, left alone ${IDLE_AFTER_READY_MS / 1000} s after it was ready (burrowd: listening; client: tunnel up), then read once its RSS (with its children's) settled (two samples 1 s apart within 256 KiB): VmRSS, RssAnon, RssFile, RssShmem and Threads from /proc/<pid>/status, PSS from /proc/<pid>/smaps_rollup`,
+        method: `each round, each process started fresh, left alone ${IDLE_AFTER_READY_MS / 1000} s after it was ready (burrowd: listening; client: tunnel up), then read once its RSS (with its children's) settled (two samples 1 s apart within 256 KiB): VmRSS, RssAnon, RssFile, RssShmem and Threads from /proc/<pid>/status, PSS from /proc/<pid>/smaps_rollup`,
         'burrowd with children': "burrowd's VmRSS + the PSS of its descendants (the embedded PostgreSQL): their RSS summed would count the shared buffers and the postgres binary once per backend",
         'per shard': `(figure at --workers ${counts[counts.length - 1]} − figure at --workers ${counts[0]}) ÷ ${counts[counts.length - 1]! - counts[0]!}`,
-        concurrency: 'the floor and every burrowd run at the same time, then the two clients: PSS divides shared pages among every process mapping them, these and any other node or postgres on the machine, so PSS (not RSS, RssAnon or RssFile) moves with what else runs',
+        concurrency: 'in a round the floor, every burrowd and the two clients (with the burrowd they use) run at the same time: PSS divides shared pages among every process mapping them, these and any other node or postgres on the machine, so PSS (not RSS, RssAnon or RssFile) moves with what else runs',
         'burrowd --workers': counts.join(', '),
         'burrowd database': url ? 'the embedded PostgreSQL (children of burrowd, in --data-dir) and PostgreSQL at --database-url' : 'the embedded PostgreSQL (children of burrowd, in --data-dir)',
       },
     };
   },
 };
+
+/**
+ * One round, every process at once (memory does not depend on who else has the CPU): the
+ * floor, each burrowd, and the two clients on a burrowd of their own, which is not read (its
+ * tunnels would be in its figures).
+ */
+async function round(repoRoot: string, counts: number[], url: string | undefined, notes: string[]): Promise<Reading[]> {
+  const started: Running[] = [];
+  const origin = await listenOrigin();
+  try {
+    const floor: Running = { label: 'bare node (the floor)', kind: 'floor', proc: start('node-floor', process.execPath, ['-e', 'setInterval(()=>{},1e9)']), readyAt: Date.now() };
+    started.push(floor);
+    const [servers, clients] = await Promise.all([
+      startAll([...counts.map((n) => () => startBurrowd(repoRoot, n, undefined)), ...(url ? counts.map((n) => () => startBurrowd(repoRoot, n, url)) : [])], notes),
+      startBurrowd(repoRoot, 1, undefined, 'burrowd for the clients').then(
+        (host) => {
+          started.push(host);
+          return startAll([true, false].map((inspect) => () => startClient(repoRoot, host, origin.port, inspect)), notes);
+        },
+        (err: Error) => {
+          notes.push(`client: not measured, ${err.message.split('\n')[0]}`);
+          return [];
+        },
+      ),
+    ]);
+    started.push(...servers, ...clients);
+    return await readAll([floor, ...servers, ...clients], notes);
+  } finally {
+    origin.server.close();
+    // Clients before the burrowd they use.
+    await Promise.all(started.filter((r) => r.kind === 'client').map((r) => stop(r.proc, STOP_GRACE_MS)));
+    await Promise.all(started.filter((r) => r.kind !== 'client').map((r) => stop(r.proc, STOP_GRACE_MS)));
+  }
+}
+
+/** The figure a case is judged by: burrowd with its children, the others alone. */
+const headline = (r: Reading): number => (r.kind === 'burrowd' ? withChildrenKiB(r) : r.self.rssKiB);
+
+/** Per case, the round whose headline figure is the median; the spread over rounds beside it. */
+function medians(rounds: Reading[][]): Reading[] {
+  const labels = [...new Set(rounds.flat().map((r) => r.label))];
+  return labels.map((l) => {
+    const all = rounds.flatMap((rs) => rs.filter((r) => r.label === l)).sort((a, b) => headline(a) - headline(b));
+    const median = all[Math.floor((all.length - 1) / 2)]!;
+    return { ...median, spread: all.map(headline) };
+  });
+}
 
 function label(workers: number, url: string | undefined): string {
   return `burrowd --workers ${workers}, ${url ? '--database-url' : 'embedded database'}`;
@@ -142,11 +175,10 @@ async function startAll<T extends Running>(starts: (() => Promise<T>)[], notes: 
   return settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
 }
 
-async function startBurrowd(repoRoot: string, workers: number, url: string | undefined): Promise<Burrowd> {
+async function startBurrowd(repoRoot: string, workers: number, url: string | undefined, name = label(workers, url)): Promise<Burrowd> {
   const serverJs = join(repoRoot, 'dist', 'src', 'main.js');
   const args = [serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', tempDir('weight'), '--log-level', 'warn', '--workers', String(workers)];
   if (url) args.push('--database-url', url);
-  const name = label(workers, url);
   const proc = start(`burrowd-${workers}${url ? '-url' : ''}`, process.execPath, args, { env: { ...process.env, ...shebangEnv(serverJs) } });
   try {
     // First stdout line: the seeded key; a later one: where it listens (ready).
@@ -253,7 +285,7 @@ function perShardCost(readings: Reading[], counts: number[], url: string | undef
 const f1 = (kib: number): string => MiB(kib).toFixed(1);
 
 function processTable(readings: Reading[], perShard: PerShard[], floor: Reading | undefined): string {
-  const head = ['process', 'VmRSS MiB', 'RssAnon MiB', 'RssFile MiB', 'RssShmem MiB', 'PSS MiB', 'threads', 'children: n, PSS MiB (RSS summed)', 'with children: RSS + children PSS, MiB', 'VmRSS − floor MiB'];
+  const head = ['process', 'VmRSS MiB', 'RssAnon MiB', 'RssFile MiB', 'RssShmem MiB', 'PSS MiB', 'threads', 'children: n, PSS MiB (RSS summed)', 'with children: RSS + children PSS, MiB', 'VmRSS − floor MiB', 'rounds: VmRSS (burrowd: with children), MiB'];
   const rows = readings.map((r) => [
     r.label,
     f1(r.self.rssKiB),
@@ -265,8 +297,9 @@ function processTable(readings: Reading[], perShard: PerShard[], floor: Reading 
     r.children.count ? `${r.children.count}: ${f1(r.children.pssKiB)} (${f1(r.children.rssKiB)})` : '—',
     r.kind === 'burrowd' ? f1(withChildrenKiB(r)) : '—',
     floor && r !== floor ? f1(r.self.rssKiB - floor.self.rssKiB) : '—',
+    (r.spread ?? []).map(f1).join(', '),
   ]);
-  const shardRows = perShard.map((p) => [`per shard, ${p.db} (${p.formula})`, f1(p.rssKiB), f1(p.anonKiB), '', '', f1(p.pssKiB), p.threads.toFixed(1), '', f1(p.withChildrenKiB), '']);
+  const shardRows = perShard.map((p) => [`per shard, ${p.db} (${p.formula})`, f1(p.rssKiB), f1(p.anonKiB), '', '', f1(p.pssKiB), p.threads.toFixed(1), '', f1(p.withChildrenKiB), '', '']);
   return [head, head.map(() => '---'), ...rows, ...shardRows].map((c) => `| ${c.join(' | ')} |`).join('\n');
 }
 
