@@ -43,6 +43,8 @@ const TARGET_CLIENT_MIB = 40;
 interface Running {
   label: string;
   kind: 'floor' | 'burrowd' | 'client';
+  /** Row order in the table. */
+  order: number;
   proc: Proc;
   readyAt: number;
 }
@@ -50,6 +52,7 @@ interface Running {
 interface Reading {
   label: string;
   kind: Running['kind'];
+  order: number;
   self: Memory;
   children: { count: number; rssKiB: number; pssKiB: number };
   /** The headline figure (KiB) of every round, ascending. */
@@ -80,7 +83,9 @@ export const weightScenario: Scenario = {
     const rounds: Reading[][] = [];
     for (let i = 1; i <= ctx.settings.repeat; i++) {
       if (ctx.settings.repeat > 1) process.stderr.write(`bench: round ${i}/${ctx.settings.repeat}\n`);
-      rounds.push(await round(ctx.repoRoot, counts, url, notes));
+      const lost: string[] = [];
+      rounds.push(await round(ctx.repoRoot, counts, url, lost));
+      notes.push(...lost.map((l) => (ctx.settings.repeat > 1 ? `round ${i}: ${l}` : l)));
     }
     const readings = medians(rounds);
 
@@ -99,8 +104,10 @@ export const weightScenario: Scenario = {
     ctx.info.direct = { describe: "in weight, the floor: `node -e 'setInterval(()=>{},1e9)'`, the same node binary, no burrow at all" };
     return {
       table: [processTable(readings, perShard, floorReading), '', targetTable(readings, perShard, counts), ''].join('\n'),
-      measurements: measurementsOf(readings, perShard, notes),
+      measurements: measurementsOf(readings, perShard),
       notMeasured: [
+        // A process that did not start or died, per round: its case has fewer rounds.
+        ...notes,
         'burrowd with tunnels: the idle scenario weighs each tunnel and connection',
         ...(url ? [] : ['burrowd on an external database: the run had no --database-url']),
         'kernel memory (socket buffers, page tables) — not in RSS',
@@ -126,11 +133,14 @@ async function round(repoRoot: string, counts: number[], url: string | undefined
   const started: Running[] = [];
   const origin = await listenOrigin();
   try {
-    const floor: Running = { label: 'bare node (the floor)', kind: 'floor', proc: start('node-floor', process.execPath, ['-e', 'setInterval(()=>{},1e9)']), readyAt: Date.now() };
+    const floor: Running = { label: 'bare node (the floor)', kind: 'floor', order: -1, proc: start('node-floor', process.execPath, ['-e', 'setInterval(()=>{},1e9)']), readyAt: Date.now() };
     started.push(floor);
-    const [servers, clients] = await Promise.all([
-      startAll([...counts.map((n) => () => startBurrowd(repoRoot, n, undefined)), ...(url ? counts.map((n) => () => startBurrowd(repoRoot, n, url)) : [])], notes),
-      startBurrowd(repoRoot, 1, undefined, 'burrowd for the clients').then(
+    const [embedded, external, clients] = await Promise.all([
+      startAll(counts.map((n, i) => () => startBurrowd(repoRoot, n, undefined, i)), notes),
+      // One start at a time on the shared database: three --seed-api-key starts at once on one
+      // database have failed here (one exited before printing its key).
+      startOneByOne(url ? counts.map((n, i) => () => startBurrowd(repoRoot, n, url, counts.length + i)) : [], notes),
+      startBurrowd(repoRoot, 1, undefined, -1, 'burrowd for the clients').then(
         (host) => {
           started.push(host);
           return startAll([true, false].map((inspect) => () => startClient(repoRoot, host, origin.port, inspect)), notes);
@@ -141,8 +151,8 @@ async function round(repoRoot: string, counts: number[], url: string | undefined
         },
       ),
     ]);
-    started.push(...servers, ...clients);
-    return await readAll([floor, ...servers, ...clients], notes);
+    started.push(...embedded, ...external, ...clients);
+    return await readAll([floor, ...embedded, ...external, ...clients], notes);
   } finally {
     origin.server.close();
     // Clients before the burrowd they use.
@@ -161,7 +171,7 @@ function medians(rounds: Reading[][]): Reading[] {
     const all = rounds.flatMap((rs) => rs.filter((r) => r.label === l)).sort((a, b) => headline(a) - headline(b));
     const median = all[Math.floor((all.length - 1) / 2)]!;
     return { ...median, spread: all.map(headline) };
-  });
+  }).sort((a, b) => a.order - b.order);
 }
 
 function label(workers: number, url: string | undefined): string {
@@ -169,13 +179,21 @@ function label(workers: number, url: string | undefined): string {
 }
 
 /** Starts each, in parallel; one that fails becomes a note, the others go on. */
+/** Starts each after the previous is ready; one that fails becomes a note. */
+async function startOneByOne<T extends Running>(starts: (() => Promise<T>)[], notes: string[]): Promise<T[]> {
+  const out: T[] = [];
+  for (const s of starts) out.push(...(await startAll([s], notes)));
+  return out;
+}
+
 async function startAll<T extends Running>(starts: (() => Promise<T>)[], notes: string[]): Promise<T[]> {
   const settled = await Promise.allSettled(starts.map((s) => s()));
   for (const s of settled) if (s.status === 'rejected') notes.push(`did not start: ${(s.reason as Error).message.split('\n')[0]}`);
   return settled.flatMap((s) => (s.status === 'fulfilled' ? [s.value] : []));
 }
 
-async function startBurrowd(repoRoot: string, workers: number, url: string | undefined, name = label(workers, url)): Promise<Burrowd> {
+/** `order`: the row's place in the table. */
+async function startBurrowd(repoRoot: string, workers: number, url: string | undefined, order: number, name = label(workers, url)): Promise<Burrowd> {
   const serverJs = join(repoRoot, 'dist', 'src', 'main.js');
   const args = [serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', tempDir('weight'), '--log-level', 'warn', '--workers', String(workers)];
   if (url) args.push('--database-url', url);
@@ -190,10 +208,11 @@ async function startBurrowd(repoRoot: string, workers: number, url: string | und
       }
       return null;
     }, START_TIMEOUT_MS, 'the listening address');
-    return { label: name, kind: 'burrowd', proc, readyAt: Date.now(), serverUrl: `http://${LOOPBACK}:${port}`, key };
+    return { label: name, kind: 'burrowd', order, proc, readyAt: Date.now(), serverUrl: `http://${LOOPBACK}:${port}`, key };
   } catch (err) {
     await stop(proc);
-    throw new Error(`${name}: ${(err as Error).message}`);
+    const why = proc.stderr().trim().split('\n').pop();
+    throw new Error(`${name}: ${(err as Error).message.split('\n')[0]}${why ? ` (its last stderr line: ${why.slice(0, 300)})` : ''}`);
   }
 }
 
@@ -211,7 +230,7 @@ async function startClient(repoRoot: string, server: Burrowd, originPort: number
     if (inspect) await waitForOutput(proc, 'stderr', (t) => (/inspector at /.test(t) ? true : /no request inspector/.test(t) ? false : null), 10_000, 'the inspector address').then((ok) => {
       if (!ok) throw new Error('no inspector started (ports 4040-4049 taken)');
     });
-    return { label, kind: 'client', proc, readyAt: Date.now() };
+    return { label, kind: 'client', order: 100 + (inspect ? 0 : 1), proc, readyAt: Date.now() };
   } catch (err) {
     await stop(proc);
     throw new Error(`${label}: ${(err as Error).message}`);
@@ -242,6 +261,7 @@ async function readWhenIdle(r: Running): Promise<Reading> {
   return {
     label: r.label,
     kind: r.kind,
+    order: r.order,
     self,
     children: { count: children.length, rssKiB: sum(children.map((c) => c.rssKiB)), pssKiB: sum(children.map((c) => c.pssKiB)) },
   };
@@ -320,7 +340,7 @@ function targetTable(readings: Reading[], perShard: PerShard[], counts: number[]
 }
 
 /** The same figures as Measurements (the JSON): burrow's processes under burrow, the floor under direct. */
-function measurementsOf(readings: Reading[], perShard: PerShard[], notes: string[]): Measurement[] {
+function measurementsOf(readings: Reading[], perShard: PerShard[]): Measurement[] {
   const out: Measurement[] = [];
   const add = (c: string, floor: boolean, metric: string, kib: number, raw?: unknown) =>
     out.push({ case: c, metric, higherIsBetter: false, values: floor ? { direct: MiB(kib) } : { burrow: MiB(kib) }, ...(raw ? { raw: floor ? { direct: raw } : { burrow: raw } } : {}) });
@@ -338,7 +358,5 @@ function measurementsOf(readings: Reading[], perShard: PerShard[], notes: string
     add(c, false, 'RssAnon MiB', p.anonKiB);
     add(c, false, 'with children MiB', p.withChildrenKiB);
   }
-  // Run-wide notes (a process that did not start) ride on the first row.
-  if (out[0] && notes.length) out[0].notes = { burrow: notes.join('; ') };
   return out;
 }
