@@ -26,11 +26,12 @@ import type { Measurement } from '../lib/report.js';
 /**
  * Each process is left alone this long after it is ready before it is read. burrowd's argon2
  * pool keeps no idle thread (src/workers/jobs.ts: minThreads 0) but its start-up hashes run on
- * one, which leaves after the pool's idleTimeout of 30 s: read sooner, every burrowd would carry
- * a ~12 MiB isolate an idle one has given back. The same wait for every process, so V8's idle
- * collections have run in all of them alike.
+ * one, which leaves after the pool's idleTimeout of 30 s (~8 MiB RSS and a thread). That is not
+ * the end of it: three burrowd --workers 4 started together read 135, 157 and 145 MiB at 40 s,
+ * and 138, 138 and 139 MiB at 120 s, falling in steps tens of seconds apart (a settle of two
+ * samples 1 s apart passes between steps). The same wait for every process.
  */
-const IDLE_AFTER_READY_MS = 35_000;
+const IDLE_AFTER_READY_MS = 120_000;
 const START_TIMEOUT_MS = 60_000;
 /** SIGTERM → exit: burrowd stops its PostgreSQL on the way out. */
 const STOP_GRACE_MS = 10_000;
@@ -77,9 +78,8 @@ export const weightScenario: Scenario = {
     const counts = [...ctx.settings.weightWorkers].sort((a, b) => a - b);
     const url = ctx.settings.burrowDatabaseUrl;
     const notes: string[] = [];
-    // Rounds one after the other, the median process of each case reported: the same idle
-    // burrowd measured 96 MiB in one run and 106 MiB in the next (RssAnon: the heaps), so one
-    // process per case cannot tell 5 MiB apart.
+    // Rounds one after the other, the median process of each case reported: one process per
+    // case is one draw (read at 35 s, the same idle burrowd was 96 MiB in one run, 106 in the next).
     const rounds: Reading[][] = [];
     for (let i = 1; i <= ctx.settings.repeat; i++) {
       if (ctx.settings.repeat > 1) process.stderr.write(`bench: round ${i}/${ctx.settings.repeat}\n`);
