@@ -21,8 +21,9 @@ import { tcpScenario } from './scenarios/tcp.js';
 import { idleScenario } from './scenarios/idle.js';
 import { holScenario } from './scenarios/hol.js';
 import { churnScenario } from './scenarios/churn.js';
+import { weightScenario } from './scenarios/weight.js';
 
-const SCENARIOS: Scenario[] = [httpScenario, httpsScenario, tcpScenario, idleScenario, holScenario, churnScenario];
+const SCENARIOS: Scenario[] = [httpScenario, httpsScenario, tcpScenario, idleScenario, weightScenario, holScenario, churnScenario];
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 
 const USAGE = `usage: npm run bench -- <scenario> [flags]
@@ -36,6 +37,8 @@ flags:
   --warmup SECS        unrecorded warm-up before each measurement (default 2)
   --connections LIST   keep-alive connection counts for http and https (default 1,64,256)
   --counts LIST        idle tunnels / connections for idle (default 1000,10000)
+  --worker-counts LIST weight: burrowd --workers values, a fresh burrowd each (default 1,2,4);
+                       per-shard cost is (largest − smallest) ÷ their difference
   --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
   --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
   --threads N          wrk threads, capped at the connection count (default 1)
@@ -85,6 +88,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       warmup: { type: 'string', default: '2' },
       connections: { type: 'string', default: '1,64,256' },
       counts: { type: 'string', default: '1000,10000' },
+      'worker-counts': { type: 'string', default: '1,2,4' },
       'churn-secs': { type: 'string', default: '60' },
       'after-secs': { type: 'string', default: '60' },
       threads: { type: 'string', default: '1' },
@@ -126,6 +130,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       threads: positive(values.threads, 'threads', 1, 64),
       connections: list(values.connections, 'connections'),
       idleCounts: counts,
+      weightWorkers: list(values['worker-counts'], 'worker-counts'),
       churnSecs: positive(values['churn-secs'], 'churn-secs'),
       afterSecs: positive(values['after-secs'], 'after-secs', 0),
       origin: values.origin,
@@ -163,7 +168,7 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
       scenario: scenario.name,
       environment: env,
       settings: {
-        ...(scenario.name === 'idle' || scenario.name === 'churn' ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
+        ...(['idle', 'churn', 'weight'].includes(scenario.name) ? {} : { 'duration per measurement': `${settings.durationSecs} s (after ${settings.warmupSecs} s warm-up)` }),
         ...(['http', 'https', 'hol'].includes(scenario.name) ? { 'wrk threads': settings.threads } : {}),
         ...(scenario.name === 'idle' ? {} : { rounds: settings.repeat > 1 ? `${settings.repeat}, median reported` : 1 }),
         ...(out.settings ?? {}),
@@ -173,7 +178,11 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
       targets: ctx.info,
       measurements: out.measurements,
       notMeasured: out.notMeasured,
+      table: out.table,
     };
+    // A scenario that starts its own burrowd says how (weight: several --workers): its word
+    // replaces the run-wide lines above, in place.
+    Object.assign(result.settings, out.settings);
     const md = markdown(result);
     console.log(`\n${md}`);
     if (write) console.error(`bench: wrote ${writeResult(repoRoot, result).join(', ')}`);

@@ -18,6 +18,8 @@ export interface Settings {
   threads: number;
   connections: number[];
   idleCounts: number[];
+  /** weight: burrowd --workers values, one fresh burrowd each. */
+  weightWorkers: number[];
   /** churn: seconds of cycles, and how long after them RSS is taken. */
   churnSecs: number;
   afterSecs: number;
@@ -40,7 +42,7 @@ export interface Context {
   info: Partial<Record<TargetName, TargetInfo>>;
 }
 
-export type ScenarioOutput = Pick<ScenarioResult, 'measurements' | 'notMeasured'> & { settings?: Record<string, unknown> };
+export type ScenarioOutput = Pick<ScenarioResult, 'measurements' | 'notMeasured' | 'table'> & { settings?: Record<string, unknown> };
 
 export interface Scenario {
   name: string;

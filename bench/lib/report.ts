@@ -36,6 +36,11 @@ export interface ScenarioResult {
   measurements: Measurement[];
   /** What this scenario could not measure here, and why. */
   notMeasured: string[];
+  /**
+   * Markdown shown instead of the per-target table, for a scenario whose rows are processes
+   * rather than targets (weight); its figures are still in `measurements`.
+   */
+  table?: string;
 }
 
 const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
@@ -131,9 +136,9 @@ export function markdown(r: ScenarioResult): string {
   return [
     `# bench: ${r.scenario} (${e.date})`,
     '',
-    `↑ higher is better, ↓ lower is better. Ratios divide the left target's figure by the right one's.`,
+    r.table ? '↓ lower is better: every figure is memory.' : `↑ higher is better, ↓ lower is better. Ratios divide the left target's figure by the right one's.`,
     '',
-    table(r),
+    r.table ?? table(r),
     '',
     ...(n.length ? ['## Notes', '', ...n, ''] : []),
     ...(r.notMeasured.length ? ['## Not measured', '', ...r.notMeasured.map((s) => `- ${s}`), ''] : []),

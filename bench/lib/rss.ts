@@ -35,3 +35,37 @@ export async function settledRssKiB(pids: () => number[], maxMs = 15_000): Promi
     last = now;
   }
 }
+
+/** One process's resident memory by kind, KiB (weight). */
+export interface Memory {
+  /** VmRSS: every resident page the process maps, shared or not. */
+  rssKiB: number;
+  /** RssAnon: private allocations (heaps, stacks, V8): what the process itself costs. */
+  anonKiB: number;
+  /** RssFile: the binary and libraries mapped from disk, shared with every process mapping them. */
+  fileKiB: number;
+  /** RssShmem: shared memory (PostgreSQL's shared buffers). */
+  shmemKiB: number;
+  /** PSS: each page divided by the number of processes mapping it; sums without double counting. */
+  pssKiB: number;
+  threads: number;
+}
+
+/** /proc/<pid>/status and smaps_rollup of one process, or null once it has exited. */
+export function memoryOf(pid: number): Memory | null {
+  try {
+    const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+    const rollup = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+    const field = (text: string, name: string): number => Number(new RegExp(`^${name}:\\s+(\\d+)`, 'm').exec(text)?.[1] ?? NaN);
+    return {
+      rssKiB: field(status, 'VmRSS'),
+      anonKiB: field(status, 'RssAnon'),
+      fileKiB: field(status, 'RssFile'),
+      shmemKiB: field(status, 'RssShmem'),
+      pssKiB: field(rollup, 'Pss'),
+      threads: field(status, 'Threads'),
+    };
+  } catch {
+    return null;
+  }
+}
