@@ -173,7 +173,7 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
         ...(scenario.name === 'idle' ? {} : { rounds: settings.repeat > 1 ? `${settings.repeat}, median reported` : 1 }),
         ...(out.settings ?? {}),
         'burrowd --workers': settings.burrowWorkers ?? 'default (CPU count)',
-        'burrowd database': settings.burrowDatabaseUrl ? 'PostgreSQL (--database-url)' : 'embedded (PGlite in --data-dir)',
+        'burrowd database': settings.burrowDatabaseUrl ? 'PostgreSQL (--database-url)' : 'embedded (PostgreSQL child in --data-dir)',
       },
       targets: ctx.info,
       measurements: out.measurements,
