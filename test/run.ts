@@ -16,6 +16,7 @@ import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { availableParallelism, tmpdir } from 'node:os';
 import { startSharedEmbedded } from './helpers/database.js';
+import { MAX_LANES } from './helpers/ports.js';
 
 const root = fileURLToPath(new URL('.', import.meta.url));
 const FILE_TIMEOUT_MS = 120_000;
@@ -149,13 +150,14 @@ async function main(): Promise<void> {
   const results: Result[] = [];
   // One more file than cores: the files spend much of their time waiting on sockets and child
   // processes (a two-core run at 2 files used 1.2 cores), and past that, deadlines start to bite.
-  const parallel = Number(process.env.TEST_PARALLEL) || Math.max(3, Math.min(6, availableParallelism() + 1));
+  const parallel = Math.min(MAX_LANES, Number(process.env.TEST_PARALLEL) || Math.max(3, Math.min(MAX_LANES, availableParallelism() + 1)));
   let next = 0;
   await Promise.all(
-    Array.from({ length: parallel }, async () => {
+    Array.from({ length: parallel }, async (_, lane) => {
       while (next < jobs.length) {
         const job = jobs[next++]!;
-        const r = await runFile(job.file, job.db, job.env);
+        // The lane owns a block of fixed ports (test/helpers/ports.ts) while its file runs.
+        const r = await runFile(job.file, job.db, { ...job.env, TEST_LANE: String(lane) });
         results.push(r);
         const mark = r.failed ? 'FAIL' : 'ok  ';
         console.log(`${mark} [${r.db}] ${r.file}  ${r.passed} passed, ${r.failed} failed  (${(r.ms / 1000).toFixed(1)} s)`);

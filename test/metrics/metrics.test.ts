@@ -11,6 +11,7 @@ import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { WsClient } from '../../src/client/ws-client.js';
 import { listen, visit, type Local } from '../tunnel/helpers.js';
 import { parseExposition, sampleNames, valueOf, type Family } from './exposition.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // GET /metrics after known traffic through real tunnels (HTTP and TCP, two shards): exact
 // counter values, who may read them on the main port, the open --metrics-addr listener, the
@@ -24,7 +25,7 @@ let tcpPort: number;
 const clients: TunnelClient[] = [];
 /** The local service's upgraded sockets: http.Server.close waits for them. */
 const upgraded = new Set<net.Socket>();
-const TCP_MIN = 33_000 + Math.floor(Math.random() * 2000);
+const TCP_MIN = lanePorts(21).min;
 const DASHBOARD = fileURLToPath(new URL('../../../docs/grafana-dashboard.json', import.meta.url));
 
 async function scrapeOpen(path = '/metrics', method = 'GET'): Promise<Response> {

@@ -7,6 +7,7 @@ import { withDeadline } from '../helpers/deadline.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { F, FrameError, decodeFrame, encodeFrame } from '../../src/protocol/frames.js';
 import { listen, once, visit, sleep, type Local } from '../tunnel/helpers.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // Graceful shutdown of the data plane: after SIGTERM tunnelled requests in flight complete
 // (200) and an open TCP stream keeps relaying, while new visitors are refused (503 on a
@@ -14,7 +15,7 @@ import { listen, once, visit, sleep, type Local } from '../tunnel/helpers.js';
 // process exits 0 once they are done, within --shutdown-timeout.
 
 const SLOW_MS = 2_500;
-const RANGE = { min: 33_000 + Math.floor(Math.random() * 2000), span: 50 };
+const RANGE = { min: lanePorts(51).min, span: 50 };
 let web: Local;
 let echo: Local;
 let slowArrived: () => void = () => undefined;

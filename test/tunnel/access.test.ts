@@ -10,6 +10,7 @@ import { F } from '../../src/protocol/frames.js';
 import { GUESS_LIMIT } from '../../src/edge/access.js';
 import { listen, once, sleep, type Local } from './helpers.js';
 import { rawPeer, refusalIn } from './raw-peer.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // Access rules on tunnels (burrow http|tcp --basic-auth --allow-ip --deny-ip --expires), from
 // both sides: an admitted visitor reaches the local service; a refused one gets 401 (with the
@@ -29,7 +30,7 @@ let upgrades = 0;
 const upgraded: net.Socket[] = [];
 let tcpConnections = 0;
 const clients: TunnelClient[] = [];
-const RANGE = { min: 34_000 + Math.floor(Math.random() * 2000), span: 50 };
+const RANGE = { min: lanePorts(51).min, span: 50 };
 
 function start(type: 'http' | 'tcp', access: AccessRules, id?: string): TunnelClient & { requests: number; connections: number } {
   const c = new TunnelClient({ server: server.url, token: server.adminKey, type, local: { host: '127.0.0.1', port: type === 'http' ? web.port : echo.port }, id, access });

@@ -5,13 +5,14 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
 import { F, MAX_TUNNELS_PER_CONNECTION, type Frame } from '../../src/protocol/frames.js';
 import { rawPeer, refusalIn, type RawPeer } from './raw-peer.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // Admission limits hold under concurrency: Opens still being admitted count toward the
 // per-connection cap, and a user's TCP ports are bounded across connections and shards.
 
 // A range of our own (outside the default one other test files draw from), so counting
 // bound ports means counting ours.
-const RANGE = { min: 13370, max: 13469 };
+const RANGE = lanePorts(100);
 const MAX_PORTS = 4;
 let server: TestServer;
 const peers: RawPeer[] = [];

@@ -10,6 +10,7 @@ import { WsClient } from '../../src/client/ws-client.js';
 import type { DataPlaneCounts } from '../../src/protocol/tunnel-messages.js';
 import { listen, visit, type Local } from './helpers.js';
 import type { us_listen_socket } from '@trufflesuite/uws-js-unofficial';
+import { lanePorts } from '../helpers/ports.js';
 
 // Nothing of the data plane outlives its peers: after HTTP, WebSocket and TCP traffic on both
 // shards (visitors landing on either, so the mesh carries about half), and peers that leave
@@ -23,7 +24,7 @@ let echo: Local;
 let wsListen: us_listen_socket | null = null;
 let wsPort = 0;
 const wsLocal = new Set<{ close(): void }>();
-const RANGE_MIN = 33_000 + Math.floor(Math.random() * 2000);
+const RANGE_MIN = lanePorts(21).min;
 const TUNNELS = 4;
 
 async function counts(): Promise<DataPlaneCounts> {

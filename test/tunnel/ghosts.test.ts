@@ -6,11 +6,12 @@ import { api, eventually } from '../helpers/fixtures.js';
 import { WsClient } from '../../src/client/ws-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, encodeFrame, type OpenRequest } from '../../src/protocol/frames.js';
 import { visit } from './helpers.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // An admission that completes after its control connection is gone is undone: no id left
 // routed to nobody, no port left bound, no session left open.
 
-const RANGE = { min: 13470, max: 13569 };
+const RANGE = lanePorts(100);
 const N = 20;
 let server: TestServer;
 

@@ -9,6 +9,7 @@ import { WsClient } from '../../src/client/ws-client.js';
 import { encode } from '../../src/protocol/codec.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, RESET_CODES, decodeFrame, type Frame } from '../../src/protocol/frames.js';
 import { visit, sleep } from './helpers.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // Hostile tunnel clients: whatever a peer sends on its control connection (frames in invalid
 // orders, wrong field types, extreme numbers, unknown stream ids, bursts, garbage) ends at most
@@ -16,7 +17,7 @@ import { visit, sleep } from './helpers.js';
 // tunnels, and no TCP port stays bound.
 
 let server: TestServer;
-const TCP_RANGE = { min: 46_100, max: 46_399 };
+const TCP_RANGE = lanePorts(300);
 
 test.before(async () => {
   server = await startServer({ workers: 2, args: ['--tcp-port-range', `${TCP_RANGE.min}-${TCP_RANGE.max}`] });

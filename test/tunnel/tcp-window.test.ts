@@ -7,6 +7,7 @@ import { F, INITIAL_WINDOW_BYTES, MAX_DATA_BYTES, type Frame, type Opened } from
 import { WINDOW_SLACK_BYTES } from '../../src/protocol/flow-control.js';
 import { rawPeer, type RawPeer } from './raw-peer.js';
 import { sleep } from './helpers.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // A TCP stream's window, enforced by the edge both ways: a client that never returns credit
 // receives no more than the window from a visitor, and one that sends past the window and its
@@ -16,7 +17,7 @@ import { sleep } from './helpers.js';
 let server: TestServer;
 const peers: RawPeer[] = [];
 const sockets: net.Socket[] = [];
-const RANGE_MIN = 36_000 + Math.floor(Math.random() * 2000);
+const RANGE_MIN = lanePorts(21).min;
 
 test.before(async () => {
   server = await startServer({ args: ['--tcp-port-range', `${RANGE_MIN}-${RANGE_MIN + 20}`] });

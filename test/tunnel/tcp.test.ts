@@ -7,6 +7,7 @@ import { withDeadline } from '../helpers/deadline.js';
 import { api } from '../helpers/fixtures.js';
 import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
 import { listen, once, type Local } from './helpers.js';
+import { lanePorts } from '../helpers/ports.js';
 
 // TCP tunnels: a public port of --tcp-port-range on the owning shard, byte-exact relay both
 // ways, several connections at once, half-close in both directions.
@@ -15,7 +16,7 @@ let server: TestServer;
 let echo: Local;
 let halfClose: Local;
 const clients: TunnelClient[] = [];
-const RANGE = { min: 31_000 + Math.floor(Math.random() * 2000), span: 50 };
+const RANGE = { min: lanePorts(51).min, span: 50 };
 
 function client(port: number, remotePort?: number): TunnelClient {
   const c = new TunnelClient({ server: server.url, token: server.adminKey, type: 'tcp', local: { host: '127.0.0.1', port }, remotePort });
