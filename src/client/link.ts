@@ -1,4 +1,5 @@
-import { F, MAX_DATA_BYTES, FrameError, dataFrameHead, decodeFrame, encodeFrame, type Frame, type HttpHead, type TcpHead } from '../protocol/frames.js';
+import { F, FrameError, decodeFrame, encodeFrame, type Frame, type HttpHead, type TcpHead } from '../protocol/frames.js';
+import { FairWriter } from './fair-writer.js';
 import type { ClientStream, Sender } from './streams.js';
 import type { WsClient } from './ws-client.js';
 
@@ -20,16 +21,15 @@ export class Link {
   rttMs: number | null = null;
 
   constructor(readonly ws: WsClient) {
+    const writer = new FairWriter(ws);
     this.sender = {
-      send: (frame) => this.send(frame),
-      sendData: (sid, bytes) => {
-        for (let off = 0; off < bytes.byteLength; off += MAX_DATA_BYTES) {
-          const part = bytes.byteLength <= MAX_DATA_BYTES ? bytes : bytes.subarray(off, off + MAX_DATA_BYTES);
-          // Head and payload as two writes: the payload (a Buffer the local socket handed us,
-          // never reused) is not copied.
-          ws.sendParts(dataFrameHead(sid, part.byteLength), part);
-        }
+      send: (frame) => {
+        // A stream's End waits for its queued Data; its Reset overtakes it (fair-writer.ts).
+        if (frame[0] === F.End) writer.end(frame[1]);
+        else if (frame[0] === F.Reset) writer.reset(frame[1], frame);
+        else this.send(frame);
       },
+      sendData: (sid, bytes) => writer.data(sid, bytes),
     };
   }
 
