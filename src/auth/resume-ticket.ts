@@ -38,8 +38,10 @@ export class TicketBox {
     if (!m) return false;
     const expiry = Number(m[1]);
     if (expiry * 1000 <= nowMs) return false;
-    const given = Buffer.from(m[2]!, 'base64url');
-    const want = this.mac(prefix, digest, expiry);
+    // Compared as text: 43 base64url characters carry 2 spare bits, so decoding first would
+    // accept four spellings of one MAC.
+    const given = Buffer.from(m[2]!, 'latin1');
+    const want = Buffer.from(this.mac(prefix, digest, expiry).toString('base64url'), 'latin1');
     return given.length === want.length && timingSafeEqual(given, want);
   }
 
