@@ -456,28 +456,28 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       // cached, or already being verified, costs next to nothing and is never shed.
       const gated = !host.ctx.authIsCheap(authorization || undefined, ip, ticket);
       if (gated && !host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
-      // A revoke that lands while the key is being verified finds no connection to end yet, and
-      // the verification may have read the row before it: verify again (a fresh read) then.
-      const authenticate = async (): Promise<Principal> => {
+      // A revoke that lands while the key is being verified, or while main grants the seat,
+      // finds no connection to end yet, and the verification may have read the row before it:
+      // start again (a fresh read) then. From the last check to the connection's registration
+      // nothing but microtasks runs, and a revoke arrives as a message: it cannot slip between.
+      const admitted = async (): Promise<Principal> => {
         for (let attempt = 0; attempt < 3; attempt++) {
           const seen = host.revocations();
           const principal = await host.ctx.authenticate(authorization || undefined, ip, ticket);
+          if (host.revocations() !== seen) continue;
+          if (!scopeAllows('tunnels', principal.scopes)) throw new ApiError('forbidden', 'this key lacks the "tunnels" scope');
+          const seat = await host.ctx.main.ask({ type: 'control-connect', userId: principal.userId }, ADMIT_TIMEOUT_MS);
+          if (!seat.ok) {
+            throw new ApiError('too-many-requests', `limit reached: at most ${seat.limit} control connections per user (max-connections-per-user); close another burrow client first`, undefined, { 'retry-after': '10' });
+          }
+          if (gone || socket.destroyed) {
+            host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
+            throw new ApiError('unavailable', 'the client left during the handshake');
+          }
           if (host.revocations() === seen) return principal;
+          host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
         }
         throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
-      };
-      const admitted = async (): Promise<Principal> => {
-        const principal = await authenticate();
-        if (!scopeAllows('tunnels', principal.scopes)) throw new ApiError('forbidden', 'this key lacks the "tunnels" scope');
-        const seat = await host.ctx.main.ask({ type: 'control-connect', userId: principal.userId }, ADMIT_TIMEOUT_MS);
-        if (!seat.ok) {
-          throw new ApiError('too-many-requests', `limit reached: at most ${seat.limit} control connections per user (max-connections-per-user); close another burrow client first`, undefined, { 'retry-after': '10' });
-        }
-        if (gone || socket.destroyed) {
-          host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
-          throw new ApiError('unavailable', 'the client left during the handshake');
-        }
-        return principal;
       };
       admitted().finally(() => gated && host.handshakes.leave()).then(
         (principal) => {
