@@ -46,6 +46,11 @@ function tooMany(what: string, waitS: number): ApiError {
 // One answer for unknown, expired, revoked and deactivated: nothing to learn from it.
 const REJECTED = 'the API key is missing, invalid, expired or revoked, or its user is deactivated';
 
+/** The key of an `Authorization: Bearer <key>` header, or undefined. */
+function bearerToken(authorization: string | undefined): string | undefined {
+  return /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+}
+
 function usable(row: KeyForAuth): boolean {
   return !row.revoked_at && !row.deactivated_at && !(row.expires_at && row.expires_at.getTime() <= Date.now());
 }
@@ -62,7 +67,7 @@ export class Authenticator {
 
   /** `ticket`: a resumption ticket the client was given in Welcome (control connections only). */
   async authenticate(authorization: string | undefined, ip: string, ticket?: string): Promise<Principal> {
-    const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+    const token = bearerToken(authorization);
     const digest = token ? keyDigest(token) : null;
     const hit = digest ? this.cache.get(digest) : undefined;
     if (hit && (hit.expiresAtMs === null || hit.expiresAtMs > Date.now())) return hit.principal;
@@ -139,7 +144,7 @@ export class Authenticator {
 
   /** A resumption ticket for the key in `authorization` (which authenticated as `principal`). */
   resumeTicket(authorization: string, principal: Principal): string | null {
-    const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization)?.[1];
+    const token = bearerToken(authorization);
     const prefix = token ? keyPrefixOf(token) : null;
     if (!token || !prefix) return null;
     const untilMs = Math.min(Date.now() + TICKET_TTL_MS, principal.keyExpiresAtMs ?? Infinity);
@@ -152,7 +157,7 @@ export class Authenticator {
    * a reconnect storm sheds first is the rest (edge/handshake-gate.ts).
    */
   isCheap(authorization: string | undefined, ip: string, ticket?: string): boolean {
-    const token = /^Bearer\s+(\S+)\s*$/i.exec(authorization ?? '')?.[1];
+    const token = bearerToken(authorization);
     if (!token) return false;
     const digest = keyDigest(token);
     const prefix = keyPrefixOf(token);

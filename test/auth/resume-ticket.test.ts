@@ -93,6 +93,9 @@ test("another key's ticket, or a tampered one, is ignored: the key is verified a
   assert.is(await verifications(s), before + 1);
   await handshake(s, b!, ticketA);
   assert.is(await verifications(s), before + 2, "B with A's ticket was verified");
+  // Junk in the header, long or not ticket-shaped: ignored, the key verified as usual.
+  await handshake(s, b!, 'v1.9999999999.' + '\u00ff'.repeat(43));
+  await handshake(s, b!, 'x'.repeat(4000));
   const wrong = await createKeyFor(s, (await createUser(s)).id, { scopes: ['tunnels'] });
   const forged = `${wrong.slice(0, 16)}${'x'.repeat(43)}`;
   assert.is(await refusedStatus(s, forged, ticketA), 401, 'a guessed key with a stolen ticket');

@@ -200,6 +200,11 @@ test('wrong shapes are refused', () => {
     [F.Welcome, { v: 1, heartbeatMs: 5000, version: '' }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, version: 'x'.repeat(65) }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, version: 1 }],
+    // the resumption ticket goes back as a header value: token characters, bounded
+    [F.Welcome, { v: 1, heartbeatMs: 5000, resume: 'v1.1.a\r\nX-Evil: 1' }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, resume: 'a'.repeat(129) }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, resume: '' }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, resume: 7 }],
     [F.Opened, 1, { id: 'a', url: 'u'.repeat(70_000) }],
     [F.Reset, 1, 'no-such-code'],
     [F.Reset, 1, 7],
