@@ -2,13 +2,14 @@
 // (default 60) each target runs cycles of: open TUNNELS_PER_CYCLE tunnels (burrow: `burrow
 // http` processes; ssh: `ssh -R` processes), load each for a moment (1 MiB and 14 B bodies),
 // a burst of requests for an unknown tunnel (burrow: 404s), close the tunnels. The server's
-// RSS (burrowd: the process, all threads; sshd: the listener and every session child) is
-// sampled before, throughout (peak) and `--after-secs` (default 60) after the last cycle.
+// memory (burrowd: the process with all its threads by RSS, its PostgreSQL children by PSS;
+// sshd: the listener by RSS, every session child by PSS: lib/rss.ts serverKiB) is sampled
+// before, throughout (peak) and `--after-secs` (default 60) after the last cycle.
 // Target: after within 20 % of before.
 import { startOrigin, PATHS } from '../lib/origin.js';
 import { wrk } from '../lib/wrk.js';
 import { waitForHttp } from '../lib/net.js';
-import { rssKiB, settledRssKiB } from '../lib/rss.js';
+import { serverKiB, settledServerKiB } from '../lib/rss.js';
 import { stop, sleep } from '../lib/procs.js';
 import { measureEach, type Context, type Scenario, type ScenarioOutput } from '../lib/context.js';
 import type { Target } from '../targets/target.js';
@@ -75,9 +76,9 @@ export const churnScenario: Scenario = {
         withServer,
         `churn ${s.churnSecs} s (${TUNNELS_PER_CYCLE} tunnels per cycle), RSS ${s.afterSecs} s later`,
         async (t) => {
-          const beforeKiB = await settledRssKiB(() => t.serverPids());
+          const beforeKiB = await settledServerKiB(() => t.serverPids());
           let peakKiB = beforeKiB;
-          const sampler = setInterval(() => (peakKiB = Math.max(peakKiB, rssKiB(t.serverPids()))), RSS_SAMPLE_MS);
+          const sampler = setInterval(() => (peakKiB = Math.max(peakKiB, serverKiB(t.serverPids()))), RSS_SAMPLE_MS);
           let cycles = 0;
           let requests = 0;
           let unknownRequests = 0;
@@ -93,7 +94,7 @@ export const churnScenario: Scenario = {
             clearInterval(sampler);
           }
           await sleep(s.afterSecs * 1000);
-          const afterKiB = rssKiB(t.serverPids());
+          const afterKiB = serverKiB(t.serverPids());
           return { beforeMiB: MiB(beforeKiB), peakMiB: MiB(peakKiB), afterMiB: MiB(afterKiB), cycles, requests, unknownRequests, errors };
         },
         [
@@ -116,6 +117,7 @@ export const churnScenario: Scenario = {
         settings: {
           'churn seconds': s.churnSecs,
           'RSS after, seconds after the last cycle': s.afterSecs,
+          'RSS of': 'the server process by VmRSS, its children (burrowd: the embedded PostgreSQL; sshd: sessions) by PSS, so shared buffers count once',
           'cycle': `${TUNNELS_PER_CYCLE} tunnels opened; per tunnel wrk ${LOAD_SECS} s of GET 1 MiB (4 conns) and GET 14 B (16 conns) at once; burrow: wrk ${LOAD_SECS} s, 32 conns, Host ${UNKNOWN_HOST} (404); tunnels closed`,
         },
       };

@@ -11,7 +11,7 @@ import { fileURLToPath } from 'node:url';
 import { startOrigin } from '../lib/origin.js';
 import { start, stop, waitForOutput, type Proc } from '../lib/procs.js';
 import { LOOPBACK, waitForPort } from '../lib/net.js';
-import { settledRssKiB, rssKiB } from '../lib/rss.js';
+import { settledServerKiB, rssKiB } from '../lib/rss.js';
 import { openTargets, type Context, type Scenario, type ScenarioOutput } from '../lib/context.js';
 import type { Measurement } from '../lib/report.js';
 import type { Target, TargetName } from '../targets/target.js';
@@ -57,7 +57,7 @@ export const idleScenario: Scenario = {
     try {
       await withFreshTargets(ctx, async (t) => {
         if (!t.openIdleTunnels) return;
-        const base = await settledRssKiB(t.serverPids);
+        const base = await settledServerKiB(t.serverPids);
         let opened = 0;
         let prev: Sample['prev'] = null;
         for (const count of counts) {
@@ -98,7 +98,7 @@ export const idleScenario: Scenario = {
           }
           // waitForPort's probe connections reached the sink too; let them leave before the baseline.
           await waitForHeld(sink, 0);
-          const base = await settledRssKiB(t.serverPids);
+          const base = await settledServerKiB(t.serverPids);
           let prev: Sample['prev'] = null;
           for (const count of counts) {
             process.stderr.write(`bench: ${count} idle TCP connections — ${t.name} … `);
@@ -168,7 +168,7 @@ export const idleScenario: Scenario = {
 };
 
 async function measure(t: Target, baseKiB: number, prev: Sample['prev']): Promise<Sample> {
-  const serverKiB = await settledRssKiB(t.serverPids);
+  const serverKiB = await settledServerKiB(t.serverPids);
   // A figure from a dead server or dropped tunnels would look like a saving.
   if (t.serverPids().length === 0) throw new Error('the server process is gone');
   t.checkIdleTunnels?.();

@@ -18,7 +18,7 @@ import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import { start, stop, tempDir, waitForOutput, descendants, sleep, type Proc } from '../lib/procs.js';
 import { LOOPBACK } from '../lib/net.js';
-import { memoryOf, settledRssKiB, type Memory } from '../lib/rss.js';
+import { memoryOf, settledServerKiB, type Memory } from '../lib/rss.js';
 import { shebangEnv } from '../targets/burrow.js';
 import type { Context, Scenario, ScenarioOutput } from '../lib/context.js';
 import type { Measurement } from '../lib/report.js';
@@ -268,7 +268,7 @@ async function readWhenIdle(r: Running): Promise<Reading> {
     peakKiB = Math.max(peakKiB, memoryOf(r.proc.pid)?.rssKiB ?? 0);
     await sleep(PEAK_SAMPLE_MS);
   }
-  await settledRssKiB(() => [r.proc.pid, ...descendants(r.proc.pid)]);
+  await settledServerKiB(() => [r.proc.pid, ...descendants(r.proc.pid)]);
   const self = memoryOf(r.proc.pid);
   if (!self || !r.proc.isRunning()) throw new Error(`${r.label} exited while idle: ${r.proc.stderr().split('\n')[0]}`);
   const children = descendants(r.proc.pid).flatMap((pid) => memoryOf(pid) ?? []);
