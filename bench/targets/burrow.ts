@@ -18,9 +18,11 @@ const STOP_GRACE_MS = 10_000;
 const KEY_RE = /\bbk_[A-Za-z0-9]{12}_[A-Za-z0-9]{43}\b/;
 
 export interface BurrowOptions {
-  /** 'burrow1' is the one-shard comparison target (workers 1). */
-  name: 'burrow' | 'burrow1';
+  /** 'burrow1' is the one-shard comparison target (workers 1); 'burrow-mesh' the one without lanes. */
+  name: 'burrow' | 'burrow1' | 'burrow-mesh';
   repoRoot: string;
+  /** false: the CLI runs with --no-lanes (http tunnels), so cross-shard visitors take the mesh. */
+  lanes?: boolean;
   /** --workers for burrowd; undefined keeps burrowd's default (CPU count). */
   workers?: number;
   /** --database-url for burrowd; undefined: the embedded database in a temp --data-dir. */
@@ -47,7 +49,9 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   const prof = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
   // Every load tool connects from 127.0.0.1: the per-visitor-address bound (128 per shard by
   // default, a guard for a public edge) would answer 429 to part of the 256-connection rows.
-  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn', '--visitor-concurrency', String(BENCH_VISITOR_CONCURRENCY)];
+  // Every tunnel uses the one seeded key: the per-user bound on control connections (32 by
+  // default) would refuse all but 32 of the idle scenario's thousands of TunnelClients.
+  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn', '--visitor-concurrency', String(BENCH_VISITOR_CONCURRENCY), '--max-connections-per-user', String(BENCH_CONNECTIONS_PER_USER)];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
@@ -91,7 +95,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     const proc = start(
       `burrow-${kind}`,
       process.execPath,
-      [...prof, cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key, ...ca],
+      [...prof, cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key, ...ca, ...(kind === 'http' && opts.lanes === false ? ['--no-lanes'] : [])],
       { env: cliEnv },
     );
     tunnels.push(proc);
@@ -165,6 +169,8 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
 
 /** Above every connection count the scenarios use (bench/README.md "Targets"). */
 const BENCH_VISITOR_CONCURRENCY = 4096;
+/** Above the idle scenario's largest count (10,000 tunnels, one control connection each). */
+const BENCH_CONNECTIONS_PER_USER = 20_000;
 
 /** `#!/usr/bin/env -S A=1 B=2 node` → { A: '1', B: '2' }: what a user running burrowd gets. */
 export function shebangEnv(file: string): Record<string, string> {
