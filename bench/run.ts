@@ -42,9 +42,10 @@ flags:
   --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
   --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
   --threads N          wrk threads, capped at the connection count (default 1)
-  --targets LIST       any of direct,burrow,burrow1,node-proxy,ssh (default
+  --targets LIST       any of direct,burrow,burrow1,burrow-mesh,node-proxy,ssh (default
                        direct,burrow,node-proxy,ssh); burrow1 is burrowd with --workers 1, beside
-                       burrow: adds a burrow/1 shard ratio; node-proxy (a plain node:http reverse
+                       burrow: adds a burrow/1 shard ratio; burrow-mesh is burrow with a client
+                       that opens no lanes (--no-lanes): adds a burrow/no lanes ratio; node-proxy (a plain node:http reverse
                        proxy, the floor) is HTTP only: http, https and hol measure it, tcp, idle
                        and churn leave it out
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)

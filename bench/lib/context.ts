@@ -74,7 +74,7 @@ export async function openTargets(settings: Settings, repoRoot: string, tls?: Ce
             ? await sshTarget()
             : name === 'node-proxy'
               ? nodeProxyTarget({ tls })
-              : await burrowTarget({ name, repoRoot, workers: name === 'burrow1' ? 1 : settings.burrowWorkers, databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
+              : await burrowTarget({ name, repoRoot, workers: name === 'burrow1' ? 1 : settings.burrowWorkers, lanes: name !== 'burrow-mesh', databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
       targets.push(t);
       info[name] = { describe: t.describe };
     } catch (err) {
@@ -94,7 +94,7 @@ export function dropTarget(ctx: Context, target: Target, reason: string): void {
 }
 
 /**
- * Runs `measure` for each target in the fixed order direct → burrow → burrow1 → node-proxy →
+ * Runs `measure` for each target in the fixed order direct → burrow → burrow1 → burrow-mesh → node-proxy →
  * ssh, `--repeat` rounds (interleaved, so a noisy minute hits every target alike), keeps each
  * target's median run by the first metric, and builds one Measurement per metric. A target
  * that throws gets a note and no figure.

@@ -43,7 +43,7 @@ export interface ScenarioResult {
   table?: string;
 }
 
-const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
+const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'burrow-mesh': 'burrow, no lanes', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
 
 function fmt(v: number | undefined, metric: string): string {
   if (v === undefined || !Number.isFinite(v)) return 'n/a';
@@ -67,6 +67,7 @@ export function table(r: ScenarioResult): string {
   const shown = TARGET_NAMES.filter((t) => r.targets[t] !== undefined);
   const floor = shown.includes('node-proxy');
   const oneShard = shown.includes('burrow1');
+  const mesh = shown.includes('burrow-mesh');
   const head = [
     'case',
     'metric',
@@ -76,6 +77,7 @@ export function table(r: ScenarioResult): string {
     'burrow/ssh',
     'ssh/direct',
     ...(oneShard ? ['burrow/1 shard'] : []),
+    ...(mesh ? ['burrow/no lanes'] : []),
   ];
   // CPU shares are recorded once per case (on its first metric).
   const cpuByCase = new Map(r.measurements.filter((m) => m.cpu).map((m) => [m.case, m.cpu!]));
@@ -91,11 +93,12 @@ export function table(r: ScenarioResult): string {
       ratio(m.values.burrow, m.values.ssh),
       ratio(m.values.ssh, m.values.direct),
       ...(oneShard ? [ratio(m.values.burrow, m.values.burrow1)] : []),
+      ...(mesh ? [ratio(m.values.burrow, m.values['burrow-mesh'])] : []),
     ]);
     // After a case's last metric: how much CPU other processes took during each run.
     const cpu = cpuByCase.get(m.case);
     if (cpu && r.measurements[i + 1]?.case !== m.case) {
-      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', ...(floor ? [''] : []), '', '', ...(oneShard ? [''] : [])]);
+      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', ...(floor ? [''] : []), '', '', ...(oneShard ? [''] : []), ...(mesh ? [''] : [])]);
     }
   });
   const lines = [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`);

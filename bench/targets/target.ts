@@ -5,9 +5,12 @@
 
 // `burrow1` is burrowd with one shard (`--workers 1`), measured beside `burrow` (the default
 // shard count, or --workers) when asked for: the check that a second shard never makes a row slower.
+// `burrow-mesh` is `burrow` with a client that opens no lanes (`burrow http --no-lanes`): the
+// visitors who reach another shard than the tunnel's cross threads on the server instead (the
+// mesh), measured beside `burrow` to show whether lanes pay for their extra connections.
 // `node-proxy` is the floor: a plain node:http reverse proxy (node-proxy.ts), HTTP only.
-export type TargetName = 'direct' | 'burrow' | 'burrow1' | 'node-proxy' | 'ssh';
-export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'burrow1', 'node-proxy', 'ssh'];
+export type TargetName = 'direct' | 'burrow' | 'burrow1' | 'burrow-mesh' | 'node-proxy' | 'ssh';
+export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'burrow1', 'burrow-mesh', 'node-proxy', 'ssh'];
 /**
  * What a run measures unless --targets says otherwise; a scenario that cannot measure an
  * HTTP-only target (tcp, idle, churn) leaves it out.

@@ -86,6 +86,8 @@ interface ExposeOptions {
   expires?: number;
   /** http only: --inspect ADDR (string), --no-inspect (false) */
   inspect?: string | boolean;
+  /** http only, hidden: --no-lanes (false) */
+  lanes?: boolean;
 }
 
 /** Repeatable option values, in order. */
@@ -142,6 +144,8 @@ export interface RunFlags {
   quiet?: boolean;
   /** --inspect ADDR (string), --no-inspect (false); only runs with an http tunnel have an inspector */
   inspect?: string | boolean;
+  /** --no-lanes (false): one control connection, whatever the server's shard count */
+  lanes?: boolean;
 }
 
 /**
@@ -172,6 +176,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     server: target.server,
     token: target.token,
     ca: trustedCas(target.ca),
+    lanes: ctx.opts.lanes !== false,
     tunnels: specs.map((s) => {
       // The local side as the entry or flags asked: https verified unless upstream_insecure, Host
       // rewritten. Replays from the inspector go to this same target, the same way.
@@ -357,7 +362,10 @@ export function registerExpose(program: Command): void {
           .argument('<target>', 'local port (3000), host:port (192.168.1.5:8080) or an https:// URL (https://localhost:8443)')
           .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect)
           .option('--upstream-insecure', "accept the local https:// service's certificate without verifying it (self-signed dev servers)")
-          .option('--host-header <value>', "Host sent to the local service: 'rewrite' (its own host:port, for dev servers that refuse a foreign Host) or a value"),
+          .option('--host-header <value>', "Host sent to the local service: 'rewrite' (its own host:port, for dev servers that refuse a foreign Host) or a value")
+          // Hidden: it exists so the bench can weigh lanes against the server's cross-shard relay
+          // (bench target burrow-mesh); a user gains nothing from it but one connection less.
+          .addOption(new Option('--no-lanes', 'hold one control connection, no lane per server shard').hideHelp()),
       ),
     ).action(exposeAction('http')),
     [
