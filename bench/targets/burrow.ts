@@ -49,9 +49,10 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   const prof = opts.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfDir] : [];
   // Every load tool connects from 127.0.0.1: the per-visitor-address bound (128 per shard by
   // default, a guard for a public edge) would answer 429 to part of the 256-connection rows.
-  // Every tunnel uses the one seeded key: the per-user bound on control connections (32 by
-  // default) would refuse all but 32 of the idle scenario's thousands of TunnelClients.
-  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn', '--visitor-concurrency', String(BENCH_VISITOR_CONCURRENCY), '--max-connections-per-user', String(BENCH_CONNECTIONS_PER_USER)];
+  // Every tunnel uses the one seeded key: the per-user bounds on control connections (32 by
+  // default) and live tunnels (100) would refuse most of the idle scenario's thousands.
+  const perUser = String(BENCH_TUNNELS_PER_USER);
+  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn', '--visitor-concurrency', String(BENCH_VISITOR_CONCURRENCY), '--max-connections-per-user', perUser, '--max-tunnels-per-user', perUser];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
@@ -170,7 +171,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
 /** Above every connection count the scenarios use (bench/README.md "Targets"). */
 const BENCH_VISITOR_CONCURRENCY = 4096;
 /** Above the idle scenario's largest count (10,000 tunnels, one control connection each). */
-const BENCH_CONNECTIONS_PER_USER = 20_000;
+const BENCH_TUNNELS_PER_USER = 20_000;
 
 /** `#!/usr/bin/env -S A=1 B=2 node` → { A: '1', B: '2' }: what a user running burrowd gets. */
 export function shebangEnv(file: string): Record<string, string> {
