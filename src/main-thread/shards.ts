@@ -8,6 +8,15 @@ import type { Config } from '../config.js';
 import type { Logger } from '../log.js';
 import type { ShardWorkerData } from '../workers/shard-worker.js';
 
+/**
+ * Young generation of each shard's V8 heap (two semi-spaces of 4 MiB and the large-object
+ * space beside them). V8 grows it to 48 MiB under load and keeps the pages: a minute after a
+ * churn of tunnels under load, a 2-shard burrowd held 74 % more than before it, and 27 % with
+ * this cap (bench/results/2026-11-26-churn.md). The http bench moved within its noise: a
+ * scavenge costs what survives it, not the size of the space.
+ */
+const SHARD_YOUNG_GENERATION_MB = 12;
+
 //   ShardSupervisor (main thread)
 //     ├── shard 0  Worker(shard-worker.js)  ── Mailbox ──┐
 //     ├── shard 1  …                                      ├── full mesh of MessagePorts
@@ -113,7 +122,11 @@ export class ShardSupervisor {
 
   private spawn(index: number, port: number, first = false): Promise<number> {
     const data: ShardWorkerData = { index, config: this.config, databaseUrl: this.databaseUrl, port, apiPath: this.apiPaths[index]! };
-    const worker = new Worker(new URL('../workers/shard-worker.js', import.meta.url), { workerData: data, name: `shard-${index}` });
+    const worker = new Worker(new URL('../workers/shard-worker.js', import.meta.url), {
+      workerData: data,
+      name: `shard-${index}`,
+      resourceLimits: { maxYoungGenerationSizeMb: SHARD_YOUNG_GENERATION_MB },
+    });
     const mailbox = mailboxOfWorker<MainToShard, ShardToMain>(worker);
     const shard: Shard = { index, worker, mailbox, ready: false, stopping: false };
     this.shards[index] = shard;
