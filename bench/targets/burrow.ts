@@ -50,9 +50,10 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   // Every load tool connects from 127.0.0.1: the per-visitor-address bound (128 per shard by
   // default, a guard for a public edge) would answer 429 to part of the 256-connection rows.
   // Every tunnel uses the one seeded key: the per-user bounds on control connections (32 by
-  // default) and live tunnels (100) would refuse most of the idle scenario's thousands.
+  // default), live tunnels (100) and registrations a minute (120) would refuse most of the
+  // idle scenario's thousands.
   const perUser = String(BENCH_TUNNELS_PER_USER);
-  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn', '--visitor-concurrency', String(BENCH_VISITOR_CONCURRENCY), '--max-connections-per-user', perUser, '--max-tunnels-per-user', perUser];
+  const args = [...prof, serverJs, '--host', LOOPBACK, '--port', '0', '--seed-api-key', '--data-dir', dataDir, '--log-level', 'warn', '--visitor-concurrency', String(BENCH_VISITOR_CONCURRENCY), '--max-connections-per-user', perUser, '--max-tunnels-per-user', perUser, '--max-registrations-per-minute', perUser];
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
