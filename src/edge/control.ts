@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import type { Socket } from 'node:net';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
 import { WsConnection } from '../protocol/ws-connection.js';
@@ -421,6 +422,29 @@ export function isControlRequest(head: RequestHead): boolean {
 }
 
 /**
+ * The 101 and the ControlConnection on an admitted handshake's socket. A function of its own,
+ * so the listeners it leaves on the connection close over these values only, not over the
+ * handshake's scope (its request head, its Authorization header, the FrontConnection).
+ */
+function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: string, principal: Principal, ip: string, ticket: string | null): void {
+  const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
+  socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
+  const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');
+  const control = new ControlConnection(ws, host, principal, ip, ticket);
+  host.connections.add(control);
+  ws.on('message', (m) => control.receive(m));
+  ws.on('close', () => {
+    host.connections.delete(control);
+    try {
+      control.onClosed();
+    } catch (err) {
+      host.log.error({ err }, 'control connection teardown failed');
+    }
+  });
+  socket.resume();
+}
+
+/**
  * The handshake of a control connection: checked, then the key authenticated (401/403/429
  * answered as problem+json before any upgrade), then 101 and a ControlConnection on the socket.
  */
@@ -441,7 +465,10 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       conn.detach();
       const socket = conn.socket;
       socket.pause();
-      socket.once('close', () => (gone = true));
+      const left = (): void => {
+        gone = true;
+      };
+      socket.once('close', left);
       const key = headerOf(head.headers, 'sec-websocket-key') ?? '';
       if (head.method !== 'GET' || (headerOf(head.headers, 'upgrade') ?? '').toLowerCase() !== 'websocket') {
         return refuse('bad-request', 'the control connection is a WebSocket: GET with Upgrade: websocket');
@@ -485,21 +512,11 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
             host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
             return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
           }
-          const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
-          socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
-          const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');
-          const control = new ControlConnection(ws, host, principal, ip, host.ctx.resumeTicket(authorization, principal));
-          host.connections.add(control);
-          ws.on('message', (m) => control.receive(m));
-          ws.on('close', () => {
-            host.connections.delete(control);
-            try {
-              control.onClosed();
-            } catch (err) {
-              host.log.error({ err }, 'control connection teardown failed');
-            }
-          });
-          socket.resume();
+          // From here the WebSocket owns the socket's end: the handshake's listeners, head and
+          // FrontConnection would otherwise stay reachable for the connection's whole life.
+          socket.off('close', left);
+          conn.release();
+          openControl(host, socket, rest, key, principal, ip, host.ctx.resumeTicket(authorization, principal));
         },
         (err: unknown) => {
           // An 'internal' ApiError carries another thread's exception text: logged, not shown.
