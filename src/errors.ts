@@ -66,16 +66,18 @@ export function problemOf(code: ProblemCode, detail: string, errors?: FieldError
 export interface CodedError {
   code: string;
   detail: string;
+  /** The ApiError's response headers (a rate limit's Retry-After), kept across the thread. */
+  headers?: Record<string, string>;
 }
 
 export function toCodedError(err: unknown): CodedError {
-  if (err instanceof ApiError) return { code: err.code, detail: err.detail };
+  if (err instanceof ApiError) return { code: err.code, detail: err.detail, ...(err.headers ? { headers: err.headers } : {}) };
   return { code: 'internal', detail: err instanceof Error ? err.message : String(err) };
 }
 
 export function fromCodedError(e: CodedError): ApiError {
   const code = (e.code in PROBLEMS ? e.code : 'internal') as ProblemCode;
-  return new ApiError(code, e.detail);
+  return new ApiError(code, e.detail, undefined, e.headers);
 }
 
 export function assertNever(x: never): never {

@@ -152,7 +152,8 @@ export class RegistryActor {
     const max = this.config.maxRegistrationsPerMinute;
     if (recent.length >= max) {
       this.opens.set(userId, recent);
-      throw new ApiError('unavailable', `rate-limited: at most ${max} tunnel registrations per user per minute (max-registrations-per-minute); try again in ${Math.ceil((recent[0]! + RATE_WINDOW_MS - now) / 1000)} s`);
+      const waitS = Math.ceil((recent[0]! + RATE_WINDOW_MS - now) / 1000);
+      throw new ApiError('unavailable', `rate-limited: at most ${max} tunnel registrations per user per minute (max-registrations-per-minute); try again in ${waitS} s`, undefined, { 'retry-after': String(waitS) });
     }
     recent.push(now);
     this.opens.set(userId, recent);

@@ -419,7 +419,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     // An id this client held, refused after a reconnect, is not a final "taken": the server
     // keeps it for its last user (--id-grace), or an admin may free it; retry with backoff.
     const mine = r.code === 'conflict' && t.registered !== null;
-    const err = new TunnelRefused(r.code, r.message, r.permanent && !mine, t.name);
+    const err = new TunnelRefused(r.code, r.message, r.permanent && !mine, t.name, r.retryAfterMs === undefined ? null : r.retryAfterMs / 1000);
     if (err.permanent) return this.failTunnel(t, err);
     t.live = false;
     t.laneKey = null;
@@ -430,10 +430,13 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     }
     // Others are up: ask again for this one alone, later, on the same connection.
     if (t.retryTimer) return;
-    t.retryTimer = setTimeout(() => {
-      t.retryTimer = null;
-      if (this.link && !t.failed && !t.live) this.sendOpen(t);
-    }, backoffMs(++t.attempt));
+    t.retryTimer = setTimeout(
+      () => {
+        t.retryTimer = null;
+        if (this.link && !t.failed && !t.live) this.sendOpen(t);
+      },
+      err.retryAfterS !== null ? retryAfterMs(err.retryAfterS) : backoffMs(++t.attempt),
+    );
   }
 
   private checkStarted(): void {

@@ -12,7 +12,7 @@ import type { Logger } from '../log.js';
 import { burrowVersion } from '../version.js';
 import type { HandshakeGate } from './handshake-gate.js';
 import {
-  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
+  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, RESUME_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
@@ -399,7 +399,11 @@ export function refusalOf(err: unknown): Refusal {
   if (err instanceof ApiError && err.code !== 'internal') {
     const transient = err.code === 'unavailable';
     const code = (['unauthorized', 'forbidden', 'conflict', 'bad-request', 'not-found', 'unavailable'] as const).find((c) => c === err.code) ?? 'internal';
-    return { code, message: err.detail, permanent: !transient };
+    // A Retry-After in seconds (a rate limit) travels as retryAfterMs: the client waits it out
+    // instead of asking again within its usual second.
+    const retryAfterS = transient ? Number(err.headers?.['retry-after']) : NaN;
+    const retryAfterMs = Number.isInteger(retryAfterS) && retryAfterS >= 0 ? Math.min(retryAfterS * 1000, MAX_RETRY_AFTER_MS) : undefined;
+    return { code, message: err.detail, permanent: !transient, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) };
   }
   return { code: 'internal', message: 'the server failed to register the tunnel', permanent: false };
 }

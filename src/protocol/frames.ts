@@ -7,7 +7,7 @@ import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRule
 //   ── Hello {v} ─────────────────────────────▶            (first frame, version check)
 //   ◀──────────────────────────────── Welcome {v}          (or Fatal + close)
 //   ── Open reqId {type,id?,teamId?,...} ────▶             (any number of tunnels per connection)
-//   ◀─────────────── Opened reqId {id,url,remotePort}      (or Refused reqId {code,message,permanent})
+//   ◀─────────────── Opened reqId {id,url,remotePort}      (or Refused reqId {code,message,permanent,retryAfterMs?})
 //   ── Open reqId {type:'http',id,lane} ──────▶             (on another shard's connection: a lane, below)
 //   ◀── StreamOpen sid tunnelId head                       (a visitor request / TCP connection)
 //   ◀─▶ Data sid bytes / End sid / Reset sid / Credit sid n (both ways)
@@ -150,7 +150,11 @@ export interface Refusal {
   code: RefusalCode;
   message: string;
   permanent: boolean;
+  /** A transient refusal that knows when asking again can succeed (a rate limit): wait this long. */
+  retryAfterMs?: number;
 }
+/** Longest wait a Refusal may ask for (an hour); a larger value is a malformed frame. */
+export const MAX_RETRY_AFTER_MS = 3_600_000;
 /** http: method, target (path + query), headers as a flat [name, value, ...] list in arrival order. */
 export interface HttpHead {
   kind: 'http';
@@ -346,6 +350,8 @@ function checkRefusal(c: Fields, x: unknown, field: string): void {
   c.oneOf(r.code, `${field}.code`, REFUSAL_CODES);
   c.str(r.message, `${field}.message`, MAX_TEXT_CHARS);
   c.bool(r.permanent, `${field}.permanent`);
+  // Optional, and unknown to protocol-2 clients before it, which ignore it.
+  if (r.retryAfterMs !== undefined) c.int(r.retryAfterMs, `${field}.retryAfterMs`, 0, MAX_RETRY_AFTER_MS);
 }
 
 function checkStreamHead(c: Fields, x: unknown): void {

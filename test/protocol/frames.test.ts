@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import {
-  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame,
+  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, MAX_RETRY_AFTER_MS, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame,
 } from '../../src/protocol/frames.js';
 import { encode } from '../../src/protocol/codec.js';
 import { MAX_BASIC_AUTH, MAX_CIDRS, MAX_EXPIRY_MS, accessRulesProblem, expiryProblem, parseCidr } from '../../src/protocol/access.js';
@@ -18,11 +18,15 @@ const headers = fc.array(fc.tuple(str, str), { maxLength: 8 }).map((pairs) => pa
 /** Response headers go to the visitor as they are: names are tokens, values have no CR/LF/NUL. */
 const token = fc.stringMatching(/^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,20}$/);
 const fieldValue = str.filter((v) => !/[\r\n\0]/.test(v));
-const refusal = fc.record({
-  code: fc.constantFrom('unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'deleted'),
-  message: str,
-  permanent: fc.boolean(),
-});
+const refusal = fc.record(
+  {
+    code: fc.constantFrom('unauthorized', 'forbidden', 'conflict', 'bad-request', 'version', 'deleted'),
+    message: str,
+    permanent: fc.boolean(),
+    retryAfterMs: fc.integer({ min: 0, max: MAX_RETRY_AFTER_MS }),
+  },
+  { requiredKeys: ['code', 'message', 'permanent'] },
+);
 const bytes = fc.uint8Array({ maxLength: 2048 });
 /** Valid access rules: USER:PASS credentials, v4 and v6 CIDRs (bare or with a prefix), an expiry. */
 const cidr = fc.oneof(
@@ -221,6 +225,10 @@ test('wrong shapes are refused', () => {
     [F.Ping, -1],
     [F.Fatal, { code: 'made-up', message: 'x', permanent: true }],
     [F.Closed, 5, { code: 'deleted', message: 'x', permanent: true }],
+    [F.Refused, 1, { code: 'unavailable', message: 'x', permanent: false, retryAfterMs: -1 }],
+    [F.Refused, 1, { code: 'unavailable', message: 'x', permanent: false, retryAfterMs: MAX_RETRY_AFTER_MS + 1 }],
+    [F.Refused, 1, { code: 'unavailable', message: 'x', permanent: false, retryAfterMs: '60000' }],
+    [F.Refused, 1, { code: 'unavailable', message: 'x', permanent: false, retryAfterMs: 1.5 }],
     [F.StreamOpen, 1, 'id', { kind: 'http', method: 'GET', target: '/', headers: [], upgrade: 'yes' }],
     [F.StreamOpen, 1, 'id', { kind: 'udp', remote: 'x' }],
     [F.Data, 1, Buffer.alloc(1), 'extra'],

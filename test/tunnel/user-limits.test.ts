@@ -4,6 +4,8 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { createKeyFor, createUser, eventually } from '../helpers/fixtures.js';
 import { F, type Frame } from '../../src/protocol/frames.js';
 import { rawPeer, refusalIn, type RawPeer } from './raw-peer.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
+import { withDeadline } from '../helpers/deadline.js';
 
 // One tunnels key registered 19,200 tunnels in 2 s and left 48,685 session
 // rows that nothing pruned. Per-user cap on live tunnels, a registration rate, and a retention
@@ -58,7 +60,8 @@ test('live tunnels per user are capped over every connection; a takeover does no
 
 test('registrations per user per minute are limited: past it a transient refusal that says so', async () => {
   const u = await createUser(server);
-  const p = await peer(await createKeyFor(server, u.id));
+  const key = await createKeyFor(server, u.id);
+  const p = await peer(key);
   // The same id over and over (register, take over): churn, not a growing set of tunnels.
   for (let i = 1; i <= MAX_RATE + 3; i++) p.send([F.Open, 100 + i, { type: 'http', id: 'churn-me' }]);
   const all = await answers(p, MAX_RATE + 3);
@@ -67,7 +70,18 @@ test('registrations per user per minute are limited: past it a transient refusal
   for (const f of limited) {
     assert.is(refusalIn(f).permanent, false, 'the client backs off and retries');
     assert.match(refusalIn(f).message, /at most 12 tunnel registrations per user per minute/);
+    // When asking again can succeed: the oldest registration leaves the minute's window.
+    const wait = refusalIn(f).retryAfterMs;
+    assert.ok(wait !== undefined && wait > 0 && wait <= 60_000, `retryAfterMs ${wait}`);
   }
+  // A real client waits that out (at least its first half) instead of its usual second.
+  const client = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: 9 } });
+  const reconnecting = new Promise<{ delayMs: number; reason: string }>((resolve) => client.once('reconnecting', resolve));
+  void client.start().catch(() => undefined);
+  const r = await withDeadline(reconnecting, 10_000, 'the rate-limited client schedules its retry');
+  await client.stop();
+  assert.match(r.reason, /rate-limited/);
+  assert.ok(r.delayMs >= 25_000, `waited ${r.delayMs} ms`);
   const other = await peer(await createKeyFor(server, (await createUser(server)).id));
   assert.is((await other.open({ type: 'http', id: 'not-limited' }))[0], F.Opened, 'another user is not limited');
 });
