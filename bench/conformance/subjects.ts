@@ -10,7 +10,8 @@
 import { chmodSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { burrowTarget } from '../targets/burrow.js';
-import { start, stop, tempDir } from '../lib/procs.js';
+import { stop, tempDir } from '../lib/procs.js';
+import { nginxTempPaths, runNginx } from '../lib/origin.js';
 import { freePorts, waitForPort } from '../lib/net.js';
 
 export interface Subject {
@@ -49,11 +50,7 @@ error_log ${dir}/error.log warn;
 events { worker_connections 1024; }
 http {
   access_log off;
-  client_body_temp_path ${dir}/tmp-body;
-  proxy_temp_path ${dir}/tmp-proxy;
-  fastcgi_temp_path ${dir}/tmp-fcgi;
-  uwsgi_temp_path ${dir}/tmp-uwsgi;
-  scgi_temp_path ${dir}/tmp-scgi;
+${nginxTempPaths(dir)}
   server {
     listen 127.0.0.1:${p11};
     location / {
@@ -71,7 +68,7 @@ http {
 }
 `,
   );
-  const proc = start('nginx', '/usr/sbin/nginx', ['-e', join(dir, 'error.log'), '-p', dir, '-c', conf]);
+  const proc = runNginx(dir, conf);
   await waitForPort(p11!, 10_000, 'nginx');
   await waitForPort(p10!, 10_000, 'nginx');
   let stopped: Promise<void> | null = null;

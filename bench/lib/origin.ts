@@ -71,11 +71,7 @@ http {
   # reconnects the tunnels do not, so lift the cap.
   keepalive_requests 100000000;
   keepalive_timeout 300s;
-  client_body_temp_path ${dir}/tmp-body;
-  proxy_temp_path ${dir}/tmp-proxy;
-  fastcgi_temp_path ${dir}/tmp-fcgi;
-  uwsgi_temp_path ${dir}/tmp-uwsgi;
-  scgi_temp_path ${dir}/tmp-scgi;
+${nginxTempPaths(dir)}
   server {
     listen 127.0.0.1:${port} reuseport backlog=4096;
     root ${www};
@@ -84,6 +80,20 @@ http {
 ${tls ? tlsServer(tls, www) : ''}}
 `,
   );
+  return runNginx(dir, conf);
+}
+
+/** Every path nginx writes to, inside `dir` (an `http` block's lines): nothing outside the run's temp dir. */
+export function nginxTempPaths(dir: string): string {
+  return `  client_body_temp_path ${dir}/tmp-body;
+  proxy_temp_path ${dir}/tmp-proxy;
+  fastcgi_temp_path ${dir}/tmp-fcgi;
+  uwsgi_temp_path ${dir}/tmp-uwsgi;
+  scgi_temp_path ${dir}/tmp-scgi;`;
+}
+
+/** Debian's nginx on `conf`, in the foreground (the config says daemon off), with its prefix and error log in `dir`. */
+export function runNginx(dir: string, conf: string): Proc {
   return start('nginx', '/usr/sbin/nginx', ['-e', join(dir, 'error.log'), '-p', dir, '-c', conf]);
 }
 
