@@ -46,6 +46,8 @@ export interface Config {
   baseUrl: string;
   baseUrlExplicit: boolean;
   databaseUrl: string | null;
+  /** --node-url: this node's own address in a cluster (links and clients reach it there); null: a single node */
+  nodeUrl: string | null;
   dataDir: string;
   workers: number;
   tcpPortRange: { min: number; max: number } | null;
@@ -178,6 +180,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--domain <name>', 'tunnels are served at <id>.<domain>; any other Host gets the API').default('localhost'))
     .addOption(opt('--base-url <url>', 'public address of the server (default http://<domain>:<port>, https:// with --tls-cert)', 'BASE_URL'))
     .addOption(opt('--database-url <url>', 'PostgreSQL URL; absent or empty: embedded database in --data-dir', 'DATABASE_URL'))
+    .addOption(opt('--node-url <url>', 'join a cluster: this node\'s own address (http[s]://host:port), where the other nodes on the same --database-url reach it; needs an external PostgreSQL'))
     .addOption(opt('--data-dir <dir>', 'embedded database files').default('./burrow-data'))
     .addOption(opt('--workers <n>', 'shard worker threads').argParser(int('--workers', 1, 256)).default(availableParallelism(), 'CPU count'))
     .addOption(opt('--tcp-port-range <min-max|off>', 'ports TCP tunnels may take').argParser(portRange).default(portRange('20000-29999'), '20000-29999'))
@@ -297,6 +300,7 @@ export function configFromOptions(o: Opts): Config {
     baseUrl,
     baseUrlExplicit: baseUrlFlag !== null,
     databaseUrl: str(o.databaseUrl),
+    nodeUrl: nodeUrlOf(str(o.nodeUrl), str(o.databaseUrl)),
     dataDir: String(o.dataDir),
     workers: o.workers as number,
     tcpPortRange: o.tcpPortRange === 'off' ? null : (o.tcpPortRange as Config['tcpPortRange']),
@@ -329,6 +333,21 @@ export function configFromOptions(o: Opts): Config {
       allowedEmailDomains: (o.oauthAllowedEmailDomains as string[] | undefined) ?? [],
     }),
   });
+}
+
+/** --node-url: an http(s) origin; a cluster shares one external PostgreSQL, so the embedded one cannot serve it. */
+function nodeUrlOf(v: string | null, databaseUrl: string | null): string | null {
+  if (v === null) return null;
+  let u: URL;
+  try {
+    u = new URL(v);
+  } catch {
+    throw new Error(`--node-url must be an absolute URL such as http://10.0.0.2:8080, got "${v}"`);
+  }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') throw new Error(`--node-url must be http:// or https://, got "${v}"`);
+  if ((u.pathname !== '/' && u.pathname !== '') || u.search || u.hash || u.username) throw new Error(`--node-url is an origin (scheme, host, port) without path or credentials, got "${v}"`);
+  if (!databaseUrl) throw new Error('--node-url needs --database-url: the nodes of a cluster share one PostgreSQL (the embedded database serves a single node)');
+  return u.origin;
 }
 
 function tlsFromOptions(o: Opts): TlsConfig | null {

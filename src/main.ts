@@ -29,6 +29,7 @@ import { ApiError } from './errors.js';
 import { loadCertificates } from './http/tls.js';
 import { shardSockets } from './main-thread/shards.js';
 import { sharedPortSupported } from './edge/front.js';
+import { ClusterNode } from './cluster/node.js';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
@@ -135,6 +136,25 @@ const registry = new RegistryActor(
   sql,
   config,
 );
+// --node-url: this node joins the cluster before the shards listen (an admission claims its id
+// in the cluster's registry, which names this node).
+const cluster = config.nodeUrl === null ? null : new ClusterNode(sql, log.child({ part: 'cluster' }), config.nodeUrl, {
+  event(e) {
+    // Revocations made through another node (or by SQL): this node's caches and connections, as
+    // its own API would; the node whose API made the change waits for every node (awaitGone).
+    if (e.t === 'key') void invalidateHere([e.id], [], 'the API key was revoked');
+    else if (e.t === 'user') void invalidateHere([], [e.id], e.end ? 'the user was deactivated' : null);
+    else registry.clusterEvent(e);
+  },
+  reconcile: () => void registry.reconcile(),
+  fenced: () => registry.fence(),
+});
+if (cluster) registry.joinCluster(cluster);
+
+function invalidateHere(keyIds: string[], userIds: string[], endConnections: string | null): Promise<unknown> {
+  return supervisor.askAll({ type: 'auth-invalidate', keyIds, userIds, endConnections }, INVALIDATE_TIMEOUT_MS).catch((err: unknown) => log.warn({ err }, 'cluster: invalidation on this node failed'));
+}
+
 const metrics = new ServerMetrics({ tunnels: () => registry.liveByType(), shards: async () => (await registry.counts()).shards });
 registry.stats.observer = metrics;
 await registry.start();
@@ -165,7 +185,11 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
     case 'auth-blocks':
       return limiter.blocks().flatMap((b): IpBlock[] => (b.kind === 'ip' ? [{ ip: b.subject, untilMs: b.untilMs }] : []));
     case 'auth-invalidate':
-      return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds, endConnections: msg.endConnections }, INVALIDATE_TIMEOUT_MS).then(() => ({}));
+      return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds, endConnections: msg.endConnections }, INVALIDATE_TIMEOUT_MS).then(async () => {
+        // In a cluster the API answers once no node holds a tunnel of these keys or users.
+        if (cluster && msg.endConnections !== null) await cluster.awaitGone({ keyIds: msg.keyIds, userIds: msg.userIds });
+        return {};
+      });
     case 'health':
       return { shardsUp: supervisor.up, shardsTotal: supervisor.total };
     case 'edge-counters':
@@ -216,6 +240,7 @@ function seedKey(): Promise<SeedKey> {
 process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 
 const seeded = config.seedApiKey ? await seedKey() : null;
+await cluster?.start();
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
 // Each shard's front owns the port (SO_REUSEPORT); its uWS App listens on a unix socket.
@@ -258,6 +283,7 @@ async function shutdown(reason: string, code = 0): Promise<void> {
     await metricsListener?.close();
     await supervisor.stop(config.shutdownTimeoutMs);
     apiSockets.remove();
+    await cluster?.stop();
     await registry.stop();
     await jobs.close();
     await sql.end({ timeout: 2 });

@@ -26,6 +26,8 @@ import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/f
 import { accessView, type AccessWire } from '../protocol/access.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
+import { claimTunnel, clusterTunnel, clusterTunnels, releaseTunnel, sessionTotals, type ClusterTunnelRow } from '../db/cluster.js';
+import { AWAIT_GONE_MS, type ClusterEvent, type ClusterNode } from '../cluster/node.js';
 
 // RegistryActor (main thread): the single owner of "which live tunnel has which id, on
 // which shard". Runs on main's event loop, so each message is handled to completion
@@ -46,6 +48,13 @@ import { StatsActor } from './stats.js';
 //   shard ──tunnel-port-claim─▶ one of the user's --max-tcp-ports-per-user, held until
 //           tunnel-admit spends it or tunnel-port-release returns it (counted before the bind,
 //           so concurrent Opens cannot overshoot, on one shard or several)
+//
+// In a cluster (--node-url) `tunnels` holds this node's tunnels only. The database's
+// cluster_tunnels is the cluster's registry: an admission claims the id there (its primary key
+// decides a race between nodes), an end releases it, and each change is a notification every
+// node applies (clusterEvent) by reading that id's row again; `remote` is this node's copy of
+// the other nodes' rows, broadcast to the shards as routes naming the node's URL. reconcile()
+// compares both with the database every few seconds, so a lost notification heals.
 
 /** How the registry reaches shard `shard` (main.ts: the ShardSupervisor; tests: fakes). */
 export interface ShardDirectory {
@@ -100,6 +109,16 @@ export class RegistryActor {
    *  awaited across such a change is refused (transient: the client retries and re-checks). */
   private revocations = 0;
   readonly stats: StatsActor;
+  /** --node-url: this node's membership (null: a single node, everything in memory) */
+  private cluster: ClusterNode | null = null;
+  /** cluster: live tunnels of other nodes, as the database lists them */
+  private readonly remote = new Map<string, ClusterTunnelRow>();
+  /** cluster: per id, the `touches` count when something last changed it here (a read of the
+   *  database older than that is stale for this id and not applied) */
+  private readonly touched = new Map<string, number>();
+  private touches = 0;
+  /** cluster: admissions of one id on this node take turns (each reads and writes its row) */
+  private readonly idLocks = new Map<string, Promise<unknown>>();
 
   constructor(
     private readonly log: Logger,
@@ -110,9 +129,10 @@ export class RegistryActor {
     this.stats = new StatsActor(log.child({ actor: 'stats' }), sql);
   }
 
-  /** Start-up: sessions left open by a crash are closed at their last flush. */
+  /** Start-up: sessions left open by a crash are closed at their last flush (in a cluster, the
+   *  dead nodes' are the reaper's: other nodes' sessions are live). */
   async start(): Promise<void> {
-    await closeOrphanedSessions(this.sql);
+    if (!this.config.nodeUrl) await closeOrphanedSessions(this.sql);
     // A restart drops every connection at once: the holds survive it (read from the sessions).
     if (this.config.idGraceSecs > 0) {
       for (const r of await recentHolders(this.sql, this.config.idGraceSecs)) {
@@ -201,7 +221,10 @@ export class RegistryActor {
         for (const d of msg.deltas) this.stats.add(d);
         return undefined;
       case 'tunnel-routes':
-        return [...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, sessionId: e.sessionId, access: e.access }));
+        return [
+          ...[...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, sessionId: e.sessionId, access: e.access })),
+          ...[...this.remote.values()].map((r): TunnelRoute => ({ id: r.id, shard: -1, node: r.node_url, sessionId: r.session_id, access: r.access })),
+        ];
       case 'data-plane-counts':
         return this.counts();
       case 'control-connect':
@@ -214,10 +237,18 @@ export class RegistryActor {
     }
   }
 
-  /** A live tunnel ends: its id stays its owner's for --id-grace. */
+  /** A live tunnel ends: its id stays its owner's for --id-grace (and leaves the cluster's registry). */
   private forget(id: string, e: Entry): void {
     this.tunnels.delete(id);
-    if (this.config.idGraceSecs > 0) this.holds.set(id, { userId: e.info.owner_id, untilMs: Date.now() + this.config.idGraceSecs * 1000 });
+    this.hold(id, e.info.owner_id);
+    if (this.cluster) {
+      this.touch(id);
+      releaseTunnel(this.sql, id, e.sessionId).catch((err: unknown) => this.log.warn({ err, id }, 'cluster: tunnel row not released; the reconcile retries'));
+    }
+  }
+
+  private hold(id: string, userId: string): void {
+    if (this.config.idGraceSecs > 0) this.holds.set(id, { userId, untilMs: Date.now() + this.config.idGraceSecs * 1000 });
   }
 
   /** Who else holds `id` against user `userId`, as a refusal, or null when they may take it. */
@@ -239,6 +270,12 @@ export class RegistryActor {
   }
 
   private async reserve(id: string, userId: string | null, teamId: string | null): Promise<Reservation> {
+    const r = await this.reserveHere(id, userId, teamId);
+    await this.cluster?.notify({ t: 'reservations' });
+    return r;
+  }
+
+  private async reserveHere(id: string, userId: string | null, teamId: string | null): Promise<Reservation> {
     const problem = tunnelIdProblem(id, this.config.domain);
     if (problem) throw new ApiError('bad-request', problem);
     if ((userId === null) === (teamId === null)) throw new ApiError('bad-request', 'give exactly one of "user_id" and "team_id"');
@@ -254,6 +291,7 @@ export class RegistryActor {
     const hadReservation = this.reservations.delete(id);
     const deleted = await deleteReservation(this.sql, id);
     if (!hadHold && !hadReservation && !deleted) throw new ApiError('not-found', `tunnel id "${id}" is neither reserved nor held`);
+    await this.cluster?.notify({ t: 'reservations' });
     return {};
   }
 
@@ -346,7 +384,8 @@ export class RegistryActor {
 
   private async admit(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
     try {
-      return await this.admitOnce(shard, m);
+      if (!this.cluster || m.id === null) return await this.admitOnce(shard, m);
+      return await this.oneAtATime(m.id, () => this.admitOnce(shard, m));
     } finally {
       // Spent either way; on success the entry now counts instead (set before this runs).
       if (m.claim !== null) this.claims.delete(m.claim);
@@ -386,8 +425,12 @@ export class RegistryActor {
     if (old && old.info.owner_id !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
     // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
     // reservation and the grace hold decide.
-    if (!old && claimProblem !== null) throw new ApiError('conflict', claimProblem);
-    if (!old) {
+    const remote = this.remote.get(id);
+    if (!old && claimProblem !== null && !(remote && remote.user_id === m.userId)) throw new ApiError('conflict', claimProblem);
+    const sessionId = randomUUID();
+    const url = this.publicUrl(m.tunnelType, id, m.remotePort);
+    if (this.cluster) await this.claimInCluster(id, sessionId, url, teamId, m);
+    else if (!old) {
       // A takeover replaces a tunnel of the user's; anything else adds one.
       const max = this.config.maxTunnelsPerUser;
       let held = 0;
@@ -408,8 +451,6 @@ export class RegistryActor {
           () => this.stats.close(old.sessionId),
         );
     }
-    const sessionId = randomUUID();
-    const url = this.publicUrl(m.tunnelType, id, m.remotePort);
     // TCP visitors arrive at the owner's own listener: lanes would carry nothing.
     const laneKey = m.tunnelType === 'http' && this.config.workers > 1 ? randomBytes(18).toString('base64url') : null;
     this.tunnels.set(id, {
@@ -421,11 +462,11 @@ export class RegistryActor {
       laneKey,
       registeredAtMs: Date.now(),
     });
-    this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId, clientIp: m.clientIp });
+    this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId, clientIp: m.clientIp, nodeId: this.cluster?.id ?? null });
     // Every shard knows the route before the client hears Opened and prints its URL: a visitor
     // who uses it at once may land on any shard, and must not get 404 there.
     await this.routeEverywhere({ type: 'tunnel-route', id, shard, sessionId, access: m.access });
-    return { id, sessionId, url, teamId, tookOver: old !== undefined, ...(laneKey ? { laneKey } : {}) };
+    return { id, sessionId, url, teamId, tookOver: old !== undefined || remote?.user_id === m.userId, ...(laneKey ? { laneKey } : {}) };
   }
 
   /**
@@ -457,24 +498,37 @@ export class RegistryActor {
     return { ...e.info, uptime_secs: Math.floor((Date.now() - e.registeredAtMs) / 1000), stats: this.stats.totals(e.sessionId), access: accessView(e.access) };
   }
 
-  private list(p: Principal, teamIds: string[]): TunnelInfo[] {
+  /** The whole cluster's tunnels: this node's with live counters, the others' as last flushed (≤ 1 s old). */
+  private async list(p: Principal, teamIds: string[]): Promise<TunnelInfo[]> {
     const teams = new Set(teamIds);
+    const visible = (owner: string, team: string | null): boolean => p.role === 'admin' || owner === p.userId || (team !== null && teams.has(team));
     const out: TunnelInfo[] = [];
-    for (const e of this.tunnels.values()) {
-      if (p.role === 'admin' || e.info.owner_id === p.userId || (e.info.team_id !== null && teams.has(e.info.team_id))) {
-        out.push(this.view(e));
-      }
+    for (const e of this.tunnels.values()) if (visible(e.info.owner_id, e.info.team_id)) out.push(this.view(e));
+    const remote = [...this.remote.values()].filter((r) => visible(r.user_id, r.team_id));
+    if (remote.length > 0) {
+      const totals = await sessionTotals(this.sql, remote.map((r) => r.session_id));
+      for (const r of remote) out.push(remoteView(r, totals.get(r.session_id)));
     }
     return out.sort((a, b) => a.id.localeCompare(b.id));
   }
 
-  private get(id: string): TunnelInfo | null {
+  private async get(id: string): Promise<TunnelInfo | null> {
     const e = this.tunnels.get(id);
-    return e ? this.view(e) : null;
+    if (e) return this.view(e);
+    const r = this.remote.get(id);
+    if (!r) return null;
+    return remoteView(r, (await sessionTotals(this.sql, [r.session_id])).get(r.session_id));
   }
 
   private async close(id: string, reason: string, code?: RefusalCode): Promise<Record<string, never>> {
     const e = this.tunnels.get(id);
+    const r = e ? undefined : this.remote.get(id);
+    if (r && this.cluster) {
+      // Its node ends it on this notification; the API answers once its row is gone.
+      await this.cluster.notify({ t: 'close', id, session: r.session_id, reason });
+      if (!(await this.cluster.awaitGone({ sessionIds: [r.session_id] }))) throw new ApiError('unavailable', `the node holding tunnel "${id}" did not confirm the close; it ends within ${Math.ceil(AWAIT_GONE_MS / 1000)} s`);
+      return {};
+    }
     if (!e) throw new ApiError('not-found', `no live tunnel "${id}"`);
     // The entry goes when the shard reports tunnel-down (with the final counters).
     await this.shards.ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: e.sessionId, code }, CLOSE_TIMEOUT_MS);
@@ -487,21 +541,209 @@ export class RegistryActor {
     return {};
   }
 
+  /** Ends a user's (deactivated) or a team's (deleted) tunnels; in a cluster, answers once every
+   *  node ended its own (each heard the change from the database: clusterEvent). */
   private async closeOwner(userId: string | null, teamId: string | null, reason: string): Promise<number> {
     this.revocations++;
     const victims = [...this.tunnels.entries()].filter(
       ([, e]) => (userId !== null && e.info.owner_id === userId) || (teamId !== null && e.info.team_id === teamId),
     );
+    const remote = [...this.remote.values()].filter((r) => (userId !== null && r.user_id === userId) || (teamId !== null && r.team_id === teamId)).length;
     await Promise.all(victims.map(([id]) => this.close(id, reason).catch((err) => this.log.warn({ err, id }, 'closing tunnel failed'))));
-    return victims.length;
+    await this.cluster?.awaitGone({ userIds: userId === null ? [] : [userId], teamIds: teamId === null ? [] : [teamId] });
+    return victims.length + remote;
   }
 
-  private async closeMember(teamId: string, userId: string, reason: string): Promise<number> {
+  private async closeMember(teamId: string, userId: string, reason: string, here = false): Promise<number> {
     this.revocations++;
     const victims = [...this.tunnels.entries()].filter(([, e]) => e.info.owner_id === userId && e.info.team_id === teamId);
+    const remote = here ? 0 : [...this.remote.values()].filter((r) => r.user_id === userId && r.team_id === teamId).length;
     await Promise.all(victims.map(([id]) => this.close(id, reason, 'forbidden').catch((err) => this.log.warn({ err, id }, 'closing tunnel failed'))));
-    return victims.length;
+    if (!here) await this.cluster?.awaitGone({ member: { teamId, userId } });
+    return victims.length + remote;
   }
+
+  // ── cluster (--node-url) ──
+
+  joinCluster(node: ClusterNode): void {
+    this.cluster = node;
+  }
+
+  private touch(id: string): number {
+    const mark = ++this.touches;
+    this.touched.set(id, mark);
+    return mark;
+  }
+
+  /** Runs admissions of one id one after another (each reads, then writes, its row). */
+  private async oneAtATime<T>(id: string, work: () => Promise<T>): Promise<T> {
+    const before = this.idLocks.get(id) ?? Promise.resolve();
+    const mine = before.then(work, work);
+    const settled = mine.catch(() => undefined);
+    this.idLocks.set(id, settled);
+    try {
+      return await mine;
+    } finally {
+      if (this.idLocks.get(id) === settled) this.idLocks.delete(id);
+    }
+  }
+
+  /** Claims `id` in the cluster's registry for this admission, or refuses it as the database decides. */
+  private async claimInCluster(id: string, sessionId: string, url: string, teamId: string | null, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<void> {
+    if (!this.cluster!.healthy) throw new ApiError('unavailable', 'this node lost the cluster database and admits no tunnel until it is back; try again (another node may serve you)');
+    this.touch(id);
+    const claim = { id, nodeId: this.cluster!.id, sessionId, userId: m.userId, keyId: m.keyId, teamId, tunnelType: m.tunnelType, port: m.remotePort, url, local: m.local, access: m.access, maxPerUser: this.config.maxTunnelsPerUser };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const r = await claimTunnel(this.sql, claim);
+        if (r.ok) {
+          this.remote.delete(id);
+          this.touch(id);
+          return;
+        }
+        if (r.holder === 'other-user') throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+        if (r.holder === 'port') throw new ApiError('conflict', `port ${m.remotePort} is in use by a tunnel on another node; ask for another port`);
+        throw new ApiError('forbidden', `limit reached: at most ${this.config.maxTunnelsPerUser} live tunnels per user (max-tunnels-per-user); you hold ${r.held}: close one first`);
+      } catch (err) {
+        // Two first claims of one id on two nodes: the primary key let one in; read again to answer as it decided.
+        if ((err as { code?: string }).code === '23505' && attempt < 2) continue;
+        throw err;
+      }
+    }
+  }
+
+  /** A notification from the database (src/cluster/node.ts); key and user changes are main's. */
+  clusterEvent(e: Exclude<ClusterEvent, { t: 'key' } | { t: 'user' }>): void {
+    switch (e.t) {
+      case 'route':
+        void this.refreshRoute(e.id);
+        return;
+      case 'node':
+        if (e.up) return;
+        for (const [id, r] of this.remote) if (r.node_id === e.id) this.applyRow(id, undefined);
+        return;
+      case 'close': {
+        const here = this.tunnels.get(e.id);
+        if (here && here.sessionId === e.session) void this.close(e.id, e.reason).catch((err: unknown) => this.log.warn({ err, id: e.id }, 'cluster: close asked by another node failed'));
+        return;
+      }
+      case 'member':
+        void this.closeMember(e.team, e.user, 'removed from the team', true);
+        return;
+      case 'reservations':
+        void listReservations(this.sql).then(
+          (list) => {
+            this.reservations.clear();
+            for (const r of list) this.reservations.set(r.id, r);
+          },
+          (err: unknown) => this.log.warn({ err }, 'cluster: reservations not reloaded'),
+        );
+        return;
+      default:
+        return assertNever(e);
+    }
+  }
+
+  private async refreshRoute(id: string): Promise<void> {
+    const mark = this.touch(id);
+    let row: ClusterTunnelRow | undefined;
+    try {
+      row = await clusterTunnel(this.sql, id);
+    } catch (err) {
+      this.log.debug({ err, id }, 'cluster: route not read; the reconcile catches up');
+      return;
+    }
+    if (this.touched.get(id) === mark) this.applyRow(id, row);
+  }
+
+  /** The database says `row` holds `id` now (undefined: nobody): this node follows. */
+  private applyRow(id: string, row: ClusterTunnelRow | undefined): void {
+    const me = this.cluster!.id;
+    const here = this.tunnels.get(id);
+    if (here && row?.session_id !== here.sessionId) {
+      // Taken over on another node (the same user), or our row is gone (this node was declared dead).
+      const takenOver = row !== undefined;
+      this.tunnels.delete(id);
+      this.shards
+        .ask(here.shard, { type: 'tunnel-close', tunnelId: id, reason: takenOver ? 'taken over by another connection of the same user, on another node' : 'this node lost its place in the cluster; connect again', permanent: takenOver, sessionId: here.sessionId, code: takenOver ? 'taken-over' : 'unavailable' }, CLOSE_TIMEOUT_MS)
+        .then(
+          (r) => !r.closed && this.stats.close(here.sessionId),
+          () => this.stats.close(here.sessionId),
+        );
+      this.hold(id, here.info.owner_id);
+      if (!row) this.broadcast({ type: 'tunnel-route', id, shard: null });
+    }
+    if (row && row.node_id !== me) {
+      this.remote.set(id, row);
+      this.holds.delete(id);
+      this.broadcast({ type: 'tunnel-route', id, shard: null, node: row.node_url, sessionId: row.session_id, access: row.access });
+      return;
+    }
+    const gone = this.remote.get(id);
+    if (gone && !row) {
+      this.remote.delete(id);
+      this.hold(id, gone.user_id);
+      this.broadcast({ type: 'tunnel-route', id, shard: null });
+    } else if (gone) this.remote.delete(id);
+  }
+
+  /** Compares this node's tunnels and routes with the database; each id that differs follows it. */
+  async reconcile(): Promise<void> {
+    if (!this.cluster) return;
+    const start = this.touches;
+    let rows: ClusterTunnelRow[];
+    try {
+      rows = await clusterTunnels(this.sql);
+    } catch (err) {
+      this.log.debug({ err }, 'cluster: reconcile could not read the registry');
+      return;
+    }
+    const stale = (id: string): boolean => (this.touched.get(id) ?? 0) > start;
+    const listed = new Map(rows.map((r) => [r.id, r]));
+    const me = this.cluster.id;
+    for (const r of rows) {
+      if (stale(r.id)) continue;
+      if (r.node_id === me) {
+        // Ours in the database, not here: a release that failed (the database was away).
+        if (this.tunnels.get(r.id)?.sessionId !== r.session_id) releaseTunnel(this.sql, r.id, r.session_id).catch(() => undefined);
+        continue;
+      }
+      const known = this.remote.get(r.id);
+      if (!known || known.session_id !== r.session_id || known.node_id !== r.node_id) this.applyRow(r.id, r);
+    }
+    for (const id of [...this.remote.keys(), ...this.tunnels.keys()]) if (!listed.has(id) && !stale(id)) this.applyRow(id, undefined);
+    for (const [id, mark] of this.touched) if (mark <= start) this.touched.delete(id);
+  }
+
+  /** The lease is lost: no tunnel here may outlive it (a revocation may be unheard). Clients reconnect. */
+  fence(): void {
+    for (const [id, e] of [...this.tunnels]) {
+      this.tunnels.delete(id);
+      this.shards
+        .ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason: 'this node lost the cluster database; connect again', permanent: false, sessionId: e.sessionId, code: 'unavailable' }, CLOSE_TIMEOUT_MS)
+        .then(
+          (r) => !r.closed && this.stats.close(e.sessionId),
+          () => this.stats.close(e.sessionId),
+        );
+      this.broadcast({ type: 'tunnel-route', id, shard: null });
+    }
+  }
+}
+
+/** A tunnel of another node as the API lists it (its counters as that node last flushed them). */
+function remoteView(r: ClusterTunnelRow, totals: TunnelInfo['stats'] | undefined): TunnelInfo {
+  return {
+    id: r.id,
+    owner_id: r.user_id,
+    team_id: r.team_id,
+    remote_port: r.port,
+    tunnel_type: r.tunnel_type,
+    url: r.url,
+    local_target: r.local_target,
+    uptime_secs: Math.max(0, Math.floor((Date.now() - r.registered_at.getTime()) / 1000)),
+    stats: totals ?? { bytes_in: 0, bytes_out: 0, requests: 0 },
+    access: accessView(r.access),
+  };
 }
 
 /**

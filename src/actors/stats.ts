@@ -15,7 +15,7 @@ import type { StatsDelta } from '../protocol/tunnel-messages.js';
 // registering a tunnel never waits for the database.
 
 export const FLUSH_INTERVAL_MS = 1_000;
-/** 12 parameters a row; PostgreSQL takes at most 65535 parameters per statement. */
+/** 13 parameters a row; PostgreSQL takes at most 65535 parameters per statement. */
 const MAX_ROWS_PER_STATEMENT = 5_000;
 
 export interface SessionOpen {
@@ -25,6 +25,8 @@ export interface SessionOpen {
   tunnelType: 'http' | 'tcp';
   teamId: string | null;
   clientIp: string | null;
+  /** cluster: the node that holds it (when it dies, another closes its sessions); null on a single node */
+  nodeId?: string | null;
 }
 
 interface Row extends SessionOpen {
@@ -189,6 +191,7 @@ function valuesOf(r: Row, now: Date): SessionTotals {
     tunnel_type: r.tunnelType,
     team_id: r.teamId,
     client_ip: r.clientIp,
+    node_id: r.nodeId ?? null,
     connected_at: r.connectedAt,
     disconnected_at: r.disconnectedAt,
     last_flush_at: now,

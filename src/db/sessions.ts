@@ -45,6 +45,7 @@ export interface SessionTotals {
   tunnel_type: 'http' | 'tcp';
   team_id: string | null;
   client_ip: string | null;
+  node_id: string | null;
   connected_at: Date;
   disconnected_at: Date | null;
   last_flush_at: Date;
@@ -58,7 +59,7 @@ export async function upsertSessionTotals(sql: Sql, rows: SessionTotals[]): Prom
   // The Sql type's empty column map hides the row-list helper's overload.
   const pg = sql as unknown as import('postgres').Sql;
   await pg`
-    insert into sessions ${pg(rows, 'id', 'user_id', 'tunnel_id', 'tunnel_type', 'team_id', 'client_ip', 'connected_at', 'disconnected_at', 'last_flush_at', 'bytes_in', 'bytes_out', 'requests')}
+    insert into sessions ${pg(rows, 'id', 'user_id', 'tunnel_id', 'tunnel_type', 'team_id', 'client_ip', 'node_id', 'connected_at', 'disconnected_at', 'last_flush_at', 'bytes_in', 'bytes_out', 'requests')}
     on conflict (id) do update set
       bytes_in = excluded.bytes_in,
       bytes_out = excluded.bytes_out,

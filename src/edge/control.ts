@@ -1,8 +1,7 @@
-import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
-import { WsConnection } from '../protocol/ws-connection.js';
+import { WsConnection, websocketAccept } from '../protocol/ws-connection.js';
 import { headerOf, type Exchange, type FrontConnection } from './front-connection.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import type { VisitorResponse } from './visitor-response.js';
@@ -409,7 +408,6 @@ export function refusalOf(err: unknown): Refusal {
 }
 
 /** RFC 6455 §4.2.2: the accept value proves the server read this handshake. */
-const WS_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 
 /** A close reason fits the close frame (123 bytes): cut on a character boundary. */
 function truncateUtf8(s: string, maxBytes: number): string {
@@ -431,7 +429,7 @@ export function isControlRequest(head: RequestHead): boolean {
  * handshake's scope (its request head, its Authorization header, the FrontConnection).
  */
 function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: string, principal: Principal, ip: string, ticket: string | null): void {
-  const accept = createHash('sha1').update(key + WS_GUID).digest('base64');
+  const accept = websocketAccept(key);
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
   const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');
   const control = new ControlConnection(ws, host, principal, ip, ticket);

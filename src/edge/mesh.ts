@@ -1,9 +1,8 @@
-import type { MessagePort } from 'node:worker_threads';
 import { Mailbox, type PortLike } from '../actors/actor.js';
 import { assertNever } from '../errors.js';
 import type { Logger } from '../log.js';
 import { StreamEnds } from '../protocol/flow-control.js';
-import { type HttpHead, type ResetCode, type ResponseHead } from '../protocol/frames.js';
+import { type HttpHead, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
 import type { TunnelMesh } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -33,8 +32,13 @@ class Peer {
  */
 class Incoming implements Downstream {
   up: Upstream | null = null;
+  /** set by whoever carries this stream on (a cluster link's stream relayed to another shard) */
+  onDone: (() => void) | null = null;
   /** local = client → visitor (x-end we send), peer = visitor → client; over: forgotten by the peer map. */
-  readonly ends = new StreamEnds(() => this.peer.incoming.delete(this.xid));
+  readonly ends = new StreamEnds(() => {
+    this.peer.incoming.delete(this.xid);
+    this.onDone?.();
+  });
   constructor(
     private readonly peer: Peer,
     private readonly xid: number,
@@ -99,8 +103,8 @@ export class Mesh {
 
   constructor(
     private readonly log: Logger,
-    /** Opens a stream on a tunnel of this shard; null when it is not here. */
-    private readonly openLocal: (tunnelId: string, head: HttpHead, down: Downstream) => Upstream | null,
+    /** Opens a stream on a tunnel of this shard (a link's: of this node); null when it is not here. */
+    private readonly openLocal: (tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
   ) {}
 
   /** Cross-shard streams held here in both roles (GET /readyz?detail=1). */
@@ -110,10 +114,11 @@ export class Mesh {
     return n;
   }
 
-  /** A (new) port to `shard`. A replaced port means that shard restarted: its streams are lost. */
-  attach(shard: number, port: MessagePort): void {
+  /** A (new) port to `shard` (a MessagePort, or a cluster link: src/cluster/node-links.ts).
+   *  A replaced port means that peer restarted: its streams are lost. */
+  attach(shard: number, port: PortLike): void {
     this.detach(shard);
-    const mailbox = new Mailbox<TunnelMesh, TunnelMesh>(port as unknown as PortLike, { batchTells: true });
+    const mailbox = new Mailbox<TunnelMesh, TunnelMesh>(port, { batchTells: true });
     const peer = new Peer(mailbox);
     mailbox.handle((msg) => {
       // Mailbox drops a tell's exception silently: end that one stream instead, logged.
@@ -138,7 +143,7 @@ export class Mesh {
   }
 
   /** Ingress side: a visitor request for a tunnel on `shard`. Null when no port to it exists. */
-  open(shard: number, tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null {
+  open(shard: number, tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null {
     const peer = this.peers.get(shard);
     if (!peer) return null;
     const xid = this.nextXid++;

@@ -17,6 +17,8 @@ export interface ShardContext {
   app: TemplatedApp;
   http: HttpServer;
   main: Mailbox<ShardToMain, MainToShard>;
+  /** --node-url: what links between this cluster's nodes present (src/cluster/node-links.ts); null on a single node */
+  linkToken: string | null;
   /**
    * Resolves `Authorization` to a principal or throws ApiError(401/429); `ip` counts failures.
    * `ticket`: a control connection's resumption ticket (src/auth/resume-ticket.ts).

@@ -18,10 +18,12 @@ export interface RoutedTunnel {
   readonly spec: { readonly lane: boolean; readonly sessionId: string };
 }
 
-/** A tunnel-route broadcast: `shard` null when the tunnel is gone. */
+/** A tunnel-route broadcast: `shard` null when the tunnel is gone (or on another node: `node`). */
 export interface RouteUpdate {
   id: string;
   shard: number | null;
+  /** cluster: the --node-url of the node whose client holds the tunnel */
+  node?: string;
   sessionId?: string;
   access?: TunnelRoute['access'];
 }
@@ -33,6 +35,8 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
   private readonly localGates = new Map<T, AccessGate | null>();
   /** the registry's id → shard map, as broadcast */
   private readonly routes = new Map<string, number>();
+  /** cluster: tunnels held on other nodes, id → that node's URL */
+  private readonly remote = new Map<string, string>();
   /** The session each route belongs to: a lane of any other session is stale. */
   private readonly routeSessions = new Map<string, string>();
   /** Gates of every routed tunnel (the route carries them): a visitor is checked wherever it lands. */
@@ -75,11 +79,17 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
   route(r: RouteUpdate): void {
     if (r.shard === null) {
       this.routes.delete(r.id);
-      this.routeSessions.delete(r.id);
-      this.routeGates.delete(r.id);
-      return;
+      if (r.node === undefined) {
+        this.remote.delete(r.id);
+        this.routeSessions.delete(r.id);
+        this.routeGates.delete(r.id);
+        return;
+      }
+      this.remote.set(r.id, r.node);
+    } else {
+      this.remote.delete(r.id);
+      this.routes.set(r.id, r.shard);
     }
-    this.routes.set(r.id, r.shard);
     if (r.sessionId !== undefined) this.routeSessions.set(r.id, r.sessionId);
     this.routeGates.set(r.id, AccessGate.of(r.access ?? null));
   }
@@ -87,8 +97,9 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
   /** The routes a starting shard asked for (tunnel-routes); a broadcast that came first wins. */
   load(list: readonly TunnelRoute[]): void {
     for (const r of list) {
-      if (this.routes.has(r.id)) continue;
-      this.routes.set(r.id, r.shard);
+      if (this.routes.has(r.id) || this.remote.has(r.id)) continue;
+      if (r.node !== undefined) this.remote.set(r.id, r.node);
+      else this.routes.set(r.id, r.shard);
       this.routeSessions.set(r.id, r.sessionId);
       this.routeGates.set(r.id, AccessGate.of(r.access));
     }
@@ -98,12 +109,17 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
     return this.routes.get(id);
   }
 
+  /** cluster: the URL of the node holding `id`, when another node does */
+  nodeOf(id: string): string | undefined {
+    return this.remote.get(id);
+  }
+
   sessionOf(id: string): string | undefined {
     return this.routeSessions.get(id);
   }
 
   get routeCount(): number {
-    return this.routes.size;
+    return this.routes.size + this.remote.size;
   }
 
   /** The gate of whichever tunnel would serve `id` from here: this shard's (owned or lane) first, else the route's. */

@@ -24,6 +24,8 @@ import { ShardLanes } from './shard-lanes.js';
 import { ExpiryTimers } from './shard-expiry.js';
 import { StatsReporter } from './shard-stats.js';
 import { drainTunnels } from './shard-drain.js';
+import { NodeLinks } from '../cluster/node-links.js';
+import type { PortLike } from '../actors/actor.js';
 
 // The tunnel data plane of one shard worker:
 //
@@ -52,6 +54,8 @@ export interface ShardTunnels {
   control: ControlHost;
   /** main's data-plane messages; an ask's answer is its TunnelMainToShardReplies entry. */
   onMain(msg: TunnelMainToShard): HandlerAnswer<TunnelMainToShardReplies>;
+  /** --node-url: links to and from the other nodes of the cluster; null on a single node. */
+  links: NodeLinks | null;
   /** A MessagePort to another shard (the mesh); re-sent when that shard restarts. */
   onPeer(shard: number, port: MessagePort): void;
   /** Key revoked / user deactivated: end those control connections now (permanent Fatal). */
@@ -246,16 +250,26 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     const id = name.slice(0, -suffix.length);
     return id.includes('.') ? null : id;
   };
-  const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => {
-    const local = openLocal(tunnelId, head, visitor);
+  /** A stream on a tunnel of this node: here (owned or a lane), else through the shard mesh. */
+  const openOnNode = (tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null => {
+    const local = openLocal(tunnelId, head, down);
     if (local) return local;
     const shard = routes.shardOf(tunnelId);
     if (shard === undefined || shard === ctx.index) return null;
-    return mesh.open(shard, tunnelId, head, visitor);
+    return mesh.open(shard, tunnelId, head, down);
+  };
+  // A link's stream is served on this node only: a route that moved on meanwhile gets no-tunnel, never a second hop.
+  const links = ctx.linkToken === null ? null : new NodeLinks(log, ctx.linkToken, openOnNode);
+  const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => {
+    const here = openOnNode(tunnelId, head, visitor);
+    if (here || !links) return here;
+    const node = routes.nodeOf(tunnelId);
+    return node === undefined ? null : links.open(node, tunnelId, head, visitor);
   };
 
   return {
     tunnelOf,
+    links,
     control: host,
     serve(conn, head, res, id) {
       const html = FrontConnection.wantsHtml(head);
@@ -310,6 +324,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
             control_connections: connections.size,
             streams,
             mesh_streams: mesh.streamCount,
+            link_streams: links?.streamCount ?? 0,
             pending_admissions: pendingAdmissions,
             heap_used_bytes: process.memoryUsage().heapUsed,
           };
@@ -320,7 +335,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       }
     },
     onPeer(shard, port) {
-      mesh.attach(shard, port);
+      mesh.attach(shard, port as unknown as PortLike);
     },
     endConnections(keyIds, userIds, reason) {
       revocations++;
@@ -338,6 +353,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       draining = true;
       await drainTunnels({ log, connections, tcpListeners: tcpListeners.values(), visitors, tunnels: () => routes.localTunnels(), closeLocal }, timeoutMs);
       clearInterval(heartbeatTimer);
+      links?.closeAll();
       stats.stop();
     },
   };

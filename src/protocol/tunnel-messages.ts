@@ -154,6 +154,8 @@ export interface ShardCounts {
   streams: number;
   /** cross-shard streams, both roles (visitor here, tunnel here) */
   mesh_streams: number;
+  /** streams over links to other nodes of a cluster, both roles */
+  link_streams: number;
   /** Open requests waiting for the registry's admission */
   pending_admissions: number;
   /** V8 heap of this thread after the last GC (not RSS: a leak shows here, allocator retention does not) */
@@ -169,7 +171,10 @@ export interface DataPlaneCounts {
 
 export interface TunnelRoute {
   id: string;
+  /** the owner shard; on another node (`node` set) meaningless (-1) */
   shard: number;
+  /** cluster: the --node-url of the node holding it, when not this one */
+  node?: string;
   /** the registration: a lane of another session of this id is stale and closes */
   sessionId: string;
   /** its access rules: every shard checks visitors where they arrive */
@@ -184,7 +189,7 @@ export type TunnelMainToShard =
   | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
   /** Where a live tunnel lives now (`shard` null: gone), its session and access rules. Sent to
    *  every shard; lanes of `id` with another session (or none) close. */
-  | { type: 'tunnel-route'; id: string; shard: number | null; sessionId?: string; access?: AccessWire | null }
+  | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; sessionId?: string; access?: AccessWire | null }
   /** This shard's live data-plane objects; answers ShardCounts. */
   | { type: 'tunnel-counts' };
 

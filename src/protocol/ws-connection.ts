@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { EventEmitter } from 'node:events';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsHeader, parseClosePayload } from './ws-frames.js';
@@ -9,6 +10,13 @@ import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsH
 
 /** How long a closed connection waits for the peer to close its side. */
 const CLOSE_LINGER_MS = 2_000;
+
+const WS_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
+
+/** The Sec-WebSocket-Accept of a handshake's Sec-WebSocket-Key (RFC 6455 section 4.2.2). */
+export function websocketAccept(key: string): string {
+  return createHash('sha1').update(key + WS_GUID).digest('base64');
+}
 
 export interface WsEvents {
   message: [Buffer];

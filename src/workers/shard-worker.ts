@@ -25,10 +25,13 @@ import { Front } from '../edge/front.js';
 import { DISCARD, type FrontHost } from '../edge/front-connection.js';
 import { ApiExchange } from '../edge/api-relay.js';
 import { acceptControl, isControlRequest } from '../edge/control.js';
+import { acceptLink, isLinkRequest } from '../cluster/link-accept.js';
+import { linkToken } from '../cluster/node-links.js';
 
 //   public port (SO_REUSEPORT) ─▶ this shard's Front (edge/front.ts): node:net/tls + llhttp
 //        ├─ Host <id>.<domain>     ─▶ tunnel data plane (edge/shard.ts)
 //        ├─ /tunnel/v1/connect WS  ─▶ control connection (edge/control.ts)
+//        ├─ /cluster/v1/link WS    ─▶ (--node-url) a link from another node (cluster/link-accept.ts)
 //        └─ anything else          ─▶ unix socket + PROXY v2 ─▶ this shard's uWS App (API, login, health)
 //   main thread ◀──Mailbox(parentPort)──▶ this shard
 //   other shards ◀──mesh MessagePorts──▶ tunnel data plane (edge/shard.ts)
@@ -68,6 +71,7 @@ const auth = new Authenticator({
 });
 const ctx: ShardContext = {
   index, config, log, sql, uws, app, http, main,
+  linkToken: config.nodeUrl === null ? null : linkToken(await serverSecret(sql, 'cluster-link')),
   authenticate: (a, ip, ticket) => auth.authenticate(a, ip, ticket),
   authIsCheap: (a, ip, ticket) => auth.isCheap(a, ip, ticket),
   resumeTicket: (a, principal) => auth.resumeTicket(a, principal),
@@ -89,6 +93,7 @@ const frontHost: FrontHost = {
     const tunnelId = head.host === null ? null : tunnels.tunnelOf(head.host);
     if (tunnelId !== null) return tunnels.serve(conn, head, res, tunnelId);
     if (isControlRequest(head)) return acceptControl(tunnels.control, conn, head, res);
+    if (tunnels.links && isLinkRequest(head)) return acceptLink(tunnels.links, ctx.linkToken!, conn, head, res);
     if (head.upgrade) {
       res.closeAfter();
       res.problem('not-found', 'no WebSocket endpoint here');

@@ -1,0 +1,197 @@
+import { randomUUID } from 'node:crypto';
+import type { Logger } from '../log.js';
+import type { Sql } from '../db/sql.js';
+import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, type Affected } from '../db/cluster.js';
+
+// ClusterNode (main thread, --node-url): this burrowd's membership of the cluster.
+//
+//   every LEASE_RENEW_MS: renew our lease ─ failing for FENCE_AFTER_MS ─▶ fenced (local tunnels end)
+//   every REAP_MS: dead nodes' rows deleted (their tunnels by cascade), sessions closed
+//   LISTEN burrow_<schema>: what every node must hear, sent by the changing transaction itself
+//     route {id, session}   a tunnel registered (session) or ended (null) on some node
+//     node {id, up}         a node joined or died
+//     key / user / member   revocation, deactivation, role change, team removal (triggers, migration 008)
+//     close {id, session}   the API asked for a tunnel on another node to end
+//     reservations          an admin changed the reserved ids
+//   every RECONCILE_MS (and after the LISTEN connection came back): the registry compares its
+//   routes with the database, so a lost notification costs at most that long.
+//
+// The bound a partitioned node keeps a revoked tunnel alive: it fences itself FENCE_AFTER_MS
+// after its last renewal was sent, before its lease (LEASE_MS from that renewal's arrival)
+// runs out and the others reap it.
+
+export const LEASE_MS = 3_000;
+const LEASE_RENEW_MS = 500;
+export const FENCE_AFTER_MS = 2_000;
+const REAP_MS = 500;
+export const RECONCILE_MS = 5_000;
+/** How long an API call waits for the other nodes to end the tunnels a revocation affects: the
+ *  lease and a reap pass, after which a node that did not answer is dead and its rows gone. */
+export const AWAIT_GONE_MS = LEASE_MS + REAP_MS + 500;
+const AWAIT_POLL_MS = 25;
+
+export type ClusterEvent =
+  | { t: 'route'; id: string; session: string | null }
+  | { t: 'node'; id: string; up: boolean }
+  | { t: 'key'; id: string }
+  | { t: 'user'; id: string; end: boolean }
+  | { t: 'member'; team: string; user: string }
+  | { t: 'close'; id: string; session: string; reason: string }
+  | { t: 'reservations' };
+
+export interface ClusterHandlers {
+  event(e: ClusterEvent): void;
+  /** Time to compare routes with the database (periodic, and after a LISTEN reconnect). */
+  reconcile(): void;
+  /** The lease could not be renewed (database lost, or we were declared dead): end local tunnels. */
+  fenced(why: string): void;
+}
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
+const str = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 200;
+const uuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
+
+/** A notification's payload as a ClusterEvent, or null (anything malformed is ignored). */
+export function parseClusterEvent(payload: string): ClusterEvent | null {
+  let v: Record<string, unknown>;
+  try {
+    const parsed: unknown = JSON.parse(payload);
+    if (!parsed || typeof parsed !== 'object') return null;
+    v = parsed as Record<string, unknown>;
+  } catch {
+    return null;
+  }
+  switch (v.t) {
+    case 'route':
+      return str(v.id) && (v.session === null || uuid(v.session)) ? { t: 'route', id: v.id, session: v.session } : null;
+    case 'node':
+      return uuid(v.id) && typeof v.up === 'boolean' ? { t: 'node', id: v.id, up: v.up } : null;
+    case 'key':
+      return uuid(v.id) ? { t: 'key', id: v.id } : null;
+    case 'user':
+      return uuid(v.id) && typeof v.end === 'boolean' ? { t: 'user', id: v.id, end: v.end } : null;
+    case 'member':
+      return uuid(v.team) && uuid(v.user) ? { t: 'member', team: v.team, user: v.user } : null;
+    case 'close':
+      return str(v.id) && uuid(v.session) && typeof v.reason === 'string' ? { t: 'close', id: v.id, session: v.session, reason: v.reason.slice(0, 500) } : null;
+    case 'reservations':
+      return { t: 'reservations' };
+    default:
+      return null;
+  }
+}
+
+export class ClusterNode {
+  readonly id = randomUUID();
+  private channel = '';
+  private timers: NodeJS.Timeout[] = [];
+  /** performance.now() when the last successful renewal was sent */
+  private renewedAt = performance.now();
+  private fenced = false;
+  private stopped = false;
+  private listening: { unlisten(): Promise<void> } | null = null;
+
+  constructor(
+    private readonly sql: Sql,
+    private readonly log: Logger,
+    readonly url: string,
+    private readonly handlers: ClusterHandlers,
+  ) {}
+
+  /** False while fenced: this node may not admit tunnels (its routes could be stale). */
+  get healthy(): boolean {
+    return !this.fenced;
+  }
+
+  async start(): Promise<void> {
+    const [row] = await this.sql<{ s: string }[]>`select current_schema() as s`;
+    this.channel = `burrow_${row!.s}`;
+    this.listening = await this.sql.listen(
+      this.channel,
+      (payload) => {
+        const e = parseClusterEvent(payload);
+        if (!e) return this.log.warn({ payload: payload.slice(0, 200) }, 'cluster: malformed notification ignored');
+        this.handlers.event(e);
+      },
+      // Called again after every reconnect of the LISTEN connection: what was sent meanwhile is lost.
+      () => this.handlers.reconcile(),
+    );
+    const sent = performance.now();
+    await registerNode(this.sql, this.id, this.url, LEASE_MS);
+    this.renewedAt = sent;
+    this.timers.push(
+      setInterval(() => void this.renew(), LEASE_RENEW_MS),
+      setInterval(() => void this.reap(), REAP_MS),
+      setInterval(() => this.handlers.reconcile(), RECONCILE_MS),
+    );
+    for (const t of this.timers) t.unref();
+    this.log.info({ node: this.id, url: this.url }, 'joined the cluster');
+  }
+
+  private async renew(): Promise<void> {
+    if (this.stopped) return;
+    const sent = performance.now();
+    try {
+      const held = await renewLease(this.sql, this.id, LEASE_MS);
+      if (!held) {
+        // Declared dead (a pause longer than the lease): our tunnels' rows are gone already.
+        this.fence('another node declared this one dead (its lease ran out)');
+        await registerNode(this.sql, this.id, this.url, LEASE_MS);
+      }
+      this.renewedAt = sent;
+      if (this.fenced) {
+        this.fenced = false;
+        this.log.warn({ node: this.id }, 'cluster lease held again: admitting tunnels');
+        this.handlers.reconcile();
+      }
+    } catch (err) {
+      if (performance.now() - this.renewedAt >= FENCE_AFTER_MS) this.fence(`the cluster database is unreachable (${(err as Error).message})`);
+    }
+  }
+
+  private fence(why: string): void {
+    if (this.fenced) return;
+    this.fenced = true;
+    this.log.error({ node: this.id, why }, 'cluster lease lost: ending this node\'s tunnels');
+    this.handlers.fenced(why);
+  }
+
+  private async reap(): Promise<void> {
+    if (this.stopped || this.fenced) return;
+    try {
+      const dead = await reapDeadNodes(this.sql);
+      if (dead.length > 0) this.log.warn({ nodes: dead }, 'cluster: dead nodes reaped (their tunnels and sessions closed)');
+    } catch (err) {
+      this.log.debug({ err }, 'cluster: reaping failed; next pass');
+    }
+  }
+
+  /** Sends a cluster event from outside a trigger (API close, reservation change). */
+  async notify(e: ClusterEvent): Promise<void> {
+    await this.sql`select burrow_cluster_notify(${JSON.stringify(e)}::jsonb)`;
+  }
+
+  /**
+   * Waits until no node holds a tunnel the revocation affects (each removes its rows as it ends
+   * them; a node that cannot is reaped within the lease). False when the wait ran out.
+   */
+  async awaitGone(affected: Affected): Promise<boolean> {
+    const until = performance.now() + AWAIT_GONE_MS;
+    for (;;) {
+      const n = await countAffected(this.sql, affected).catch(() => -1);
+      if (n === 0) return true;
+      if (performance.now() >= until) {
+        this.log.warn({ affected, left: n }, 'cluster: tunnels of a revocation still listed after the wait');
+        return false;
+      }
+      await new Promise((r) => setTimeout(r, AWAIT_POLL_MS));
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of this.timers) clearInterval(t);
+    await this.listening?.unlisten().catch(() => undefined);
+    await leaveCluster(this.sql, this.id).catch((err: unknown) => this.log.warn({ err }, 'cluster: could not leave cleanly; the lease will run out'));
+  }
+}

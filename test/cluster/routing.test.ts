@@ -1,0 +1,191 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import http from 'node:http';
+import net from 'node:net';
+import { createHash, randomBytes } from 'node:crypto';
+import { startCluster, visitNode, type TestCluster } from './cluster.js';
+import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
+import { listen, type Local } from '../tunnel/helpers.js';
+
+// Any node serves any tunnel: the client is connected to node A, visitors arrive at B and C
+// and are carried over links between nodes, byte for byte, with the counters exact in the
+// tunnel's session row (which only A writes).
+
+let cluster: TestCluster;
+let local: Local;
+const clients: TunnelClient[] = [];
+
+test.before(async () => {
+  cluster = await startCluster(3);
+  const server = http.createServer((req, res) => {
+    if (req.url === '/sse') {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      res.write('data: one\n\n');
+      // The second event only once the visitor has the first: proves it streams across nodes.
+      req.socket.once('data', () => undefined);
+      setTimeout(() => res.end('data: two\n\n'), 300);
+      return;
+    }
+    const h = createHash('sha256');
+    let n = 0;
+    req.on('data', (c: Buffer) => {
+      h.update(c);
+      n += c.length;
+    });
+    req.on('end', () => {
+      const size = Number(req.headers['x-size'] ?? 0);
+      const body = size > 0 ? Buffer.alloc(size, 0x61) : Buffer.from(`${req.method} ${req.url} ${n} ${h.digest('hex')}`);
+      res.writeHead(200, { 'content-type': 'application/octet-stream', 'x-echo-host': String(req.headers.host) });
+      res.end(body);
+    });
+  });
+  server.on('upgrade', (req, socket: net.Socket, head: Buffer) => {
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: echo\r\nConnection: Upgrade\r\n\r\n');
+    if (head.length) socket.write(head);
+    socket.pipe(socket);
+  });
+  local = await listen(server);
+});
+
+test.after(async () => {
+  for (const c of clients) await c.stop().catch(() => undefined);
+  await local?.close();
+  await cluster?.stop();
+});
+
+async function tunnelOnA(id: string): Promise<{ client: TunnelClient; key: string; userId: string }> {
+  const u = await createUser(cluster.db);
+  const key = await createKeyFor(cluster.db, u.id);
+  const client = new TunnelClient({ server: cluster.nodes[0]!.nodeUrl, token: key, type: 'http', local: { host: '127.0.0.1', port: local.port }, id });
+  clients.push(client);
+  await withDeadline(client.start(), 10_000, 'client start');
+  return { client, key, userId: u.id };
+}
+
+/** Every node routes `id` (the route travels by notification; the test waits for it). */
+async function routedEverywhere(id: string): Promise<void> {
+  for (const node of cluster.nodes) await eventually(async () => (await visitNode(node, id, { path: '/ping' })).status === 200, 5_000, `${id} routed at ${node.nodeUrl}`);
+}
+
+test('a visitor at another node reaches the tunnel: bodies byte-exact both ways, counters exact in the session row', async () => {
+  await tunnelOnA('xnode');
+  await routedEverywhere('xnode');
+  const [, b, c] = cluster.nodes;
+  const upload = randomBytes(3 * 1024 * 1024 + 17);
+  const r = await visitNode(b!, 'xnode', { method: 'POST', path: '/up', body: upload });
+  assert.is(r.status, 200);
+  assert.is(r.body.toString(), `POST /up ${upload.length} ${createHash('sha256').update(upload).digest('hex')}`);
+  assert.is(r.headers['x-echo-host'], 'xnode.localhost');
+  const down = await visitNode(c!, 'xnode', { path: '/down', headers: { 'x-size': String(5 * 1024 * 1024) } });
+  assert.is(down.status, 200);
+  assert.is(down.body.length, 5 * 1024 * 1024);
+  assert.ok(down.body.every((x) => x === 0x61), 'download bytes intact');
+
+  const [row] = await cluster.db.sql<{ node_id: string | null }[]>`select node_id from sessions where tunnel_id = 'xnode'`;
+  assert.ok(row?.node_id, 'the session names the node that holds it');
+  const pings = cluster.nodes.length; // routedEverywhere's
+  const expectOut = r.body.length + down.body.length;
+  await eventually(
+    async () => {
+      const [s] = await cluster.db.sql<{ bytes_in: string; bytes_out: string; requests: string }[]>`select bytes_in, bytes_out, requests from sessions where tunnel_id = 'xnode'`;
+      if (!s) return false;
+      const pingBytes = Number(s.bytes_out) - expectOut;
+      return Number(s.bytes_in) === upload.length && Number(s.requests) === pings + 2 && pingBytes === pings * 'GET /ping 0 e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855'.length;
+    },
+    5_000,
+    'session counters exact',
+  );
+});
+
+test('SSE streams event by event through another node', async () => {
+  await tunnelOnA('xsse');
+  await routedEverywhere('xsse');
+  const b = cluster.nodes[1]!;
+  const first = await withDeadline(
+    new Promise<{ at: number; text: string; done: Promise<string> }>((resolve, reject) => {
+      const req = http.request({ host: b.address, port: Number(new URL(b.nodeUrl).port), path: '/sse', headers: { host: 'xsse.localhost' }, agent: false, setHost: false });
+      req.on('error', reject);
+      req.on('response', (res) => {
+        let all = '';
+        const done = new Promise<string>((r) => res.on('end', () => r(all)));
+        res.setEncoding('utf8');
+        res.once('data', (d: string) => {
+          all += d;
+          resolve({ at: Date.now(), text: d, done });
+          res.on('data', (more: string) => (all += more));
+        });
+      });
+      req.end();
+    }),
+    5_000,
+    'first event',
+  );
+  assert.is(first.text, 'data: one\n\n');
+  assert.is(await withDeadline(first.done, 5_000, 'stream end'), 'data: one\n\ndata: two\n\n');
+});
+
+test('a WebSocket (any upgrade) relays both ways through another node', async () => {
+  await tunnelOnA('xws');
+  await routedEverywhere('xws');
+  const c = cluster.nodes[2]!;
+  const sock = net.connect(Number(new URL(c.nodeUrl).port), c.address);
+  const payload = randomBytes(256 * 1024);
+  let got = Buffer.alloc(0);
+  const echoed = new Promise<void>((resolve) => {
+    sock.on('data', (d: Buffer) => {
+      got = Buffer.concat([got, d]);
+      const at = got.indexOf('\r\n\r\n');
+      if (at >= 0 && got.length - at - 4 >= payload.length) resolve();
+    });
+  });
+  sock.write('GET /ws HTTP/1.1\r\nHost: xws.localhost\r\nConnection: Upgrade\r\nUpgrade: echo\r\n\r\n');
+  await eventually(() => got.includes('\r\n\r\n'), 5_000, '101');
+  assert.match(got.toString('latin1', 0, 12), /^HTTP\/1\.1 101/);
+  sock.write(payload);
+  await withDeadline(echoed, 5_000, 'echo');
+  const at = got.indexOf('\r\n\r\n') + 4;
+  assert.ok(got.subarray(at).equals(payload), 'echo byte-exact');
+  sock.destroy();
+});
+
+test('GET /tunnels answers for the whole cluster, through any node', async () => {
+  await tunnelOnA('xlist');
+  for (const node of cluster.nodes) {
+    await eventually(
+      async () => {
+        const r = await api(node, 'GET', '/tunnels', { key: cluster.adminKey });
+        return r.status === 200 && (r.body as { id: string }[]).some((t) => t.id === 'xlist');
+      },
+      5_000,
+      `xlist listed by ${node.nodeUrl}`,
+    );
+  }
+});
+
+test('the same id opened on two nodes at once by 100 clients of 10 users: exactly one user wins', async () => {
+  const users = await Promise.all(Array.from({ length: 10 }, () => createUser(cluster.db)));
+  const keys = await Promise.all(users.map((u) => createKeyFor(cluster.db, u.id)));
+  const outcomes = await Promise.all(
+    Array.from({ length: 100 }, async (_, i) => {
+      const node = cluster.nodes[i % cluster.nodes.length]!;
+      const c = new TunnelClient({ server: node.nodeUrl, token: keys[i % keys.length]!, type: 'http', local: { host: '127.0.0.1', port: local.port }, id: 'xrace' });
+      clients.push(c);
+      try {
+        await withDeadline(c.start(), 20_000, 'race start');
+        return { user: i % keys.length, ok: true as const };
+      } catch (err) {
+        await c.stop().catch(() => undefined);
+        return { user: i % keys.length, ok: false as const, why: (err as Error).message };
+      }
+    }),
+  );
+  const winners = new Set(outcomes.filter((o) => o.ok).map((o) => o.user));
+  assert.is(winners.size, 1, `winning users: ${[...winners].join(',')}; ${JSON.stringify(outcomes.filter((o) => !o.ok).slice(0, 3))}`);
+  for (const o of outcomes) if (!o.ok) assert.match(o.why, /in use by another user|taken over|held for/, o.why);
+  const rows = await cluster.db.sql`select user_id from cluster_tunnels where id = 'xrace'`;
+  assert.is(rows.length, 1);
+  assert.is(rows[0]!.user_id, users[[...winners][0]!]!.id);
+});
+
+test.run();
