@@ -223,7 +223,7 @@ export class RegistryActor {
       case 'tunnel-routes':
         return [
           ...[...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, sessionId: e.sessionId, access: e.access })),
-          ...[...this.remote.values()].map((r): TunnelRoute => ({ id: r.id, shard: -1, node: r.node_url, sessionId: r.session_id, access: r.access })),
+          ...[...this.remote.values()].map((r): TunnelRoute => ({ id: r.id, shard: -1, node: r.node_url, port: r.port, sessionId: r.session_id, access: r.access })),
         ];
       case 'data-plane-counts':
         return this.counts();
@@ -676,7 +676,7 @@ export class RegistryActor {
     if (row && row.node_id !== me) {
       this.remote.set(id, row);
       this.holds.delete(id);
-      this.broadcast({ type: 'tunnel-route', id, shard: null, node: row.node_url, sessionId: row.session_id, access: row.access });
+      this.broadcast({ type: 'tunnel-route', id, shard: null, node: row.node_url, port: row.port, sessionId: row.session_id, access: row.access });
       return;
     }
     const gone = this.remote.get(id);

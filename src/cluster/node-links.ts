@@ -2,7 +2,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import type { PortLike } from '../actors/actor.js';
 import type { Logger } from '../log.js';
-import type { HttpHead } from '../protocol/frames.js';
+import type { StreamHead } from '../protocol/frames.js';
 import type { WsConnection } from '../protocol/ws-connection.js';
 import { WsClient } from '../client/ws-client.js';
 import { Mesh } from '../edge/mesh.js';
@@ -94,7 +94,7 @@ export class NodeLinks {
     private readonly log: Logger,
     private readonly token: string,
     /** Opens a stream on a tunnel of this node (its shard, a lane here, or the shard mesh); null when none. */
-    openHere: (tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
+    openHere: (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
   ) {
     this.mesh = new Mesh(log.child({ part: 'links' }), openHere);
   }
@@ -109,7 +109,7 @@ export class NodeLinks {
   }
 
   /** A visitor here for a tunnel on the node at `url`. */
-  open(url: string, tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null {
+  open(url: string, tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null {
     const link = this.dialled.get(url) ?? this.dial(url);
     return this.mesh.open(link.index, tunnelId, head, down);
   }

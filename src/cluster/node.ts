@@ -168,7 +168,7 @@ export class ClusterNode {
 
   /** Sends a cluster event from outside a trigger (API close, reservation change). */
   async notify(e: ClusterEvent): Promise<void> {
-    await this.sql`select burrow_cluster_notify(${JSON.stringify(e)}::jsonb)`;
+    await this.sql`select burrow_cluster_notify(${JSON.stringify(e)}::text::jsonb)`;
   }
 
   /**

@@ -36,7 +36,7 @@ export async function registerNode(sql: Sql, id: string, url: string, leaseMs: n
     const [old] = await tx<{ id: string }[]>`delete from cluster_nodes where url = ${url} returning id`;
     if (old) await tx`update sessions set disconnected_at = last_flush_at where node_id = ${old.id} and disconnected_at is null`;
     await tx`insert into cluster_nodes (id, url, lease_until) values (${id}, ${url}, now() + ${leaseMs} * interval '1 millisecond')`;
-    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: true })}::jsonb)`;
+    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: true })}::text::jsonb)`;
   });
 }
 
@@ -57,7 +57,7 @@ export async function reapDeadNodes(sql: Sql): Promise<string[]> {
     const ids = dead.map((d) => d.id);
     if (ids.length === 0) return [];
     await tx`update sessions set disconnected_at = last_flush_at where node_id = any(${ids}::uuid[]) and disconnected_at is null`;
-    for (const id of ids) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: false })}::jsonb)`;
+    for (const id of ids) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: false })}::text::jsonb)`;
     return ids;
   });
 }
@@ -66,7 +66,7 @@ export async function reapDeadNodes(sql: Sql): Promise<string[]> {
 export async function leaveCluster(sql: Sql, id: string): Promise<void> {
   await sql.begin(async (tx) => {
     await tx`delete from cluster_nodes where id = ${id}`;
-    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: false })}::jsonb)`;
+    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: false })}::text::jsonb)`;
   });
 }
 
@@ -116,8 +116,8 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
     // The primary key settles a race between two first claims: the loser's insert fails (23505).
     await tx`
       insert into cluster_tunnels (id, node_id, session_id, user_id, key_id, team_id, tunnel_type, port, url, local_target, access)
-      values (${c.id}, ${c.nodeId}, ${c.sessionId}, ${c.userId}, ${c.keyId}, ${c.teamId}, ${c.tunnelType}, ${c.port}, ${c.url}, ${c.local}, ${c.access === null ? null : JSON.stringify(accessToJson(c.access))}::jsonb)`;
-    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id: c.id, session: c.sessionId })}::jsonb)`;
+      values (${c.id}, ${c.nodeId}, ${c.sessionId}, ${c.userId}, ${c.keyId}, ${c.teamId}, ${c.tunnelType}, ${c.port}, ${c.url}, ${c.local}, ${c.access === null ? null : JSON.stringify(accessToJson(c.access))}::text::jsonb)`;
+    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id: c.id, session: c.sessionId })}::text::jsonb)`;
     return { ok: true, replaced: held ? { nodeId: held.node_id, sessionId: held.session_id } : null } as const;
   });
 }
@@ -126,7 +126,7 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
 export async function releaseTunnel(sql: Sql, id: string, sessionId: string): Promise<void> {
   await sql.begin(async (tx) => {
     const gone = await tx`delete from cluster_tunnels where id = ${id} and session_id = ${sessionId} returning id`;
-    if (gone.length > 0) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id, session: null })}::jsonb)`;
+    if (gone.length > 0) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id, session: null })}::text::jsonb)`;
   });
 }
 

@@ -2,7 +2,7 @@ import { Mailbox, type PortLike } from '../actors/actor.js';
 import { assertNever } from '../errors.js';
 import type { Logger } from '../log.js';
 import { StreamEnds } from '../protocol/flow-control.js';
-import { type HttpHead, type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
+import { type ResetCode, type ResponseHead, type StreamHead } from '../protocol/frames.js';
 import type { TunnelMesh } from '../protocol/tunnel-messages.js';
 import type { Downstream, Upstream } from './stream.js';
 
@@ -104,7 +104,7 @@ export class Mesh {
   constructor(
     private readonly log: Logger,
     /** Opens a stream on a tunnel of this shard (a link's: of this node); null when it is not here. */
-    private readonly openLocal: (tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
+    private readonly openLocal: (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
   ) {}
 
   /** Cross-shard streams held here in both roles (GET /readyz?detail=1). */
@@ -174,7 +174,7 @@ export class Mesh {
   private receive(peer: Peer, msg: TunnelMesh): void {
     if (msg.type === 'x-open') {
       const inc = new Incoming(peer, msg.xid);
-      const up = msg.head.kind === 'http' ? this.openLocal(msg.tunnelId, msg.head, inc) : null;
+      const up = this.openLocal(msg.tunnelId, msg.head, inc);
       if (!up) {
         peer.mailbox.tell({ type: 'x-reset', xid: -msg.xid, code: 'no-tunnel' });
         return;

@@ -3,7 +3,7 @@ import type net from 'node:net';
 import type { ShardContext } from './shard-context.js';
 import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelMainToShardReplies, StatsDelta } from '../protocol/tunnel-messages.js';
 import type { HandlerAnswer } from '../protocol/messages.js';
-import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode } from '../protocol/frames.js';
+import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode, type StreamHead } from '../protocol/frames.js';
 import { ApiError, assertNever, unavailableError } from '../errors.js';
 import { TunnelActor } from './tunnel.js';
 import { ControlConnection, type ControlHost } from './control.js';
@@ -13,11 +13,11 @@ import { Mesh } from './mesh.js';
 import { DISCARD, FrontConnection, headerOf, type Exchange } from './front-connection.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import type { VisitorResponse } from './visitor-response.js';
-import { bindTcpPort, checkTcpRequest, serveTcp } from './tcp.js';
+import { bindTcpPort, checkTcpRequest, relayTcp, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
 import { VisitorLimit } from './visitor-limit.js';
 import { AccessGate, admitHttpVisitor, hashAccess } from './access.js';
-import { accessRulesProblem } from '../protocol/access.js';
+import { accessRulesProblem, type AccessWire } from '../protocol/access.js';
 import { countHttpAnswer } from './metrics.js';
 import { RouteTable } from './shard-routes.js';
 import { ShardLanes } from './shard-lanes.js';
@@ -103,9 +103,10 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     tcpListeners.delete(t);
   };
 
-  const openLocal = (tunnelId: string, head: HttpHead, down: Downstream): Upstream | null => {
+  const openLocal = (tunnelId: string, head: StreamHead, down: Downstream): Upstream | null => {
     const t = routes.local(tunnelId);
-    if (!t || t.spec.type !== 'http') return null;
+    // A TCP stream comes only from a link (this node's TCP visitors arrive at the owner's listener).
+    if (!t || t.spec.type !== head.kind) return null;
     // A draining owner takes no new stream (one routed here by a shard that did not drain yet).
     const s = draining ? null : t.openStream(head, down);
     if (!s) {
@@ -239,7 +240,10 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   // Learn where live tunnels are (a restarted shard starts empty).
   ctx.main
     .ask({ type: 'tunnel-routes' }, ADMIT_TIMEOUT_MS)
-    .then((list) => routes.load(list))
+    .then((list) => {
+      routes.load(list);
+      for (const r of list) followRemoteTcp(r.id, r.node, r.port, r.access);
+    })
     .catch((err: unknown) => log.warn({ err }, 'could not load tunnel routes'));
 
   /** The tunnel id of a Host header, or null when it is not public tunnel traffic. */
@@ -251,13 +255,38 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     return id.includes('.') ? null : id;
   };
   /** A stream on a tunnel of this node: here (owned or a lane), else through the shard mesh. */
-  const openOnNode = (tunnelId: string, head: HttpHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null => {
+  const openOnNode = (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null => {
     const local = openLocal(tunnelId, head, down);
     if (local) return local;
     const shard = routes.shardOf(tunnelId);
     if (shard === undefined || shard === ctx.index) return null;
     return mesh.open(shard, tunnelId, head, down);
   };
+  /** cluster: listeners of TCP tunnels held on other nodes (every node answers on the port), by id */
+  const remoteTcp = new Map<string, { port: number; node: string; close: () => void }>();
+  /** A remote TCP tunnel's port answers here too: bound by one shard of this node (port mod shards). */
+  const followRemoteTcp = (id: string, node: string | undefined, port: number | null | undefined, access: AccessWire | null | undefined): void => {
+    const held = remoteTcp.get(id);
+    const wanted = node !== undefined && typeof port === 'number' && port % ctx.config.workers === ctx.index;
+    if (held && (!wanted || held.port !== port || held.node !== node)) {
+      remoteTcp.delete(id);
+      held.close();
+    }
+    if (!wanted || remoteTcp.has(id) || !links || draining) return;
+    const entry = { port: port!, node: node!, close: () => undefined as void };
+    remoteTcp.set(id, entry);
+    bindTcpPort(ctx.config.host, { min: port!, max: port! }, port!).then(
+      (server) => {
+        if (remoteTcp.get(id) !== entry) return void server.close();
+        entry.close = relayTcp(server, (head, visitor) => links.open(entry.node, id, head, visitor), AccessGate.of(access ?? null));
+      },
+      (err: unknown) => {
+        if (remoteTcp.get(id) === entry) remoteTcp.delete(id);
+        log.warn({ err: (err as Error).message, id, port }, 'cluster: the port of a TCP tunnel on another node cannot be bound here');
+      },
+    );
+  };
+
   // A link's stream is served on this node only: a route that moved on meanwhile gets no-tunnel, never a second hop.
   const links = ctx.linkToken === null ? null : new NodeLinks(log, ctx.linkToken, openOnNode);
   const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => {
@@ -312,6 +341,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         case 'tunnel-route':
           routes.route(msg);
           lanes.closeStale(msg.id);
+          followRemoteTcp(msg.id, msg.node, msg.port, msg.access);
           return undefined;
         case 'tunnel-counts': {
           let streams = 0;
@@ -354,6 +384,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       await drainTunnels({ log, connections, tcpListeners: tcpListeners.values(), visitors, tunnels: () => routes.localTunnels(), closeLocal }, timeoutMs);
       clearInterval(heartbeatTimer);
       links?.closeAll();
+      for (const t of remoteTcp.values()) t.close();
+      remoteTcp.clear();
       stats.stop();
     },
   };

@@ -20,10 +20,12 @@ import { edgeCounters } from './metrics.js';
 
 class TcpVisitor implements Downstream {
   up: Upstream | null = null;
+  /** set by a carrier that keeps state per stream (a link to another node) */
+  onDone: (() => void) | null = null;
   private readonly window: SendWindow;
   private readonly meter = new CreditMeter((n) => this.up?.credit(n));
   /** local = visitor → client (the visitor's FIN), peer = client → visitor (the client's End). */
-  private readonly ends = new StreamEnds(() => undefined);
+  private readonly ends = new StreamEnds(() => this.onDone?.());
 
   constructor(private readonly sock: net.Socket) {
     this.window = new SendWindow(sock);
@@ -111,6 +113,15 @@ export async function bindTcpPort(host: string, range: { min: number; max: numbe
 
 /** Serves visitor connections of a tcp tunnel until the tunnel closes. */
 export function serveTcp(server: net.Server, actor: TunnelActor, gate: AccessGate | null = null): void {
+  const close = relayTcp(server, (head, visitor) => actor.openStream(head, visitor), gate);
+  actor.onClose = close;
+}
+
+/** The stream a TCP visitor's connection becomes (a tunnel here, or a link to the node holding it). */
+export type TcpOpener = (head: { kind: 'tcp'; remote: string }, visitor: Downstream & { onDone: (() => void) | null }) => Upstream | null;
+
+/** Relays each accepted connection as a stream opened by `open`; the returned function stops it all. */
+export function relayTcp(server: net.Server, open: TcpOpener, gate: AccessGate | null = null): () => void {
   const sockets = new Set<net.Socket>();
   server.on('connection', (sock) => {
     // Before any stream exists: a refused address is reset and the client never hears of it.
@@ -119,7 +130,7 @@ export function serveTcp(server: net.Server, actor: TunnelActor, gate: AccessGat
     sockets.add(sock);
     sock.once('close', () => sockets.delete(sock));
     const visitor = new TcpVisitor(sock);
-    const up = actor.openStream({ kind: 'tcp', remote: `${sock.remoteAddress}:${sock.remotePort}` }, visitor);
+    const up = open({ kind: 'tcp', remote: `${sock.remoteAddress}:${sock.remotePort}` }, visitor);
     if (!up) {
       sock.destroy();
       return;
@@ -127,7 +138,7 @@ export function serveTcp(server: net.Server, actor: TunnelActor, gate: AccessGat
     visitor.up = up;
     edgeCounters.tcpConnections++;
   });
-  actor.onClose = () => {
+  return () => {
     server.close();
     for (const s of sockets) s.destroy();
   };

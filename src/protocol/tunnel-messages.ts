@@ -175,6 +175,8 @@ export interface TunnelRoute {
   shard: number;
   /** cluster: the --node-url of the node holding it, when not this one */
   node?: string;
+  /** cluster: a TCP tunnel's port (every node answers on it) */
+  port?: number | null;
   /** the registration: a lane of another session of this id is stale and closes */
   sessionId: string;
   /** its access rules: every shard checks visitors where they arrive */
@@ -189,7 +191,7 @@ export type TunnelMainToShard =
   | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
   /** Where a live tunnel lives now (`shard` null: gone), its session and access rules. Sent to
    *  every shard; lanes of `id` with another session (or none) close. */
-  | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; sessionId?: string; access?: AccessWire | null }
+  | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; port?: number | null; sessionId?: string; access?: AccessWire | null }
   /** This shard's live data-plane objects; answers ShardCounts. */
   | { type: 'tunnel-counts' };
 

@@ -7,6 +7,9 @@ import { startCluster, visitNode, type TestCluster } from './cluster.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, type Local } from '../tunnel/helpers.js';
+import { lanePorts } from '../helpers/ports.js';
+
+const TCP = lanePorts(20);
 
 // Any node serves any tunnel: the client is connected to node A, visitors arrive at B and C
 // and are carried over links between nodes, byte for byte, with the counters exact in the
@@ -17,7 +20,7 @@ let local: Local;
 const clients: TunnelClient[] = [];
 
 test.before(async () => {
-  cluster = await startCluster(3);
+  cluster = await startCluster(3, ['--tcp-port-range', `${TCP.min}-${TCP.max}`]);
   const server = http.createServer((req, res) => {
     if (req.url === '/sse') {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -63,9 +66,10 @@ async function tunnelOnA(id: string): Promise<{ client: TunnelClient; key: strin
   return { client, key, userId: u.id };
 }
 
-/** Every node routes `id` (the route travels by notification; the test waits for it). */
+/** Every node routes `id`. The route travels by notification, well within the reconcile's
+ *  5 s (which would otherwise hide a lost notification). */
 async function routedEverywhere(id: string): Promise<void> {
-  for (const node of cluster.nodes) await eventually(async () => (await visitNode(node, id, { path: '/ping' })).status === 200, 5_000, `${id} routed at ${node.nodeUrl}`);
+  for (const node of cluster.nodes) await eventually(async () => (await visitNode(node, id, { path: '/ping' })).status === 200, 2_000, `${id} routed at ${node.nodeUrl}`);
 }
 
 test('a visitor at another node reaches the tunnel: bodies byte-exact both ways, counters exact in the session row', async () => {
@@ -82,8 +86,8 @@ test('a visitor at another node reaches the tunnel: bodies byte-exact both ways,
   assert.is(down.body.length, 5 * 1024 * 1024);
   assert.ok(down.body.every((x) => x === 0x61), 'download bytes intact');
 
-  const [row] = await cluster.db.sql<{ node_id: string | null }[]>`select node_id from sessions where tunnel_id = 'xnode'`;
-  assert.ok(row?.node_id, 'the session names the node that holds it');
+  const [nodeA] = await cluster.db.sql<{ id: string }[]>`select id from cluster_nodes where url = ${cluster.nodes[0]!.nodeUrl}`;
+  await eventually(async () => (await cluster.db.sql`select 1 from sessions where tunnel_id = 'xnode' and node_id = ${nodeA!.id}`).length === 1, 3_000, 'the session names the node that holds it');
   const pings = cluster.nodes.length; // routedEverywhere's
   const expectOut = r.body.length + down.body.length;
   await eventually(
@@ -147,6 +151,40 @@ test('a WebSocket (any upgrade) relays both ways through another node', async ()
   const at = got.indexOf('\r\n\r\n') + 4;
   assert.ok(got.subarray(at).equals(payload), 'echo byte-exact');
   sock.destroy();
+});
+
+test('a TCP tunnel\'s port answers on every node, byte-exact both ways, with half-close', async () => {
+  const echo = await listen(net.createServer({ allowHalfOpen: true }, (s) => s.pipe(s)));
+  try {
+    const u = await createUser(cluster.db);
+    const key = await createKeyFor(cluster.db, u.id);
+    const client = new TunnelClient({ server: cluster.nodes[0]!.nodeUrl, token: key, type: 'tcp', local: { host: '127.0.0.1', port: echo.port } });
+    clients.push(client);
+    const { url } = await withDeadline(client.start(), 10_000, 'tcp client start');
+    const port = Number(new URL(url).port);
+    for (const node of cluster.nodes) {
+      const payload = randomBytes(1024 * 1024 + 3);
+      const got = await eventually(
+        () =>
+          new Promise<Buffer | null>((resolve) => {
+            const sock = net.connect({ host: node.address, port, allowHalfOpen: true });
+            const parts: Buffer[] = [];
+            sock.on('error', () => resolve(null));
+            sock.on('data', (d: Buffer) => parts.push(d));
+            sock.on('end', () => {
+              sock.end();
+              resolve(Buffer.concat(parts));
+            });
+            sock.on('connect', () => sock.end(payload));
+          }),
+        5_000,
+        `port ${port} at ${node.nodeUrl}`,
+      );
+      assert.ok(got!.equals(payload), `echo through ${node.nodeUrl} byte-exact (${got!.length} of ${payload.length})`);
+    }
+  } finally {
+    await echo.close();
+  }
 });
 
 test('GET /tunnels answers for the whole cluster, through any node', async () => {
