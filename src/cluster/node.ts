@@ -128,8 +128,14 @@ export class ClusterNode {
     this.log.info({ node: this.id, url: this.url }, 'joined the cluster');
   }
 
+  private renewing = false;
+
   private async renew(): Promise<void> {
     if (this.stopped) return;
+    // Checked on the timer, not on the renewal's failure: a frozen link fails nothing, it hangs.
+    if (performance.now() - this.renewedAt >= FENCE_AFTER_MS) this.fence('the cluster database did not confirm this node\'s lease in time');
+    if (this.renewing) return;
+    this.renewing = true;
     const sent = performance.now();
     try {
       const held = await renewLease(this.sql, this.id, LEASE_MS);
@@ -146,6 +152,8 @@ export class ClusterNode {
       }
     } catch (err) {
       if (performance.now() - this.renewedAt >= FENCE_AFTER_MS) this.fence(`the cluster database is unreachable (${(err as Error).message})`);
+    } finally {
+      this.renewing = false;
     }
   }
 

@@ -36,22 +36,23 @@ export function freePortOn(address: string): Promise<number> {
   });
 }
 
-/** Starts node `i` of a cluster (again, after a kill: same address and port). */
-export async function startNode(db: TestDatabase, dataDir: string, i: number, port?: number, extra: string[] = []): Promise<ClusterNodeProc> {
+/** Starts node `i` of a cluster (again, after a kill: same address and port). `databaseUrl`: the
+ *  node's own way to the database (a proxy the test controls), else the database's. */
+export async function startNode(db: TestDatabase, dataDir: string, i: number, port?: number, extra: string[] = [], databaseUrl?: string): Promise<ClusterNodeProc> {
   const address = `127.0.0.${i + 2}`;
   const p = port ?? (await freePortOn(address));
   const nodeUrl = `http://${address}:${p}`;
   // One data dir for all: the first node makes the seed key, the others read the same one.
-  const s = await startServer({ db, dataDir, workers: 2, args: ['--host', address, '--port', String(p), '--node-url', nodeUrl, '--base-url', 'http://localhost:8080', ...extra] });
+  const s = await startServer({ db: databaseUrl ? { ...db, url: databaseUrl } : db, dataDir, workers: 2, args: ['--host', address, '--port', String(p), '--node-url', nodeUrl, '--base-url', 'http://localhost:8080', ...extra] });
   return Object.assign(s, { nodeUrl, address, url: nodeUrl });
 }
 
-export async function startCluster(n: number, extra: string[] = []): Promise<TestCluster> {
-  const db = await startDatabase();
+export async function startCluster(n: number, extra: string[] = [], opts: { db?: TestDatabase; databaseUrls?: (string | undefined)[] } = {}): Promise<TestCluster> {
+  const db = opts.db ?? (await startDatabase());
   const dataDir = mkdtempSync(join(tmpdir(), 'burrow-cluster-'));
   const nodes: ClusterNodeProc[] = [];
   // One after another: the first creates the seed admin and its key file.
-  for (let i = 0; i < n; i++) nodes.push(await startNode(db, dataDir, i, undefined, extra));
+  for (let i = 0; i < n; i++) nodes.push(await startNode(db, dataDir, i, undefined, extra, opts.databaseUrls?.[i]));
   return {
     nodes,
     db,

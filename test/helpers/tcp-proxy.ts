@@ -15,7 +15,7 @@ export class TcpProxy {
   private server: net.Server;
 
   private constructor(
-    private readonly target: { host: string; port: number },
+    private target: { host: string; port: number },
     public port: number,
   ) {
     this.server = this.makeServer();
@@ -41,6 +41,11 @@ export class TcpProxy {
     const closed = new Promise<void>((r) => this.server.close(() => r()));
     for (const p of this.pairs) this.drop(p);
     await closed;
+  }
+
+  /** New connections go to `target` from now on (a server that came back on another port). */
+  retarget(target: { host: string; port: number }): void {
+    this.target = target;
   }
 
   /** Nothing passes any more, in either direction; new connections hang. */
