@@ -18,6 +18,7 @@ import type {
   TunnelLaneAdmitted,
   TunnelMainToShard,
   TunnelMainToShardReplies,
+  RouteMember,
   TunnelRoute,
   TunnelShardToMain,
   TunnelShardToMainReplies,
@@ -26,7 +27,7 @@ import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/f
 import { accessView, type AccessWire } from '../protocol/access.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
-import { claimTunnel, clusterTunnel, clusterTunnels, releaseTunnel, sessionTotals, type ClusterTunnelRow } from '../db/cluster.js';
+import { claimTunnel, clusterTunnel, clusterTunnels, releaseMember, sessionTotals, type ClusterTunnelRow, type TunnelClaim } from '../db/cluster.js';
 import { AWAIT_GONE_MS, type ClusterEvent, type ClusterNode } from '../cluster/node.js';
 
 // RegistryActor (main thread): the single owner of "which live tunnel has which id, on
@@ -68,19 +69,6 @@ interface PortClaim {
   shard: number;
 }
 
-interface Entry {
-  info: Omit<TunnelInfo, 'uptime_secs' | 'stats' | 'access'>;
-  /** access rules, credentials hashed: sent with the route so every shard checks visitors */
-  access: AccessWire | null;
-  /** the control connection's key: a takeover by another key of the user says which one */
-  keyId: string;
-  shard: number;
-  sessionId: string;
-  /** http on several shards: what a lane of this registration presents (Opened.laneKey) */
-  laneKey: string | null;
-  registeredAtMs: number;
-}
-
 const CLOSE_TIMEOUT_MS = 5_000;
 /** --session-retention: how often closed sessions past it are deleted, and how many per statement. */
 const PRUNE_INTERVAL_MS = 10 * 60_000;
@@ -95,6 +83,34 @@ interface Hold {
   userId: string;
   untilMs: number;
 }
+
+/** One control connection serving a registration (a pool has several clients; a client of a
+ *  cluster has a connection on two nodes: each one a member, with a session of its own). */
+interface Member {
+  sessionId: string;
+  shard: number;
+  /** the control connection's key: a takeover by another key of the user says which one */
+  keyId: string;
+  userId: string;
+  /** http on several shards: what a lane of this member presents (Opened.laneKey) */
+  laneKey: string | null;
+  /** the burrow client it belongs to (its connections on other nodes share it: Opened.memberKey) */
+  client: string;
+  registeredAtMs: number;
+}
+
+/** A live tunnel: its registration and this node's members of it. */
+interface Entry {
+  info: Omit<TunnelInfo, 'uptime_secs' | 'stats' | 'access' | 'pool' | 'connections'>;
+  /** access rules, credentials hashed: sent with the route so every shard checks visitors */
+  access: AccessWire | null;
+  /** several clients may serve it (--pool) */
+  pool: boolean;
+  registeredAtMs: number;
+  members: Member[];
+}
+
+type Admit = Extract<TunnelShardToMain, { type: 'tunnel-admit' }>;
 
 export class RegistryActor {
   private readonly tunnels = new Map<string, Entry>();
@@ -111,13 +127,13 @@ export class RegistryActor {
   readonly stats: StatsActor;
   /** --node-url: this node's membership (null: a single node, everything in memory) */
   private cluster: ClusterNode | null = null;
-  /** cluster: live tunnels of other nodes, as the database lists them */
+  /** cluster: live tunnels with a member on another node, as the database lists them */
   private readonly remote = new Map<string, ClusterTunnelRow>();
   /** cluster: per id, the `touches` count when something last changed it here (a read of the
    *  database older than that is stale for this id and not applied) */
   private readonly touched = new Map<string, number>();
   private touches = 0;
-  /** cluster: admissions of one id on this node take turns (each reads and writes its row) */
+  /** admissions of one id take turns (each reads, awaits, then writes its registration) */
   private readonly idLocks = new Map<string, Promise<unknown>>();
 
   constructor(
@@ -221,10 +237,10 @@ export class RegistryActor {
         for (const d of msg.deltas) this.stats.add(d);
         return undefined;
       case 'tunnel-routes':
-        return [
-          ...[...this.tunnels.entries()].map(([id, e]): TunnelRoute => ({ id, shard: e.shard, sessionId: e.sessionId, access: e.access })),
-          ...[...this.remote.values()].map((r): TunnelRoute => ({ id: r.id, shard: -1, node: r.node_url, port: r.port, sessionId: r.session_id, access: r.access })),
-        ];
+        return [...new Set([...this.tunnels.keys(), ...this.remote.keys()])].flatMap((id): TunnelRoute[] => {
+          const r = this.routeOf(id);
+          return r.members && r.members.length > 0 ? [{ id, shard: r.shard ?? -1, ...(r.node ? { node: r.node } : {}), port: r.port ?? null, sessionId: r.sessionId!, access: r.access ?? null, members: r.members }] : [];
+        });
       case 'data-plane-counts':
         return this.counts();
       case 'control-connect':
@@ -234,16 +250,6 @@ export class RegistryActor {
         return undefined;
       default:
         return assertNever(msg);
-    }
-  }
-
-  /** A live tunnel ends: its id stays its owner's for --id-grace (and leaves the cluster's registry). */
-  private forget(id: string, e: Entry): void {
-    this.tunnels.delete(id);
-    this.hold(id, e.info.owner_id);
-    if (this.cluster) {
-      this.touch(id);
-      releaseTunnel(this.sql, id, e.sessionId).catch((err: unknown) => this.log.warn({ err, id }, 'cluster: tunnel row not released; the reconcile retries'));
     }
   }
 
@@ -270,12 +276,6 @@ export class RegistryActor {
   }
 
   private async reserve(id: string, userId: string | null, teamId: string | null): Promise<Reservation> {
-    const r = await this.reserveHere(id, userId, teamId);
-    await this.cluster?.notify({ t: 'reservations' });
-    return r;
-  }
-
-  private async reserveHere(id: string, userId: string | null, teamId: string | null): Promise<Reservation> {
     const problem = tunnelIdProblem(id, this.config.domain);
     if (problem) throw new ApiError('bad-request', problem);
     if ((userId === null) === (teamId === null)) throw new ApiError('bad-request', 'give exactly one of "user_id" and "team_id"');
@@ -283,6 +283,7 @@ export class RegistryActor {
     if (teamId !== null && !(await getTeam(this.sql, teamId))) throw new ApiError('not-found', `no team ${teamId}`);
     const r = await putReservation(this.sql, id, userId, teamId);
     this.reservations.set(id, r);
+    await this.cluster?.notify({ t: 'reservations' });
     return r;
   }
 
@@ -295,7 +296,7 @@ export class RegistryActor {
     return {};
   }
 
-  /** Live tunnels by type (GET /metrics). */
+  /** Live tunnels by type (GET /metrics: this node's). */
   liveByType(): { http: number; tcp: number } {
     const n = { http: 0, tcp: 0 };
     for (const e of this.tunnels.values()) n[e.info.tunnel_type]++;
@@ -308,7 +309,9 @@ export class RegistryActor {
       this.shards.ask(i, { type: 'tunnel-counts' }, COUNTS_TIMEOUT_MS).catch(() => null),
     );
     const shards = (await Promise.all(asks)).filter((c): c is ShardCounts => c !== null);
-    return { registry: { tunnels: this.tunnels.size, sessions: this.stats.size, heap_used_bytes: process.memoryUsage().heapUsed }, shards };
+    let sessions = 0;
+    for (const e of this.tunnels.values()) sessions += e.members.length;
+    return { registry: { tunnels: this.tunnels.size, sessions: Math.max(sessions, this.stats.size), heap_used_bytes: process.memoryUsage().heapUsed }, shards };
   }
 
   /** Control connections per shard and user (a dead shard's go with it). */
@@ -332,28 +335,48 @@ export class RegistryActor {
     else users?.delete(userId);
   }
 
-  /** A shard died: its tunnels are gone; their sessions close with the last counters heard. */
+  /** A shard died: its members are gone; their sessions close with the last counters heard. */
   shardDown(shard: number): void {
     this.controls.delete(shard);
     for (const [claim, c] of this.claims) if (c.shard === shard) this.claims.delete(claim);
-    for (const [id, e] of this.tunnels) {
-      if (e.shard !== shard) continue;
-      this.forget(id, e);
-      this.stats.close(e.sessionId);
-      this.broadcast({ type: 'tunnel-route', id, shard: null });
-    }
+    for (const [id, e] of [...this.tunnels]) for (const m of e.members.filter((x) => x.shard === shard)) this.removeMember(id, m.sessionId);
+  }
+
+  // ── routes ──
+
+  /** What every shard is told of `id`: its members here (by shard) and on other nodes (by URL). */
+  private routeOf(id: string): Extract<TunnelMainToShard, { type: 'tunnel-route' }> {
+    const e = this.tunnels.get(id);
+    const r = this.remote.get(id);
+    const me = this.cluster?.id;
+    const members: RouteMember[] = (e?.members ?? []).map((m) => ({ session: m.sessionId, client: m.client, shard: m.shard }));
+    for (const m of r?.members ?? []) if (m.node_id !== me) members.push({ session: m.session_id, client: m.client, node: m.node_url });
+    if (members.length === 0) return { type: 'tunnel-route', id, shard: null };
+    const first = members[0]!;
+    return {
+      type: 'tunnel-route',
+      id,
+      shard: first.shard ?? null,
+      ...(first.node ? { node: first.node } : {}),
+      port: e ? e.info.remote_port : r!.port,
+      sessionId: first.session,
+      access: e ? e.access : r!.access,
+      members,
+    };
   }
 
   /** broadcast, answered: a shard that does not answer in time (restarting) asks for every
    *  route when it starts, so waiting longer would only delay the client. */
-  private async routeEverywhere(msg: Extract<TunnelMainToShard, { type: 'tunnel-route' }>): Promise<void> {
+  private async routeEverywhere(id: string): Promise<void> {
+    const msg = this.routeOf(id);
     const acks = Array.from({ length: this.config.workers }, (_, i) =>
       this.shards.ask(i, msg, ROUTE_ACK_TIMEOUT_MS).catch((err) => this.log.debug({ err, shard: i }, 'shard did not confirm a route')),
     );
     await Promise.all(acks);
   }
 
-  private broadcast(msg: TunnelMainToShard): void {
+  private broadcastRoute(id: string): void {
+    const msg = this.routeOf(id);
     for (let i = 0; i < this.config.workers; i++) {
       try {
         this.shards.tell(i, msg);
@@ -382,9 +405,11 @@ export class RegistryActor {
     return claim;
   }
 
-  private async admit(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
+  // ── admission ──
+
+  private async admit(shard: number, m: Admit): Promise<TunnelAdmitted> {
     try {
-      if (!this.cluster || m.id === null) return await this.admitOnce(shard, m);
+      if (m.id === null) return await this.admitOnce(shard, m);
       return await this.oneAtATime(m.id, () => this.admitOnce(shard, m));
     } finally {
       // Spent either way; on success the entry now counts instead (set before this runs).
@@ -392,12 +417,27 @@ export class RegistryActor {
     }
   }
 
-  private async admitOnce(shard: number, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<TunnelAdmitted> {
+  /** Runs admissions of one id one after another (each reads, awaits, then writes). */
+  private async oneAtATime<T>(id: string, work: () => Promise<T>): Promise<T> {
+    const before = this.idLocks.get(id) ?? Promise.resolve();
+    const mine = before.then(work, work);
+    const settled = mine.catch(() => undefined);
+    this.idLocks.set(id, settled);
+    try {
+      return await mine;
+    } finally {
+      if (this.idLocks.get(id) === settled) this.idLocks.delete(id);
+    }
+  }
+
+  private async admitOnce(shard: number, m: Admit): Promise<TunnelAdmitted> {
     this.countOpen(m.userId);
     if (m.id !== null) {
       const problem = tunnelIdProblem(m.id, this.config.domain);
       if (problem) throw new ApiError('bad-request', problem);
     }
+    if (m.pool && m.tunnelType !== 'http') throw new ApiError('bad-request', 'a pool serves an http tunnel: TCP tunnels cannot be pooled');
+    if (m.member !== null) return this.join(shard, m);
     let teamId = m.teamId;
     if (teamId !== null) {
       const before = this.revocations;
@@ -412,131 +452,222 @@ export class RegistryActor {
       if (this.revocations !== before) throw new ApiError('unavailable', `team ${teamId} changed while this tunnel was admitted; try again`);
     }
     // Another key of this user about to take a live id over: its name goes into the old client's
-    // message, read now (before the fresh conflict check below; a race just leaves it unnamed).
+    // message, read now (a race just leaves it unnamed).
     const holder = m.id === null ? undefined : this.tunnels.get(m.id);
-    const newKey = holder && holder.info.owner_id === m.userId && holder.keyId !== m.keyId ? await keyLabel(this.sql, m.keyId).catch(() => null) : null;
+    const newKey = holder && holder.info.owner_id === m.userId && holder.members.some((x) => x.keyId !== m.keyId) ? await keyLabel(this.sql, m.keyId).catch(() => null) : null;
     const claimProblem = m.id === null ? null : await this.claimProblem(m.id, m.userId);
     let id = m.id;
     if (id === null) {
       do id = randomTunnelId(randomBytes);
-      while (this.tunnels.has(id) || this.holds.has(id) || this.reservations.has(id) || tunnelIdProblem(id, this.config.domain));
+      while (this.tunnels.has(id) || this.remote.has(id) || this.holds.has(id) || this.reservations.has(id) || tunnelIdProblem(id, this.config.domain));
     }
     const old = this.tunnels.get(id);
-    if (old && old.info.owner_id !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+    const remote = this.remote.get(id);
+    const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type } : null;
+    const sameOwner = held !== null && (held.teamId !== null ? held.teamId === teamId : held.userId === m.userId && teamId === null);
+    const joinsPool = held !== null && held.pool && m.pool && sameOwner && held.type === m.tunnelType;
+    if (held && !joinsPool) {
+      if (held.pool && sameOwner) throw new ApiError('conflict', `tunnel id "${id}" is a pool: open it with --pool to join it`);
+      if (held.userId !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+    }
     // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
     // reservation and the grace hold decide.
-    const remote = this.remote.get(id);
-    if (!old && claimProblem !== null && !(remote && remote.user_id === m.userId)) throw new ApiError('conflict', claimProblem);
+    if (!held && claimProblem !== null) throw new ApiError('conflict', claimProblem);
+    const client = randomBytes(18).toString('base64url');
     const sessionId = randomUUID();
     const url = this.publicUrl(m.tunnelType, id, m.remotePort);
-    if (this.cluster) await this.claimInCluster(id, sessionId, url, teamId, m);
-    else if (!old) {
-      // A takeover replaces a tunnel of the user's; anything else adds one.
+    if (this.cluster) await this.claimInCluster({ id, sessionId, url, teamId, client, mode: m.pool ? { pool: true } : { plain: true } }, m);
+    else if (!old || joinsPool) {
+      // A takeover replaces a tunnel of the user's; anything else adds a client.
       const max = this.config.maxTunnelsPerUser;
-      let held = 0;
-      for (const e of this.tunnels.values()) if (e.info.owner_id === m.userId) held++;
-      if (held >= max) throw new ApiError('forbidden', `limit reached: at most ${max} live tunnels per user (max-tunnels-per-user); you hold ${held}: close one first`);
+      let n = 0;
+      for (const e of this.tunnels.values()) n += new Set(e.members.filter((x) => x.userId === m.userId).map((x) => x.client)).size;
+      if (n >= max) throw new ApiError('forbidden', `limit reached: at most ${max} live tunnels per user (max-tunnels-per-user); you hold ${n}: close one first`);
     }
-    if (old) {
+    const current = this.tunnels.get(id);
+    if (current && !joinsPool) {
       // Same user: a reconnect whose old connection is stale (or a second client). The new
-      // registration wins; the old one is told so and must not come back.
-      // Its session closes when that shard reports tunnel-down with the final counters.
+      // registration wins; the old one is told so and must not come back. Its sessions close
+      // when their shards report tunnel-down with the final counters.
       this.tunnels.delete(id);
-      const reason = takeoverReason(old.keyId === m.keyId, newKey);
-      // A shard that no longer holds it (or is gone) sends no tunnel-down: close the session here.
-      this.shards
-        .ask(old.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: old.sessionId, code: 'taken-over' }, CLOSE_TIMEOUT_MS)
-        .then(
-          (r) => !r.closed && this.stats.close(old.sessionId),
-          () => this.stats.close(old.sessionId),
-        );
+      for (const x of current.members) {
+        const reason = takeoverReason(x.keyId === m.keyId, newKey);
+        this.endMember(x, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: x.sessionId, code: 'taken-over' });
+      }
     }
-    // TCP visitors arrive at the owner's own listener: lanes would carry nothing.
-    const laneKey = m.tunnelType === 'http' && this.config.workers > 1 ? randomBytes(18).toString('base64url') : null;
-    this.tunnels.set(id, {
-      info: { id, owner_id: m.userId, team_id: teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType, url, local_target: m.local },
-      access: m.access,
-      keyId: m.keyId,
-      shard,
-      sessionId,
-      laneKey,
-      registeredAtMs: Date.now(),
-    });
-    this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId, clientIp: m.clientIp, nodeId: this.cluster?.id ?? null });
+    const entry: Entry = joinsPool && current
+      ? current
+      : {
+          info: { id, owner_id: m.userId, team_id: teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType, url, local_target: m.local },
+          access: joinsPool && remote ? remote.access : m.access,
+          pool: m.pool,
+          registeredAtMs: Date.now(),
+          members: [],
+        };
+    this.tunnels.set(id, entry);
+    const laneKey = this.addMember(id, entry, shard, m, sessionId, client);
     // Every shard knows the route before the client hears Opened and prints its URL: a visitor
     // who uses it at once may land on any shard, and must not get 404 there.
-    await this.routeEverywhere({ type: 'tunnel-route', id, shard, sessionId, access: m.access });
-    return { id, sessionId, url, teamId, tookOver: old !== undefined || remote?.user_id === m.userId, ...(laneKey ? { laneKey } : {}) };
+    await this.routeEverywhere(id);
+    return {
+      id,
+      sessionId,
+      url: entry.info.url,
+      teamId: entry.info.team_id,
+      tookOver: held !== null && !joinsPool,
+      access: entry.access,
+      ...(laneKey ? { laneKey } : {}),
+      ...(this.cluster ? { memberKey: client } : {}),
+    };
+  }
+
+  /** One more connection of a client already serving `m.id` (its connection to another node: Open.member). */
+  private async join(shard: number, m: Admit): Promise<TunnelAdmitted> {
+    const id = m.id;
+    if (id === null || !this.cluster) throw new ApiError('not-found', 'no live tunnel of this client to join here');
+    const sessionId = randomUUID();
+    const reg = await this.claimInCluster({ id, sessionId, url: '', teamId: null, client: m.member!, mode: { join: m.member! } }, m);
+    let entry = this.tunnels.get(id);
+    if (!entry) {
+      entry = { info: { id, owner_id: reg.userId, team_id: reg.teamId, remote_port: reg.port, tunnel_type: m.tunnelType, url: reg.url, local_target: m.local }, access: reg.access, pool: reg.pool, registeredAtMs: Date.now(), members: [] };
+      this.tunnels.set(id, entry);
+    }
+    const laneKey = this.addMember(id, entry, shard, m, sessionId, m.member!);
+    await this.routeEverywhere(id);
+    return { id, sessionId, url: entry.info.url, teamId: entry.info.team_id, tookOver: false, access: entry.access, memberKey: m.member!, ...(laneKey ? { laneKey } : {}) };
+  }
+
+  private addMember(id: string, entry: Entry, shard: number, m: Admit, sessionId: string, client: string): string | null {
+    // TCP visitors arrive at the owner's own listener: lanes would carry nothing.
+    const laneKey = m.tunnelType === 'http' && this.config.workers > 1 ? randomBytes(18).toString('base64url') : null;
+    entry.members.push({ sessionId, shard, keyId: m.keyId, userId: m.userId, laneKey, client, registeredAtMs: Date.now() });
+    this.holds.delete(id);
+    this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId: entry.info.team_id, clientIp: m.clientIp, nodeId: this.cluster?.id ?? null });
+    return laneKey;
+  }
+
+  /** Claims `id` in the cluster's registry for this member, or refuses it as the database decides. */
+  private async claimInCluster(
+    c: { id: string; sessionId: string; url: string; teamId: string | null; client: string; mode: TunnelClaim['mode'] },
+    m: Admit,
+  ): Promise<{ userId: string; teamId: string | null; access: AccessWire | null; port: number | null; url: string; pool: boolean }> {
+    if (!this.cluster!.healthy) throw new ApiError('unavailable', 'this node lost the cluster database and admits no tunnel until it is back; try again (another node may serve you)');
+    this.touch(c.id);
+    const claim: TunnelClaim = { ...c, nodeId: this.cluster!.id, userId: m.userId, keyId: m.keyId, tunnelType: m.tunnelType, port: m.remotePort, local: m.local, access: m.access, maxPerUser: this.config.maxTunnelsPerUser };
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const r = await claimTunnel(this.sql, claim);
+        this.touch(c.id);
+        if (r.ok) return { userId: r.registration.userId, teamId: r.registration.teamId, access: r.registration.access, port: r.registration.port, url: r.registration.url, pool: r.registration.pool };
+        switch (r.why) {
+          case 'other-user':
+            throw new ApiError('conflict', `tunnel id "${c.id}" is in use by another user`);
+          case 'pool':
+            throw new ApiError('conflict', `tunnel id "${c.id}" is a pool: open it with --pool to join it`);
+          case 'port':
+            throw new ApiError('conflict', `port ${m.remotePort} is in use by a tunnel on another node; ask for another port`);
+          case 'no-client':
+            throw new ApiError('not-found', `tunnel "${c.id}" has no live connection of this client to join`);
+          case 'limit':
+            throw new ApiError('forbidden', `limit reached: at most ${this.config.maxTunnelsPerUser} live tunnels per user (max-tunnels-per-user); you hold ${r.held}: close one first`);
+          default:
+            return assertNever(r.why);
+        }
+      } catch (err) {
+        // Two first claims of one id on two nodes: the primary key let one in; read again to answer as it decided.
+        if ((err as { code?: string }).code === '23505' && attempt < 2) continue;
+        throw err;
+      }
+    }
   }
 
   /**
-   * A lane of live http tunnel `id` on shard `fromShard`. Another user's tunnel answers exactly
-   * like a missing one; the key is compared in constant time. Nothing is recorded: the lane
-   * lives while the route names this session (the shard checks it against its routes).
+   * A lane of a live http tunnel's member on shard `fromShard`. Another user's tunnel answers
+   * exactly like a missing one; the key is compared in constant time. Nothing is recorded: the
+   * lane lives while the route names its member's session (the shard checks it).
    */
   private lane(fromShard: number, id: string, userId: string, key: string): TunnelLaneAdmitted {
     const e = this.tunnels.get(id);
-    if (!e || e.info.owner_id !== userId || e.laneKey === null) throw new ApiError('not-found', `no live http tunnel "${id}" of yours takes lanes`);
+    const mine = e?.members.filter((x) => x.userId === userId && x.laneKey !== null) ?? [];
+    if (!e || mine.length === 0) throw new ApiError('not-found', `no live http tunnel "${id}" of yours takes lanes`);
     const given = Buffer.from(key);
-    const expected = Buffer.from(e.laneKey);
-    if (given.length !== expected.length || !timingSafeEqual(given, expected)) throw new ApiError('forbidden', `wrong lane key for tunnel "${id}"`);
-    if (e.shard === fromShard) throw new ApiError('conflict', `tunnel "${id}" is served by this shard itself: a lane here would carry nothing`);
-    return { sessionId: e.sessionId, url: e.info.url, teamId: e.info.team_id, access: e.access };
+    const m = mine.find((x) => {
+      const expected = Buffer.from(x.laneKey!);
+      return given.length === expected.length && timingSafeEqual(given, expected);
+    });
+    if (!m) throw new ApiError('forbidden', `wrong lane key for tunnel "${id}"`);
+    if (m.shard === fromShard) throw new ApiError('conflict', `tunnel "${id}" is served by this shard itself: a lane here would carry nothing`);
+    return { sessionId: m.sessionId, url: e.info.url, teamId: e.info.team_id, access: e.access };
   }
+
+  // ── ends ──
 
   private down(id: string, sessionId: string, last: StatsDelta | null): void {
     if (last) this.stats.add(last);
     this.stats.close(sessionId);
+    this.removeMember(id, sessionId);
+  }
+
+  /** Member `sessionId` of `id` is over: its session closes; the tunnel ends with its last member
+   *  (its id then stays its owner's for --id-grace). In a cluster its row goes too. */
+  private removeMember(id: string, sessionId: string): void {
+    this.stats.close(sessionId);
     const e = this.tunnels.get(id);
-    if (e && e.sessionId === sessionId) {
-      this.forget(id, e);
-      this.broadcast({ type: 'tunnel-route', id, shard: null });
+    const i = e ? e.members.findIndex((x) => x.sessionId === sessionId) : -1;
+    if (!e || i < 0) return;
+    e.members.splice(i, 1);
+    if (e.members.length === 0) {
+      this.tunnels.delete(id);
+      this.hold(id, e.info.owner_id);
     }
-  }
-
-  private view(e: Entry): TunnelInfo {
-    return { ...e.info, uptime_secs: Math.floor((Date.now() - e.registeredAtMs) / 1000), stats: this.stats.totals(e.sessionId), access: accessView(e.access) };
-  }
-
-  /** The whole cluster's tunnels: this node's with live counters, the others' as last flushed (≤ 1 s old). */
-  private async list(p: Principal, teamIds: string[]): Promise<TunnelInfo[]> {
-    const teams = new Set(teamIds);
-    const visible = (owner: string, team: string | null): boolean => p.role === 'admin' || owner === p.userId || (team !== null && teams.has(team));
-    const out: TunnelInfo[] = [];
-    for (const e of this.tunnels.values()) if (visible(e.info.owner_id, e.info.team_id)) out.push(this.view(e));
-    const remote = [...this.remote.values()].filter((r) => visible(r.user_id, r.team_id));
-    if (remote.length > 0) {
-      const totals = await sessionTotals(this.sql, remote.map((r) => r.session_id));
-      for (const r of remote) out.push(remoteView(r, totals.get(r.session_id)));
+    if (this.cluster) {
+      this.touch(id);
+      // Our member leaves the database's copy too, so the route does not name it meanwhile.
+      const r = this.remote.get(id);
+      if (r) r.members = r.members.filter((x) => x.session_id !== sessionId);
+      releaseMember(this.sql, id, sessionId).catch((err: unknown) => this.log.warn({ err, id }, 'cluster: member row not released; the reconcile retries'));
     }
-    return out.sort((a, b) => a.id.localeCompare(b.id));
+    this.broadcastRoute(id);
   }
 
-  private async get(id: string): Promise<TunnelInfo | null> {
+  /** Asks member `m`'s shard to close it; a shard that no longer holds it (or is gone) sends no tunnel-down: the session closes here. */
+  private endMember(m: Member, msg: Extract<TunnelMainToShard, { type: 'tunnel-close' }>): Promise<void> {
+    return this.shards.ask(m.shard, msg, CLOSE_TIMEOUT_MS).then(
+      (r) => void (!r.closed && this.stats.close(m.sessionId)),
+      () => void this.stats.close(m.sessionId),
+    );
+  }
+
+  /** Closes members of this node for good (permanent: the client must not return) and forgets them. */
+  private async closeMembers(victims: { id: string; m: Member }[], reason: string, code?: RefusalCode): Promise<void> {
+    await Promise.all(
+      victims.map(async ({ id, m }) => {
+        try {
+          // The member goes when the shard reports tunnel-down (with the final counters).
+          await this.shards.ask(m.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: m.sessionId, code }, CLOSE_TIMEOUT_MS);
+        } catch (err) {
+          this.log.warn({ err, id }, 'closing tunnel failed');
+        }
+        this.removeMember(id, m.sessionId);
+      }),
+    );
+  }
+
+  private members(filter: (e: Entry, m: Member) => boolean): { id: string; m: Member }[] {
+    const out: { id: string; m: Member }[] = [];
+    for (const [id, e] of this.tunnels) for (const m of e.members) if (filter(e, m)) out.push({ id, m });
+    return out;
+  }
+
+  private async close(id: string, reason: string): Promise<Record<string, never>> {
     const e = this.tunnels.get(id);
-    if (e) return this.view(e);
     const r = this.remote.get(id);
-    if (!r) return null;
-    return remoteView(r, (await sessionTotals(this.sql, [r.session_id])).get(r.session_id));
-  }
-
-  private async close(id: string, reason: string, code?: RefusalCode): Promise<Record<string, never>> {
-    const e = this.tunnels.get(id);
-    const r = e ? undefined : this.remote.get(id);
-    if (r && this.cluster) {
-      // Its node ends it on this notification; the API answers once its row is gone.
-      await this.cluster.notify({ t: 'close', id, session: r.session_id, reason });
-      if (!(await this.cluster.awaitGone({ sessionIds: [r.session_id] }))) throw new ApiError('unavailable', `the node holding tunnel "${id}" did not confirm the close; it ends within ${Math.ceil(AWAIT_GONE_MS / 1000)} s`);
-      return {};
-    }
-    if (!e) throw new ApiError('not-found', `no live tunnel "${id}"`);
-    // The entry goes when the shard reports tunnel-down (with the final counters).
-    await this.shards.ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason, permanent: true, sessionId: e.sessionId, code }, CLOSE_TIMEOUT_MS);
-    const still = this.tunnels.get(id);
-    if (still === e) {
-      this.forget(id, e);
-      this.stats.close(e.sessionId);
-      this.broadcast({ type: 'tunnel-route', id, shard: null });
+    const elsewhere = r?.members.filter((x) => x.node_id !== this.cluster?.id) ?? [];
+    if (!e && elsewhere.length === 0) throw new ApiError('not-found', `no live tunnel "${id}"`);
+    if (elsewhere.length > 0) await this.cluster!.notify({ t: 'close', id, reason });
+    await this.closeMembers(this.members((_, m) => e?.members.includes(m) ?? false), reason);
+    if (elsewhere.length > 0 && !(await this.cluster!.awaitGone({ sessionIds: elsewhere.map((x) => x.session_id) }))) {
+      throw new ApiError('unavailable', `a node holding tunnel "${id}" did not confirm the close; it ends within ${Math.ceil(AWAIT_GONE_MS / 1000)} s`);
     }
     return {};
   }
@@ -545,22 +676,66 @@ export class RegistryActor {
    *  node ended its own (each heard the change from the database: clusterEvent). */
   private async closeOwner(userId: string | null, teamId: string | null, reason: string): Promise<number> {
     this.revocations++;
-    const victims = [...this.tunnels.entries()].filter(
-      ([, e]) => (userId !== null && e.info.owner_id === userId) || (teamId !== null && e.info.team_id === teamId),
-    );
-    const remote = [...this.remote.values()].filter((r) => (userId !== null && r.user_id === userId) || (teamId !== null && r.team_id === teamId)).length;
-    await Promise.all(victims.map(([id]) => this.close(id, reason).catch((err) => this.log.warn({ err, id }, 'closing tunnel failed'))));
+    const victims = this.members((e, m) => (userId !== null && m.userId === userId) || (teamId !== null && e.info.team_id === teamId));
+    const remote = [...this.remote.values()].flatMap((r) => r.members.filter((x) => x.node_id !== this.cluster?.id && ((userId !== null && x.user_id === userId) || (teamId !== null && r.team_id === teamId)))).length;
+    await this.closeMembers(victims, reason);
     await this.cluster?.awaitGone({ userIds: userId === null ? [] : [userId], teamIds: teamId === null ? [] : [teamId] });
     return victims.length + remote;
   }
 
   private async closeMember(teamId: string, userId: string, reason: string, here = false): Promise<number> {
     this.revocations++;
-    const victims = [...this.tunnels.entries()].filter(([, e]) => e.info.owner_id === userId && e.info.team_id === teamId);
-    const remote = here ? 0 : [...this.remote.values()].filter((r) => r.user_id === userId && r.team_id === teamId).length;
-    await Promise.all(victims.map(([id]) => this.close(id, reason, 'forbidden').catch((err) => this.log.warn({ err, id }, 'closing tunnel failed'))));
+    const victims = this.members((e, m) => m.userId === userId && e.info.team_id === teamId);
+    const remote = here ? 0 : [...this.remote.values()].flatMap((r) => (r.team_id === teamId ? r.members.filter((x) => x.node_id !== this.cluster?.id && x.user_id === userId) : [])).length;
+    await this.closeMembers(victims, reason, 'forbidden');
     if (!here) await this.cluster?.awaitGone({ member: { teamId, userId } });
     return victims.length + remote;
+  }
+
+  // ── listing ──
+
+  /** Live tunnels visible to `p`, over the whole cluster: members here with live counters, the others' as last flushed (≤ 1 s old). */
+  private async list(p: Principal, teamIds: string[]): Promise<TunnelInfo[]> {
+    const teams = new Set(teamIds);
+    const visible = (owner: string, team: string | null): boolean => p.role === 'admin' || owner === p.userId || (team !== null && teams.has(team));
+    const ids = [...new Set([...this.tunnels.keys(), ...this.remote.keys()])].filter((id) => {
+      const e = this.tunnels.get(id);
+      const r = this.remote.get(id);
+      return e ? visible(e.info.owner_id, e.info.team_id) : visible(r!.user_id, r!.team_id);
+    });
+    const out = await this.views(ids);
+    return out.sort((a, b) => a.id.localeCompare(b.id));
+  }
+
+  private async get(id: string): Promise<TunnelInfo | null> {
+    return (await this.views([id]))[0] ?? null;
+  }
+
+  private async views(ids: string[]): Promise<TunnelInfo[]> {
+    const me = this.cluster?.id;
+    const elsewhere = (id: string) => this.remote.get(id)?.members.filter((x) => x.node_id !== me) ?? [];
+    const sessions = ids.flatMap((id) => elsewhere(id).map((x) => x.session_id));
+    const flushed = sessions.length > 0 ? await sessionTotals(this.sql, sessions) : new Map<string, TunnelInfo['stats']>();
+    const out: TunnelInfo[] = [];
+    for (const id of ids) {
+      const e = this.tunnels.get(id);
+      const r = this.remote.get(id);
+      if (!e && !r) continue;
+      const stats = { bytes_in: 0, bytes_out: 0, requests: 0 };
+      const add = (t: TunnelInfo['stats'] | undefined) => {
+        stats.bytes_in += t?.bytes_in ?? 0;
+        stats.bytes_out += t?.bytes_out ?? 0;
+        stats.requests += t?.requests ?? 0;
+      };
+      for (const m of e?.members ?? []) add(this.stats.totals(m.sessionId));
+      const others = elsewhere(id);
+      for (const x of others) add(flushed.get(x.session_id));
+      const connections = (e?.members.length ?? 0) + others.length;
+      const info = e ? e.info : { id, owner_id: r!.user_id, team_id: r!.team_id, remote_port: r!.port, tunnel_type: r!.tunnel_type, url: r!.url, local_target: r!.local_target };
+      const since = e ? e.registeredAtMs : r!.registered_at.getTime();
+      out.push({ ...info, uptime_secs: Math.max(0, Math.floor((Date.now() - since) / 1000)), stats, access: accessView(e ? e.access : r!.access), pool: e ? e.pool : r!.pool, connections });
+    }
+    return out;
   }
 
   // ── cluster (--node-url) ──
@@ -575,43 +750,6 @@ export class RegistryActor {
     return mark;
   }
 
-  /** Runs admissions of one id one after another (each reads, then writes, its row). */
-  private async oneAtATime<T>(id: string, work: () => Promise<T>): Promise<T> {
-    const before = this.idLocks.get(id) ?? Promise.resolve();
-    const mine = before.then(work, work);
-    const settled = mine.catch(() => undefined);
-    this.idLocks.set(id, settled);
-    try {
-      return await mine;
-    } finally {
-      if (this.idLocks.get(id) === settled) this.idLocks.delete(id);
-    }
-  }
-
-  /** Claims `id` in the cluster's registry for this admission, or refuses it as the database decides. */
-  private async claimInCluster(id: string, sessionId: string, url: string, teamId: string | null, m: Extract<TunnelShardToMain, { type: 'tunnel-admit' }>): Promise<void> {
-    if (!this.cluster!.healthy) throw new ApiError('unavailable', 'this node lost the cluster database and admits no tunnel until it is back; try again (another node may serve you)');
-    this.touch(id);
-    const claim = { id, nodeId: this.cluster!.id, sessionId, userId: m.userId, keyId: m.keyId, teamId, tunnelType: m.tunnelType, port: m.remotePort, url, local: m.local, access: m.access, maxPerUser: this.config.maxTunnelsPerUser };
-    for (let attempt = 0; ; attempt++) {
-      try {
-        const r = await claimTunnel(this.sql, claim);
-        if (r.ok) {
-          this.remote.delete(id);
-          this.touch(id);
-          return;
-        }
-        if (r.holder === 'other-user') throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
-        if (r.holder === 'port') throw new ApiError('conflict', `port ${m.remotePort} is in use by a tunnel on another node; ask for another port`);
-        throw new ApiError('forbidden', `limit reached: at most ${this.config.maxTunnelsPerUser} live tunnels per user (max-tunnels-per-user); you hold ${r.held}: close one first`);
-      } catch (err) {
-        // Two first claims of one id on two nodes: the primary key let one in; read again to answer as it decided.
-        if ((err as { code?: string }).code === '23505' && attempt < 2) continue;
-        throw err;
-      }
-    }
-  }
-
   /** A notification from the database (src/cluster/node.ts); key and user changes are main's. */
   clusterEvent(e: Exclude<ClusterEvent, { t: 'key' } | { t: 'user' }>): void {
     switch (e.t) {
@@ -619,12 +757,12 @@ export class RegistryActor {
         void this.refreshRoute(e.id);
         return;
       case 'node':
-        if (e.up) return;
-        for (const [id, r] of this.remote) if (r.node_id === e.id) this.applyRow(id, undefined);
+        // A node joined or died: its members come or go on many ids at once.
+        if (!e.up) void this.reconcile();
         return;
       case 'close': {
-        const here = this.tunnels.get(e.id);
-        if (here && here.sessionId === e.session) void this.close(e.id, e.reason).catch((err: unknown) => this.log.warn({ err, id: e.id }, 'cluster: close asked by another node failed'));
+        const victims = this.members((_, m) => this.tunnels.get(e.id)?.members.includes(m) ?? false);
+        if (victims.length > 0) void this.closeMembers(victims, e.reason);
         return;
       }
       case 'member':
@@ -656,35 +794,39 @@ export class RegistryActor {
     if (this.touched.get(id) === mark) this.applyRow(id, row);
   }
 
-  /** The database says `row` holds `id` now (undefined: nobody): this node follows. */
+  /** The database says `row` is `id` now (undefined: nobody serves it): this node follows. */
   private applyRow(id: string, row: ClusterTunnelRow | undefined): void {
     const me = this.cluster!.id;
-    const here = this.tunnels.get(id);
-    if (here && row?.session_id !== here.sessionId) {
-      // Taken over on another node (the same user), or our row is gone (this node was declared dead).
-      const takenOver = row !== undefined;
-      this.tunnels.delete(id);
-      this.shards
-        .ask(here.shard, { type: 'tunnel-close', tunnelId: id, reason: takenOver ? 'taken over by another connection of the same user, on another node' : 'this node lost its place in the cluster; connect again', permanent: takenOver, sessionId: here.sessionId, code: takenOver ? 'taken-over' : 'unavailable' }, CLOSE_TIMEOUT_MS)
-        .then(
-          (r) => !r.closed && this.stats.close(here.sessionId),
-          () => this.stats.close(here.sessionId),
-        );
-      this.hold(id, here.info.owner_id);
-      if (!row) this.broadcast({ type: 'tunnel-route', id, shard: null });
+    const e = this.tunnels.get(id);
+    if (e) {
+      const listed = new Set(row?.members.filter((x) => x.node_id === me).map((x) => x.session_id) ?? []);
+      for (const m of e.members.filter((x) => !listed.has(x.sessionId))) {
+        // Taken over (the registration is another one now), or our rows are gone (this node was declared dead).
+        const takenOver = row !== undefined;
+        this.endMember(m, {
+          type: 'tunnel-close',
+          tunnelId: id,
+          reason: takenOver ? 'taken over by another connection of the same user, on another node' : 'this node lost its place in the cluster; connect again',
+          permanent: takenOver,
+          sessionId: m.sessionId,
+          code: takenOver ? 'taken-over' : 'unavailable',
+        });
+        e.members.splice(e.members.indexOf(m), 1);
+      }
+      if (e.members.length === 0) {
+        this.tunnels.delete(id);
+        this.hold(id, e.info.owner_id);
+      }
     }
-    if (row && row.node_id !== me) {
+    const had = this.remote.get(id);
+    if (row && row.members.some((x) => x.node_id !== me)) {
       this.remote.set(id, row);
       this.holds.delete(id);
-      this.broadcast({ type: 'tunnel-route', id, shard: null, node: row.node_url, port: row.port, sessionId: row.session_id, access: row.access });
-      return;
-    }
-    const gone = this.remote.get(id);
-    if (gone && !row) {
+    } else if (had) {
       this.remote.delete(id);
-      this.hold(id, gone.user_id);
-      this.broadcast({ type: 'tunnel-route', id, shard: null });
-    } else if (gone) this.remote.delete(id);
+      if (!this.tunnels.has(id)) this.hold(id, had.user_id);
+    }
+    this.broadcastRoute(id);
   }
 
   /** Compares this node's tunnels and routes with the database; each id that differs follows it. */
@@ -698,18 +840,20 @@ export class RegistryActor {
       this.log.debug({ err }, 'cluster: reconcile could not read the registry');
       return;
     }
-    const stale = (id: string): boolean => (this.touched.get(id) ?? 0) > start;
-    const listed = new Map(rows.map((r) => [r.id, r]));
     const me = this.cluster.id;
+    const stale = (id: string): boolean => (this.touched.get(id) ?? 0) > start;
+    const key = (members: { session: string }[]): string => members.map((x) => x.session).sort().join(',');
+    const listed = new Map(rows.map((r) => [r.id, r]));
     for (const r of rows) {
       if (stale(r.id)) continue;
-      if (r.node_id === me) {
+      const e = this.tunnels.get(r.id);
+      for (const x of r.members) {
         // Ours in the database, not here: a release that failed (the database was away).
-        if (this.tunnels.get(r.id)?.sessionId !== r.session_id) releaseTunnel(this.sql, r.id, r.session_id).catch(() => undefined);
-        continue;
+        if (x.node_id === me && !e?.members.some((m) => m.sessionId === x.session_id)) releaseMember(this.sql, r.id, x.session_id).catch(() => undefined);
       }
-      const known = this.remote.get(r.id);
-      if (!known || known.session_id !== r.session_id || known.node_id !== r.node_id) this.applyRow(r.id, r);
+      const known = [...(e?.members.map((m) => ({ session: m.sessionId })) ?? []), ...(this.remote.get(r.id)?.members.filter((x) => x.node_id !== me).map((x) => ({ session: x.session_id })) ?? [])];
+      const truth = r.members.map((x) => ({ session: x.session_id }));
+      if (key(known) !== key(truth)) this.applyRow(r.id, r);
     }
     for (const id of [...this.remote.keys(), ...this.tunnels.keys()]) if (!listed.has(id) && !stale(id)) this.applyRow(id, undefined);
     for (const [id, mark] of this.touched) if (mark <= start) this.touched.delete(id);
@@ -718,32 +862,13 @@ export class RegistryActor {
   /** The lease is lost: no tunnel here may outlive it (a revocation may be unheard). Clients reconnect. */
   fence(): void {
     for (const [id, e] of [...this.tunnels]) {
+      for (const m of e.members) {
+        this.endMember(m, { type: 'tunnel-close', tunnelId: id, reason: 'this node lost the cluster database; connect again', permanent: false, sessionId: m.sessionId, code: 'unavailable' });
+      }
       this.tunnels.delete(id);
-      this.shards
-        .ask(e.shard, { type: 'tunnel-close', tunnelId: id, reason: 'this node lost the cluster database; connect again', permanent: false, sessionId: e.sessionId, code: 'unavailable' }, CLOSE_TIMEOUT_MS)
-        .then(
-          (r) => !r.closed && this.stats.close(e.sessionId),
-          () => this.stats.close(e.sessionId),
-        );
-      this.broadcast({ type: 'tunnel-route', id, shard: null });
+      this.broadcastRoute(id);
     }
   }
-}
-
-/** A tunnel of another node as the API lists it (its counters as that node last flushed them). */
-function remoteView(r: ClusterTunnelRow, totals: TunnelInfo['stats'] | undefined): TunnelInfo {
-  return {
-    id: r.id,
-    owner_id: r.user_id,
-    team_id: r.team_id,
-    remote_port: r.port,
-    tunnel_type: r.tunnel_type,
-    url: r.url,
-    local_target: r.local_target,
-    uptime_secs: Math.max(0, Math.floor((Date.now() - r.registered_at.getTime()) / 1000)),
-    stats: totals ?? { bytes_in: 0, bytes_out: 0, requests: 0 },
-    access: accessView(r.access),
-  };
 }
 
 /**

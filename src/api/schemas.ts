@@ -91,6 +91,8 @@ export const Tunnel = Type.Object(
     // Additive: what a listing needs to be read without looking ids up.
     url: Type.String({ description: 'public URL' }),
     local_target: Nullable(Type.String({ description: "the local service as the tunnel's client named it (informational)" })),
+    pool: Type.Boolean({ description: 'several clients serve it (burrow http --pool)' }),
+    connections: Type.Integer({ description: 'control connections serving it, over every node of a cluster' }),
     owner_name: Nullable(Type.String()),
     owner_email: Nullable(Type.String()),
     team_name: Nullable(Type.String()),

@@ -8,10 +8,10 @@ import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, t
 //   every LEASE_RENEW_MS: renew our lease ─ failing for FENCE_AFTER_MS ─▶ fenced (local tunnels end)
 //   every REAP_MS: dead nodes' rows deleted (their tunnels by cascade), sessions closed
 //   LISTEN burrow_<schema>: what every node must hear, sent by the changing transaction itself
-//     route {id, session}   a tunnel registered (session) or ended (null) on some node
+//     route {id}            a tunnel's members changed (read its rows again)
 //     node {id, up}         a node joined or died
 //     key / user / member   revocation, deactivation, role change, team removal (triggers, migration 008)
-//     close {id, session}   the API asked for a tunnel on another node to end
+//     close {id, reason}    the API asked for a tunnel's members on other nodes to end
 //     reservations          an admin changed the reserved ids
 //   every RECONCILE_MS (and after the LISTEN connection came back): the registry compares its
 //   routes with the database, so a lost notification costs at most that long.
@@ -31,12 +31,12 @@ export const AWAIT_GONE_MS = LEASE_MS + REAP_MS + 500;
 const AWAIT_POLL_MS = 25;
 
 export type ClusterEvent =
-  | { t: 'route'; id: string; session: string | null }
+  | { t: 'route'; id: string }
   | { t: 'node'; id: string; up: boolean }
   | { t: 'key'; id: string }
   | { t: 'user'; id: string; end: boolean }
   | { t: 'member'; team: string; user: string }
-  | { t: 'close'; id: string; session: string; reason: string }
+  | { t: 'close'; id: string; reason: string }
   | { t: 'reservations' };
 
 export interface ClusterHandlers {
@@ -63,7 +63,7 @@ export function parseClusterEvent(payload: string): ClusterEvent | null {
   }
   switch (v.t) {
     case 'route':
-      return str(v.id) && (v.session === null || uuid(v.session)) ? { t: 'route', id: v.id, session: v.session } : null;
+      return str(v.id) ? { t: 'route', id: v.id } : null;
     case 'node':
       return uuid(v.id) && typeof v.up === 'boolean' ? { t: 'node', id: v.id, up: v.up } : null;
     case 'key':
@@ -73,7 +73,7 @@ export function parseClusterEvent(payload: string): ClusterEvent | null {
     case 'member':
       return uuid(v.team) && uuid(v.user) ? { t: 'member', team: v.team, user: v.user } : null;
     case 'close':
-      return str(v.id) && uuid(v.session) && typeof v.reason === 'string' ? { t: 'close', id: v.id, session: v.session, reason: v.reason.slice(0, 500) } : null;
+      return str(v.id) && typeof v.reason === 'string' ? { t: 'close', id: v.id, reason: v.reason.slice(0, 500) } : null;
     case 'reservations':
       return { t: 'reservations' };
     default:

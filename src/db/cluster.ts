@@ -5,21 +5,29 @@ import type { AccessWire } from '../protocol/access.js';
 // Uniqueness of tunnel ids and TCP ports across nodes is the database's (primary key and
 // unique constraint), never an in-memory map's.
 
-/** A live tunnel as every node sees it. */
+/** A live tunnel (registration) as every node sees it, with its members on every node. */
 export interface ClusterTunnelRow {
   id: string;
-  node_id: string;
-  node_url: string;
-  session_id: string;
   user_id: string;
-  key_id: string;
   team_id: string | null;
   tunnel_type: 'http' | 'tcp';
+  pool: boolean;
   port: number | null;
   url: string;
   local_target: string | null;
   access: AccessWire | null;
   registered_at: Date;
+  members: ClusterMemberRow[];
+}
+
+/** One control connection serving a registration. */
+export interface ClusterMemberRow {
+  session_id: string;
+  node_id: string;
+  node_url: string;
+  user_id: string;
+  key_id: string;
+  client: string;
 }
 
 export interface NodeRow {
@@ -34,7 +42,10 @@ export interface NodeRow {
 export async function registerNode(sql: Sql, id: string, url: string, leaseMs: number): Promise<void> {
   await sql.begin(async (tx) => {
     const [old] = await tx<{ id: string }[]>`delete from cluster_nodes where url = ${url} returning id`;
-    if (old) await tx`update sessions set disconnected_at = last_flush_at where node_id = ${old.id} and disconnected_at is null`;
+    if (old) {
+      await tx`update sessions set disconnected_at = last_flush_at where node_id = ${old.id} and disconnected_at is null`;
+      await tx`delete from cluster_tunnels t where not exists (select 1 from cluster_members m where m.tunnel_id = t.id)`;
+    }
     await tx`insert into cluster_nodes (id, url, lease_until) values (${id}, ${url}, now() + ${leaseMs} * interval '1 millisecond')`;
     await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: true })}::text::jsonb)`;
   });
@@ -57,6 +68,8 @@ export async function reapDeadNodes(sql: Sql): Promise<string[]> {
     const ids = dead.map((d) => d.id);
     if (ids.length === 0) return [];
     await tx`update sessions set disconnected_at = last_flush_at where node_id = any(${ids}::uuid[]) and disconnected_at is null`;
+    // Registrations whose every member was on the dead nodes end with them.
+    await tx`delete from cluster_tunnels t where not exists (select 1 from cluster_members m where m.tunnel_id = t.id)`;
     for (const id of ids) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'node', id, up: false })}::text::jsonb)`;
     return ids;
   });
@@ -86,62 +99,141 @@ export interface TunnelClaim {
   url: string;
   local: string | null;
   access: AccessWire | null;
+  /** `join`: one more connection of the client whose key this is; `pool`: one more client of a pool (or its first) */
+  mode: { join: string } | { pool: true } | { plain: true };
+  /** the new member's client key (for `join`, the same as mode.join) */
+  client: string;
   /** --max-tunnels-per-user, counted over the cluster */
   maxPerUser: number;
 }
 
-/** What a claim found: admitted (`replaced`: the same user's tunnel it took over, on any node), or the holder that refused it. */
-export type ClaimResult = { ok: true; replaced: { nodeId: string; sessionId: string } | null } | { ok: false; holder: 'other-user' | 'port' | 'limit'; held?: number };
+/** What a joining member serves under: the registration's, not its own Open's. */
+export interface Registration {
+  userId: string;
+  teamId: string | null;
+  access: AccessWire | null;
+  port: number | null;
+  url: string;
+  pool: boolean;
+}
+
+/** What a claim found: admitted (`replaced`: the same user's registration it took over), or why not. */
+export type ClaimResult =
+  | { ok: true; replaced: boolean; registration: Registration }
+  | { ok: false; why: 'other-user' | 'port' | 'limit' | 'pool' | 'no-client'; held?: number };
 
 /**
- * Claims id (and port) cluster-wide. A live tunnel of another user keeps it; one of the same
- * user is replaced (the takeover rule), its node told through the notification.
+ * Claims id (and port) cluster-wide for one member, as the takeover and pool rules say. The
+ * primary key settles a race between two first claims: the loser's insert fails (23505).
  */
 export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult> {
   return sql.begin(async (tx) => {
     // One user's claims take turns (their count is a limit); other users' do not wait.
     await tx`select pg_advisory_xact_lock(hashtext(${c.userId}))`;
-    const [held] = await tx<{ user_id: string; node_id: string; session_id: string }[]>`
-      select user_id, node_id, session_id from cluster_tunnels where id = ${c.id} for update`;
-    if (held && held.user_id !== c.userId) return { ok: false, holder: 'other-user' } as const;
+    const [held] = await tx<{ user_id: string; team_id: string | null; pool: boolean; tunnel_type: string; access: AccessJson | null; port: number | null; url: string }[]>`
+      select user_id, team_id, pool, tunnel_type, access, port, url from cluster_tunnels where id = ${c.id} for update`;
+    const addMember = async (): Promise<void> => {
+      await tx`insert into cluster_members (session_id, tunnel_id, node_id, user_id, key_id, client)
+        values (${c.sessionId}, ${c.id}, ${c.nodeId}, ${c.userId}, ${c.keyId}, ${c.client})`;
+      await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id: c.id })}::text::jsonb)`;
+    };
+    const joined = (h: NonNullable<typeof held>) => ({ ok: true, replaced: false, registration: { userId: h.user_id, teamId: h.team_id, access: h.access === null ? null : accessFromJson(h.access), port: h.port, url: h.url, pool: h.pool } }) as const;
+    if ('join' in c.mode) {
+      const [client] = held ? await tx`select 1 from cluster_members where tunnel_id = ${c.id} and client = ${c.mode.join} and user_id = ${c.userId}` : [];
+      if (!held || !client) return { ok: false, why: 'no-client' } as const;
+      await addMember();
+      return joined(held);
+    }
+    const sameOwner = held !== undefined && (held.user_id === c.userId || (held.team_id !== null && held.team_id === c.teamId));
+    if (held && held.tunnel_type !== c.tunnelType) {
+      if (held.user_id !== c.userId) return { ok: false, why: 'other-user' } as const;
+    } else if (held && 'pool' in c.mode && held.pool && sameOwner) {
+      await addMember();
+      return joined(held);
+    }
+    if (held && held.user_id !== c.userId) return { ok: false, why: 'other-user' } as const;
+    if (held && held.pool && !('pool' in c.mode)) return { ok: false, why: 'pool' } as const;
     if (!held) {
-      const [count] = await tx<{ n: number }[]>`select count(*)::int as n from cluster_tunnels where user_id = ${c.userId}`;
-      if (count!.n >= c.maxPerUser) return { ok: false, holder: 'limit', held: count!.n } as const;
+      const [count] = await tx<{ n: number }[]>`select count(distinct (tunnel_id, client))::int as n from cluster_members where user_id = ${c.userId}`;
+      if (count!.n >= c.maxPerUser) return { ok: false, why: 'limit', held: count!.n } as const;
     }
     if (held) await tx`delete from cluster_tunnels where id = ${c.id}`;
     if (c.port !== null) {
       const [taken] = await tx`select 1 from cluster_tunnels where port = ${c.port}`;
-      if (taken) return { ok: false, holder: 'port' } as const;
+      if (taken) return { ok: false, why: 'port' } as const;
     }
-    // The primary key settles a race between two first claims: the loser's insert fails (23505).
     await tx`
-      insert into cluster_tunnels (id, node_id, session_id, user_id, key_id, team_id, tunnel_type, port, url, local_target, access)
-      values (${c.id}, ${c.nodeId}, ${c.sessionId}, ${c.userId}, ${c.keyId}, ${c.teamId}, ${c.tunnelType}, ${c.port}, ${c.url}, ${c.local}, ${c.access === null ? null : JSON.stringify(accessToJson(c.access))}::text::jsonb)`;
-    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id: c.id, session: c.sessionId })}::text::jsonb)`;
-    return { ok: true, replaced: held ? { nodeId: held.node_id, sessionId: held.session_id } : null } as const;
+      insert into cluster_tunnels (id, user_id, team_id, tunnel_type, pool, port, url, local_target, access)
+      values (${c.id}, ${c.userId}, ${c.teamId}, ${c.tunnelType}, ${'pool' in c.mode}, ${c.port}, ${c.url}, ${c.local}, ${c.access === null ? null : JSON.stringify(accessToJson(c.access))}::text::jsonb)`;
+    await addMember();
+    return { ok: true, replaced: held !== undefined, registration: { userId: c.userId, teamId: c.teamId, access: c.access, port: c.port, url: c.url, pool: 'pool' in c.mode } } as const;
   });
 }
 
-/** A tunnel ended on its node: its row goes (only that registration's) and every node hears it. */
-export async function releaseTunnel(sql: Sql, id: string, sessionId: string): Promise<void> {
+/** A member ended on its node: its row goes, and the registration with its last member. */
+export async function releaseMember(sql: Sql, id: string, sessionId: string): Promise<void> {
   await sql.begin(async (tx) => {
-    const gone = await tx`delete from cluster_tunnels where id = ${id} and session_id = ${sessionId} returning id`;
-    if (gone.length > 0) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id, session: null })}::text::jsonb)`;
+    const gone = await tx`delete from cluster_members where session_id = ${sessionId} returning tunnel_id`;
+    if (gone.length === 0) return;
+    await tx`delete from cluster_tunnels t where t.id = ${id} and not exists (select 1 from cluster_members m where m.tunnel_id = t.id)`;
+    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id })}::text::jsonb)`;
   });
 }
 
-/** One live tunnel with its node's address, or undefined. */
-export async function clusterTunnel(sql: Sql, id: string): Promise<ClusterTunnelRow | undefined> {
-  const rows = await sql<StoredRow[]>`
-    select t.*, n.url as node_url from cluster_tunnels t join cluster_nodes n on n.id = t.node_id where t.id = ${id}`;
-  return rows.map(fromStored)[0];
+interface MemberJoinRow extends ClusterMemberRow {
+  tunnel_id: string;
 }
 
-/** Every live tunnel of the cluster (reconcile, and the /tunnels listing). */
+async function withMembers(sql: Sql, regs: StoredRow[], ids: string[] | null): Promise<ClusterTunnelRow[]> {
+  const members = ids === null
+    ? await sql<MemberJoinRow[]>`select m.*, n.url as node_url from cluster_members m join cluster_nodes n on n.id = m.node_id order by m.registered_at, m.session_id`
+    : await sql<MemberJoinRow[]>`select m.*, n.url as node_url from cluster_members m join cluster_nodes n on n.id = m.node_id where m.tunnel_id = any(${ids}) order by m.registered_at, m.session_id`;
+  const by = new Map<string, ClusterMemberRow[]>();
+  for (const m of members) {
+    const list = by.get(m.tunnel_id) ?? [];
+    list.push({ session_id: m.session_id, node_id: m.node_id, node_url: m.node_url, user_id: m.user_id, key_id: m.key_id, client: m.client });
+    by.set(m.tunnel_id, list);
+  }
+  return regs.map((r) => ({ ...fromStored(r), members: by.get(r.id) ?? [] })).filter((r) => r.members.length > 0);
+}
+
+/** One live tunnel with its members, or undefined. */
+export async function clusterTunnel(sql: Sql, id: string): Promise<ClusterTunnelRow | undefined> {
+  const regs = await sql<StoredRow[]>`select * from cluster_tunnels where id = ${id}`;
+  return (await withMembers(sql, regs, [id]))[0];
+}
+
+/** Every live tunnel of the cluster (reconcile). */
 export async function clusterTunnels(sql: Sql): Promise<ClusterTunnelRow[]> {
-  const rows = await sql<StoredRow[]>`
-    select t.*, n.url as node_url from cluster_tunnels t join cluster_nodes n on n.id = t.node_id order by t.id`;
-  return rows.map(fromStored);
+  const regs = await sql<StoredRow[]>`select * from cluster_tunnels order by id`;
+  return withMembers(sql, regs, null);
+}
+
+/** What a revocation ends, on every node: members of these keys, these users, in these teams, or one user's in one team. */
+export interface Affected {
+  keyIds?: readonly string[];
+  userIds?: readonly string[];
+  teamIds?: readonly string[];
+  member?: { teamId: string; userId: string };
+  sessionIds?: readonly string[];
+}
+
+/** How many members, on any node, a revocation still has to end. */
+export async function countAffected(sql: Sql, a: Affected): Promise<number> {
+  const [row] = await sql<{ n: number }[]>`
+    select count(*)::int as n from cluster_members m join cluster_tunnels t on t.id = m.tunnel_id
+    where m.key_id = any(${(a.keyIds ?? []) as string[]}::uuid[]) or m.user_id = any(${(a.userIds ?? []) as string[]}::uuid[])
+       or t.team_id = any(${(a.teamIds ?? []) as string[]}::uuid[]) or m.session_id = any(${(a.sessionIds ?? []) as string[]}::uuid[])
+       or (t.team_id = ${a.member?.teamId ?? null}::uuid and m.user_id = ${a.member?.userId ?? null}::uuid)`;
+  return row?.n ?? 0;
+}
+
+/** Session counters of tunnels on other nodes, as last flushed (the /tunnels listing). */
+export async function sessionTotals(sql: Sql, sessionIds: readonly string[]): Promise<Map<string, { bytes_in: number; bytes_out: number; requests: number }>> {
+  if (sessionIds.length === 0) return new Map();
+  const rows = await sql<{ id: string; bytes_in: string; bytes_out: string; requests: string }[]>`
+    select id, bytes_in, bytes_out, requests from sessions where id = any(${sessionIds as string[]}::uuid[])`;
+  return new Map(rows.map((r) => [r.id, { bytes_in: Number(r.bytes_in), bytes_out: Number(r.bytes_out), requests: Number(r.requests) }]));
 }
 
 /** AccessWire in jsonb: its HMAC key and digests as base64. */
@@ -152,42 +244,18 @@ interface AccessJson {
   denyIp: string[];
   expiresAt: number | null;
 }
-type StoredRow = Omit<ClusterTunnelRow, 'access'> & { access: AccessJson | null };
+type StoredRow = Omit<ClusterTunnelRow, 'access' | 'members'> & { access: AccessJson | null };
 
 function accessToJson(a: AccessWire): AccessJson {
   const b64 = (u: Uint8Array): string => Buffer.from(u).toString('base64');
   return { key: a.key === null ? null : b64(a.key), digests: a.digests.map(b64), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt };
 }
 
-function fromStored(r: StoredRow): ClusterTunnelRow {
-  const a = r.access;
+function accessFromJson(a: AccessJson): AccessWire {
   const bytes = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'base64'));
-  return { ...r, access: a === null ? null : { key: a.key === null ? null : bytes(a.key), digests: a.digests.map(bytes), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt } };
+  return { key: a.key === null ? null : bytes(a.key), digests: a.digests.map(bytes), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt };
 }
 
-/** What a revocation ends, on every node: tunnels of these keys, these users, these teams, or one user's in one team. */
-export interface Affected {
-  keyIds?: readonly string[];
-  userIds?: readonly string[];
-  teamIds?: readonly string[];
-  member?: { teamId: string; userId: string };
-  sessionIds?: readonly string[];
-}
-
-/** How many live tunnels of the cluster a revocation still has to end. */
-export async function countAffected(sql: Sql, a: Affected): Promise<number> {
-  const [row] = await sql<{ n: number }[]>`
-    select count(*)::int as n from cluster_tunnels
-    where key_id = any(${(a.keyIds ?? []) as string[]}::uuid[]) or user_id = any(${(a.userIds ?? []) as string[]}::uuid[])
-       or team_id = any(${(a.teamIds ?? []) as string[]}::uuid[]) or session_id = any(${(a.sessionIds ?? []) as string[]}::uuid[])
-       or (team_id = ${a.member?.teamId ?? null}::uuid and user_id = ${a.member?.userId ?? null}::uuid)`;
-  return row?.n ?? 0;
-}
-
-/** Session counters of tunnels on other nodes, as last flushed (the /tunnels listing). */
-export async function sessionTotals(sql: Sql, sessionIds: readonly string[]): Promise<Map<string, { bytes_in: number; bytes_out: number; requests: number }>> {
-  if (sessionIds.length === 0) return new Map();
-  const rows = await sql<{ id: string; bytes_in: string; bytes_out: string; requests: string }[]>`
-    select id, bytes_in, bytes_out, requests from sessions where id = any(${sessionIds as string[]}::uuid[])`;
-  return new Map(rows.map((r) => [r.id, { bytes_in: Number(r.bytes_in), bytes_out: Number(r.bytes_out), requests: Number(r.requests) }]));
+function fromStored(r: StoredRow): Omit<ClusterTunnelRow, 'members'> {
+  return { ...r, access: r.access === null ? null : accessFromJson(r.access) };
 }

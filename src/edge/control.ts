@@ -43,6 +43,8 @@ export interface ControlHost {
   draining?: () => boolean;
   /** Bounds the handshakes in progress: a reconnect storm is shed with 503 (handshake-gate.ts). */
   handshakes: HandshakeGate;
+  /** cluster: this node's URL and the other live nodes' (Welcome), else null */
+  nodes?: () => { node: string; nodes: string[] } | null;
 }
 
 /** Told to clients in Welcome (their status screens show it). */
@@ -287,7 +289,9 @@ export class ControlConnection implements StreamCarrier {
     // Several shards: say which one this is, so the client can open lanes to the others.
     const { workers } = this.host.ctx.config;
     const shard = workers > 1 ? { shard: this.host.ctx.index, shards: workers } : {};
-    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, version: SERVER_VERSION, ...shard, ...(this.resumeTicket ? { resume: this.resumeTicket } : {}) }]);
+    // A cluster: the other nodes, so the client keeps a connection on one of them too.
+    const cluster = this.host.nodes?.() ?? null;
+    this.send([F.Welcome, { v: PROTOCOL_VERSION, heartbeatMs: this.host.ctx.config.heartbeatIntervalMs, version: SERVER_VERSION, ...shard, ...(this.resumeTicket ? { resume: this.resumeTicket } : {}), ...(cluster ?? {}) }]);
   }
 
   private async onOpen(reqId: number, req: OpenRequest): Promise<void> {

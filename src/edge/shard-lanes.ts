@@ -12,7 +12,7 @@ import { TunnelActor } from './tunnel.js';
 //
 //   lane's Open{id, lane: key} ─▶ open(): tunnel-lane (ask) ─▶ registry checks user, key, shard
 //     ─▶ the route must still name that session, no lane of it here yet ─▶ TunnelActor{lane}
-//   tunnel-route of another session or none ─▶ closeStale(id): the lane closes (Closed unavailable)
+//   tunnel-route no longer naming its session ─▶ closeStale(id): the lane closes (Closed unavailable)
 
 export interface LaneDeps {
   log: Logger;
@@ -34,8 +34,8 @@ export class ShardLanes {
     if (conn.isClosed) throw new ApiError('unavailable', 'the control connection closed while the lane was being admitted');
     // The route is the registration's truth here: a lane admitted just before its tunnel ended
     // or was taken over must not serve the id (a later route for it would find nothing to close).
-    if (routes.sessionOf(id) !== admitted.sessionId) throw new ApiError('unavailable', `tunnel "${id}" ended or moved while its lane was admitted`);
-    if (routes.local(id)) throw new ApiError('conflict', `tunnel "${id}" already has a lane on this shard`);
+    if (!routes.hasSession(id, admitted.sessionId)) throw new ApiError('unavailable', `tunnel "${id}" ended or moved while its lane was admitted`);
+    if (routes.localOf(id, admitted.sessionId)) throw new ApiError('conflict', `tunnel "${id}" already has a lane on this shard`);
     const actor = new TunnelActor(
       { id, type: 'http', userId: conn.principal.userId, teamId: admitted.teamId, sessionId: admitted.sessionId, url: admitted.url, remotePort: null, lane: true },
       conn,
@@ -49,7 +49,6 @@ export class ShardLanes {
 
   /** The route of `id` changed or went: a lane of another session closes (the client re-joins). */
   closeStale(id: string): void {
-    const t = this.deps.routes.staleLane(id);
-    if (t) this.deps.closeLocal(id, 'the tunnel ended or moved', false, t.spec.sessionId, 'unavailable');
+    for (const t of this.deps.routes.staleLanes(id)) this.deps.closeLocal(id, 'the tunnel ended or moved', false, t.spec.sessionId, 'unavailable');
   }
 }

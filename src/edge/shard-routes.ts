@@ -1,24 +1,30 @@
-import type { TunnelRoute } from '../protocol/tunnel-messages.js';
+import type { RouteMember, TunnelRoute } from '../protocol/tunnel-messages.js';
 import { AccessGate } from './access.js';
 import type { TunnelActor } from './tunnel.js';
 
 // RouteTable: where a shard looks a tunnel id up, without asking anyone.
 //
-//   tunnel-route broadcasts (main) ─▶ route(): id → owner shard, its session, its access gate
-//   this shard's TunnelActors ──────▶ add() / remove(): owned tunnels and lanes, with their gates
-//   a visitor for <id> ─────────────▶ local(id) ?? shardOf(id) (mesh); gateFor(id): same order
+//   tunnel-route broadcasts (main) ─▶ route(): id → its members (on a shard of this node, or on
+//                                     another node), their sessions, the access gate
+//   this shard's TunnelActors ──────▶ add() / remove(): members and lanes here, with their gates
+//   a visitor for <id> ─────────────▶ pick(): one member per client, the nearest (this shard, this
+//                                     node, another node), then the client with the fewest
+//                                     streams in flight from here; gateFor(id)
 //
-// The route is the registration's truth here: a lane (a TunnelActor here for a tunnel owned
-// elsewhere) lives while the route names its session, so staleLane() finds the lane a route
-// change (another session, or none) has ended.
+// A tunnel has one member (one control connection) unless it is a pool (several clients) or its
+// client keeps connections on two nodes of a cluster. The route is the registration's truth
+// here: a lane (a TunnelActor here for a member elsewhere) lives while the route names its
+// session, so staleLanes() finds the lanes a route change has ended.
 
 /** What the table needs of a tunnel (TunnelActor; tests use plain objects). */
 export interface RoutedTunnel {
   readonly id: string;
   readonly spec: { readonly lane: boolean; readonly sessionId: string };
+  /** streams open on it now (the pick's load); absent: 0 */
+  readonly streams?: { readonly size: number };
 }
 
-/** A tunnel-route broadcast: `shard` null when the tunnel is gone (or on another node: `node`). */
+/** A tunnel-route broadcast: `shard` null and no `node` when the tunnel is gone. */
 export interface RouteUpdate {
   id: string;
   shard: number | null;
@@ -26,50 +32,85 @@ export interface RouteUpdate {
   node?: string;
   sessionId?: string;
   access?: TunnelRoute['access'];
+  /** every member (absent: the one of shard/node and sessionId) */
+  members?: RouteMember[];
 }
 
+/** Where a visitor's stream goes. */
+export type Target<T> =
+  | { kind: 'here'; tunnel: T; client: string }
+  | { kind: 'shard'; shard: number; session: string; client: string }
+  | { kind: 'node'; url: string; session: string; client: string };
+
+interface Route {
+  members: RouteMember[];
+  gate: AccessGate | null;
+}
+
+/** A client whose local service refused a stream is skipped this long, doubling, until it answers again. */
+const SKIP_FIRST_MS = 1_000;
+const SKIP_MAX_MS = 10_000;
+
 export class RouteTable<T extends RoutedTunnel = TunnelActor> {
-  /** this shard's tunnels (owned, or lanes of tunnels owned elsewhere), by id */
-  private readonly tunnels = new Map<string, T>();
+  /** this shard's tunnels (members here, and lanes of members elsewhere), by id */
+  private readonly tunnels = new Map<string, T[]>();
   /** Access gates (edge/access.ts) of this shard's tunnels, null: no rules. */
   private readonly localGates = new Map<T, AccessGate | null>();
-  /** the registry's id → shard map, as broadcast */
-  private readonly routes = new Map<string, number>();
-  /** cluster: tunnels held on other nodes, id → that node's URL */
-  private readonly remote = new Map<string, string>();
-  /** The session each route belongs to: a lane of any other session is stale. */
-  private readonly routeSessions = new Map<string, string>();
-  /** Gates of every routed tunnel (the route carries them): a visitor is checked wherever it lands. */
-  private readonly routeGates = new Map<string, AccessGate | null>();
+  /** the registry's routes, as broadcast */
+  private readonly routes = new Map<string, Route>();
+  /** streams this shard has in flight to a member elsewhere, by session (the pick's load) */
+  private readonly inflight = new Map<string, number>();
+  /** clients skipped until then (ms), and how long the last skip was */
+  private readonly skipped = new Map<string, { until: number; ms: number }>();
+  private turn = 0;
 
   // ── this shard's tunnels ──
 
+  /** The least busy tunnel of `id` on this shard. */
   local(id: string): T | undefined {
-    return this.tunnels.get(id);
+    const list = this.tunnels.get(id);
+    if (!list || list.length <= 1) return list?.[0];
+    let best = list[0]!;
+    for (const t of list) if ((t.streams?.size ?? 0) < (best.streams?.size ?? 0)) best = t;
+    return best;
+  }
+
+  /** This shard's tunnel of `id` serving session `sessionId`. */
+  localOf(id: string, sessionId: string): T | undefined {
+    return this.tunnels.get(id)?.find((t) => t.spec.sessionId === sessionId);
   }
 
   add(t: T, gate: AccessGate | null): void {
     this.localGates.set(t, gate);
-    this.tunnels.set(t.id, t);
+    const list = this.tunnels.get(t.id) ?? [];
+    list.push(t);
+    this.tunnels.set(t.id, list);
   }
 
-  /** `t` ended: it leaves the table if it still holds its id (a takeover may have replaced it); its gate goes either way. */
+  /** `t` ended: it and its gate leave the table (another tunnel of its id stays). */
   remove(t: T): void {
-    if (this.tunnels.get(t.id) === t) this.tunnels.delete(t.id);
+    const list = this.tunnels.get(t.id);
+    const i = list ? list.indexOf(t) : -1;
+    if (i >= 0) {
+      list!.splice(i, 1);
+      if (list!.length === 0) this.tunnels.delete(t.id);
+    }
     this.localGates.delete(t);
   }
 
-  localTunnels(): IterableIterator<T> {
-    return this.tunnels.values();
+  *localTunnels(): IterableIterator<T> {
+    for (const list of this.tunnels.values()) yield* list;
   }
 
   get localCount(): number {
-    return this.tunnels.size;
+    let n = 0;
+    for (const list of this.tunnels.values()) n += list.length;
+    return n;
   }
 
   get laneCount(): number {
     let n = 0;
-    for (const t of this.tunnels.values()) if (t.spec.lane) n++;
+    for (const t of this.localTunnels()) if (t.spec.lane) n++;
     return n;
   }
 
@@ -77,60 +118,147 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
 
   /** Applies a tunnel-route broadcast. */
   route(r: RouteUpdate): void {
-    if (r.shard === null) {
+    const members = r.members ?? this.single(r);
+    if (members.length === 0) {
       this.routes.delete(r.id);
-      if (r.node === undefined) {
-        this.remote.delete(r.id);
-        this.routeSessions.delete(r.id);
-        this.routeGates.delete(r.id);
-        return;
-      }
-      this.remote.set(r.id, r.node);
-    } else {
-      this.remote.delete(r.id);
-      this.routes.set(r.id, r.shard);
+      return;
     }
-    if (r.sessionId !== undefined) this.routeSessions.set(r.id, r.sessionId);
-    this.routeGates.set(r.id, AccessGate.of(r.access ?? null));
+    this.routes.set(r.id, { members, gate: AccessGate.of(r.access ?? null) });
+  }
+
+  /** An old-form route: one member, whose session a later route may leave out (kept). */
+  private single(r: RouteUpdate): RouteMember[] {
+    if (r.shard === null && r.node === undefined) return [];
+    const session = r.sessionId ?? this.routes.get(r.id)?.members[0]?.session;
+    if (session === undefined) return [];
+    return [{ session, client: session, ...(r.shard !== null ? { shard: r.shard } : { node: r.node! }) }];
   }
 
   /** The routes a starting shard asked for (tunnel-routes); a broadcast that came first wins. */
   load(list: readonly TunnelRoute[]): void {
     for (const r of list) {
-      if (this.routes.has(r.id) || this.remote.has(r.id)) continue;
-      if (r.node !== undefined) this.remote.set(r.id, r.node);
-      else this.routes.set(r.id, r.shard);
-      this.routeSessions.set(r.id, r.sessionId);
-      this.routeGates.set(r.id, AccessGate.of(r.access));
+      if (this.routes.has(r.id)) continue;
+      this.route({ id: r.id, shard: r.node === undefined ? r.shard : null, ...(r.node !== undefined ? { node: r.node } : {}), sessionId: r.sessionId, access: r.access, ...(r.members ? { members: r.members } : {}) });
     }
   }
 
+  /** The shard of this node holding a member of `id` (the first one named). */
   shardOf(id: string): number | undefined {
-    return this.routes.get(id);
+    return this.routes.get(id)?.members.find((m) => m.shard !== undefined)?.shard;
   }
 
-  /** cluster: the URL of the node holding `id`, when another node does */
+  /** cluster: the URL of a node holding `id`, when only other nodes do */
   nodeOf(id: string): string | undefined {
-    return this.remote.get(id);
+    const members = this.routes.get(id)?.members;
+    if (!members || members.some((m) => m.shard !== undefined)) return undefined;
+    return members[0]?.node;
   }
 
+  /** The first member's session (a single-member tunnel's only one). */
   sessionOf(id: string): string | undefined {
-    return this.routeSessions.get(id);
+    return this.routes.get(id)?.members[0]?.session;
+  }
+
+  /** Whether the route names `session` among the members of `id`. */
+  hasSession(id: string, session: string): boolean {
+    return this.routes.get(id)?.members.some((m) => m.session === session) ?? false;
+  }
+
+  /** A member of `id` on another node whose TCP port this node relays: none when a member is on this node. */
+  onlyElsewhere(id: string): boolean {
+    const members = this.routes.get(id)?.members;
+    return members !== undefined && members.length > 0 && members.every((m) => m.node !== undefined);
   }
 
   get routeCount(): number {
-    return this.routes.size + this.remote.size;
+    return this.routes.size;
+  }
+
+  /**
+   * Where a visitor of `id` arriving at shard `self` goes: for each client, its nearest member
+   * (a tunnel here, else a member on another shard of this node, else, with `cluster`, on
+   * another node); of those, the one with the fewest streams in flight from here, clients whose
+   * local service refused lately last. Null: nothing serves `id` within reach.
+   */
+  pick(id: string, self: number, cluster: boolean): Target<T> | null {
+    const route = this.routes.get(id);
+    const here = this.tunnels.get(id) ?? [];
+    if (!route || route.members.length <= 1) {
+      // One member (the common case): no grouping, no load to compare.
+      const t = this.local(id);
+      if (t) return { kind: 'here', tunnel: t, client: t.spec.sessionId };
+      const m = route?.members[0];
+      if (!m) return null;
+      if (m.shard !== undefined) return m.shard === self ? null : { kind: 'shard', shard: m.shard, session: m.session, client: m.client };
+      return cluster && m.node !== undefined ? { kind: 'node', url: m.node, session: m.session, client: m.client } : null;
+    }
+    const nearest = new Map<string, { target: Target<T>; rank: number; load: number }>();
+    const offer = (client: string, target: Target<T>, rank: number, load: number): void => {
+      const had = nearest.get(client);
+      if (!had || rank < had.rank || (rank === had.rank && load < had.load)) nearest.set(client, { target, rank, load });
+    };
+    for (const m of route.members) {
+      const t = here.find((x) => x.spec.sessionId === m.session);
+      if (t) offer(m.client, { kind: 'here', tunnel: t, client: m.client }, 0, t.streams?.size ?? 0);
+      else if (m.shard !== undefined && m.shard !== self) offer(m.client, { kind: 'shard', shard: m.shard, session: m.session, client: m.client }, 1, this.inflight.get(m.session) ?? 0);
+      else if (cluster && m.node !== undefined) offer(m.client, { kind: 'node', url: m.node, session: m.session, client: m.client }, 2, this.inflight.get(m.session) ?? 0);
+    }
+    if (nearest.size === 0) return null;
+    const now = Date.now();
+    const options = [...nearest.entries()];
+    const healthy = options.filter(([client]) => (this.skipped.get(client)?.until ?? 0) <= now);
+    const pool = healthy.length > 0 ? healthy : options;
+    // Equal loads take turns, so an idle pool still spreads its visitors.
+    const start = this.turn++ % pool.length;
+    let best = pool[start]![1];
+    for (let i = 1; i < pool.length; i++) {
+      const o = pool[(start + i) % pool.length]![1];
+      if (o.load < best.load) best = o;
+    }
+    return best.target;
+  }
+
+  /** Whether `id` has several clients (a pool): only then are loads and refusals kept. */
+  pooled(id: string): boolean {
+    const members = this.routes.get(id)?.members;
+    return members !== undefined && new Set(members.map((m) => m.client)).size > 1;
+  }
+
+  /** A stream to a member elsewhere began / ended (the pick's load). */
+  began(session: string): void {
+    this.inflight.set(session, (this.inflight.get(session) ?? 0) + 1);
+  }
+
+  ended(session: string): void {
+    const n = (this.inflight.get(session) ?? 1) - 1;
+    if (n > 0) this.inflight.set(session, n);
+    else this.inflight.delete(session);
+  }
+
+  /** The client's local service refused a stream: skip it for a while (longer each time). */
+  refused(client: string): void {
+    const ms = Math.min(SKIP_MAX_MS, (this.skipped.get(client)?.ms ?? SKIP_FIRST_MS / 2) * 2);
+    this.skipped.set(client, { until: Date.now() + ms, ms });
+  }
+
+  /** The client answered: no longer skipped. */
+  answered(client: string): void {
+    this.skipped.delete(client);
   }
 
   /** The gate of whichever tunnel would serve `id` from here: this shard's (owned or lane) first, else the route's. */
   gateFor(id: string): AccessGate | null {
-    const t = this.tunnels.get(id);
-    return t ? (this.localGates.get(t) ?? null) : (this.routeGates.get(id) ?? null);
+    const t = this.tunnels.get(id)?.[0];
+    return t ? (this.localGates.get(t) ?? null) : (this.routes.get(id)?.gate ?? null);
   }
 
-  /** A lane of `id` here whose session the route no longer names (it must close), or null. */
+  /** Lanes of `id` here whose session the route no longer names (they must close). */
+  staleLanes(id: string): T[] {
+    return (this.tunnels.get(id) ?? []).filter((t) => t.spec.lane && !this.hasSession(id, t.spec.sessionId));
+  }
+
+  /** The first of staleLanes(id), or null. */
   staleLane(id: string): T | null {
-    const t = this.tunnels.get(id);
-    return t?.spec.lane && this.routeSessions.get(id) !== t.spec.sessionId ? t : null;
+    return this.staleLanes(id)[0] ?? null;
   }
 }

@@ -25,6 +25,7 @@ import { ExpiryTimers } from './shard-expiry.js';
 import { StatsReporter } from './shard-stats.js';
 import { drainTunnels } from './shard-drain.js';
 import { NodeLinks } from '../cluster/node-links.js';
+import { liveNodes } from '../db/cluster.js';
 import type { PortLike } from '../actors/actor.js';
 
 // The tunnel data plane of one shard worker:
@@ -70,6 +71,7 @@ export interface ShardTunnels {
 
 export { STATS_REPORT_MS } from './shard-stats.js';
 const ADMIT_TIMEOUT_MS = 10_000;
+const NODES_REFRESH_MS = 2_000;
 const SHUTTING_DOWN = 'the server is shutting down; try again shortly';
 
 export function installTunnels(ctx: ShardContext): ShardTunnels {
@@ -103,8 +105,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     tcpListeners.delete(t);
   };
 
-  const openLocal = (tunnelId: string, head: StreamHead, down: Downstream): Upstream | null => {
-    const t = routes.local(tunnelId);
+  /** A stream on `t` (or the tunnel of `tunnelId` here): a draining shard refuses it ('busy'). */
+  const openOn = (t: TunnelActor | undefined, head: StreamHead, down: Downstream): Upstream | null => {
     // A TCP stream comes only from a link (this node's TCP visitors arrive at the owner's listener).
     if (!t || t.spec.type !== head.kind) return null;
     // A draining owner takes no new stream (one routed here by a shard that did not drain yet).
@@ -115,11 +117,12 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     }
     return s;
   };
+  const openLocal = (tunnelId: string, head: StreamHead, down: Downstream): Upstream | null => openOn(routes.local(tunnelId), head, down);
   const mesh = new Mesh(log, openLocal);
 
   const closeLocal = (tunnelId: string, reason: string, permanent: boolean, sessionId?: string, given?: RefusalCode): boolean => {
-    const t = routes.local(tunnelId);
-    if (!t || (sessionId !== undefined && t.spec.sessionId !== sessionId)) return false;
+    const t = sessionId === undefined ? routes.local(tunnelId) : routes.localOf(tunnelId, sessionId);
+    if (!t) return false;
     forgetTunnel(t);
     const code = given ?? (reason.startsWith('taken over') ? 'taken-over' : permanent ? 'deleted' : 'unavailable');
     const last = t.close({ code, message: reason, permanent });
@@ -150,6 +153,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     revocations: () => revocations,
     draining: () => draining,
     handshakes: new HandshakeGate(handshakeBound(ctx.config.workers)),
+    nodes: () => (ctx.config.nodeUrl === null ? null : { node: ctx.config.nodeUrl, nodes: peerNodes.filter((u) => u !== ctx.config.nodeUrl) }),
     async open(conn: ControlConnection, req: OpenRequest) {
       if (draining) throw unavailableError(SHUTTING_DOWN);
       if (typeof req.lane === 'string' && typeof req.id === 'string') return lanes.open(conn, req.id, req.lane);
@@ -192,6 +196,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
               access,
               claim,
               local: req.local ?? null,
+              pool: req.pool === true,
+              member: req.member ?? null,
             },
             ADMIT_TIMEOUT_MS,
           ),
@@ -213,16 +219,24 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         conn,
         stats.markDirty,
       );
-      const gate = AccessGate.of(access);
+      // A pool's (or a joined client's) rules are its registration's, not this Open's.
+      const gate = AccessGate.of(admitted.access);
       routes.add(actor, gate);
       conn.adopt(actor);
-      if (access?.expiresAt != null) expireAt(actor, access.expiresAt);
+      if (admitted.access?.expiresAt != null) expireAt(actor, admitted.access.expiresAt);
       if (tcp) {
         serveTcp(tcp, actor, gate);
         tcpListeners.set(actor, tcp);
       }
       log.info({ id: actor.id, type: req.type, user: conn.principal.userId }, 'tunnel registered');
-      return { id: admitted.id, url: admitted.url, remotePort: port, ...(admitted.tookOver ? { tookOver: true } : {}), ...(admitted.laneKey ? { laneKey: admitted.laneKey } : {}) };
+      return {
+        id: admitted.id,
+        url: admitted.url,
+        remotePort: port,
+        ...(admitted.tookOver ? { tookOver: true } : {}),
+        ...(admitted.laneKey ? { laneKey: admitted.laneKey } : {}),
+        ...(admitted.memberKey ? { memberKey: admitted.memberKey } : {}),
+      };
     },
     ended(actor: TunnelActor, last: StatsDelta | null) {
       forgetTunnel(actor);
@@ -242,7 +256,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     .ask({ type: 'tunnel-routes' }, ADMIT_TIMEOUT_MS)
     .then((list) => {
       routes.load(list);
-      for (const r of list) followRemoteTcp(r.id, r.node, r.port, r.access);
+      for (const r of list) followRemoteTcp(r.id, routes.onlyElsewhere(r.id) ? routes.pick(r.id, ctx.index, true) : null, r.port, r.access);
     })
     .catch((err: unknown) => log.warn({ err }, 'could not load tunnel routes'));
 
@@ -254,31 +268,73 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     const id = name.slice(0, -suffix.length);
     return id.includes('.') ? null : id;
   };
-  /** A stream on a tunnel of this node: here (owned or a lane), else through the shard mesh. */
-  const openOnNode = (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null => {
-    const local = openLocal(tunnelId, head, down);
-    if (local) return local;
-    const shard = routes.shardOf(tunnelId);
-    if (shard === undefined || shard === ctx.index) return null;
-    return mesh.open(shard, tunnelId, head, down);
+  /**
+   * A visitor's stream on tunnel `tunnelId`, wherever routes.pick sends it: here (a member or a
+   * lane), another shard (the mesh), or, with `cluster`, another node (a link). For a pool, the
+   * stream's load and a refusal by the client's local service are noted for the next pick.
+   */
+  const openStream = (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }, cluster: boolean): Upstream | null => {
+    const target = routes.pick(tunnelId, ctx.index, cluster);
+    if (!target) return null;
+    const pooled = routes.pooled(tunnelId);
+    if (pooled) watchRefusals(target.client, down);
+    if (target.kind === 'here') return openOn(target.tunnel, head, down);
+    const up = target.kind === 'shard' ? mesh.open(target.shard, tunnelId, head, down) : (links?.open(target.url, tunnelId, head, down) ?? null);
+    if (up && pooled) {
+      // In flight from here until the carrier's done (it set onDone as it opened the stream).
+      const session = target.session;
+      routes.began(session);
+      const done = down.onDone;
+      down.onDone = () => {
+        routes.ended(session);
+        done?.();
+      };
+    }
+    return up;
   };
+  /** A pooled stream: a refusal by the client's local service skips that client a while; an answer ends the skip. */
+  const watchRefusals = (client: string, down: Downstream): void => {
+    const reset = down.reset.bind(down);
+    const response = down.response.bind(down);
+    down.reset = (code) => {
+      if (code === 'local-unreachable') routes.refused(client);
+      reset(code);
+    };
+    down.response = (head) => {
+      routes.answered(client);
+      response(head);
+    };
+  };
+  /** A stream on a tunnel of this node: what a link from another node opens (never a second hop). */
+  const openOnNode = (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null => openStream(tunnelId, head, down, false);
+  /** cluster: the live nodes' URLs, read every few seconds (Welcome names them to clients) */
+  let peerNodes: string[] = [];
+  const readNodes = (): void =>
+    void liveNodes(ctx.sql).then(
+      (rows) => (peerNodes = rows.map((r) => r.url)),
+      (err: unknown) => log.debug({ err }, 'cluster: live nodes not read'),
+    );
+  const nodesTimer = ctx.config.nodeUrl === null ? null : setInterval(readNodes, NODES_REFRESH_MS);
+  nodesTimer?.unref();
+  if (nodesTimer) readNodes();
   /** cluster: listeners of TCP tunnels held on other nodes (every node answers on the port), by id */
-  const remoteTcp = new Map<string, { port: number; node: string; close: () => void }>();
-  /** A remote TCP tunnel's port answers here too: bound by one shard of this node (port mod shards). */
-  const followRemoteTcp = (id: string, node: string | undefined, port: number | null | undefined, access: AccessWire | null | undefined): void => {
+  const remoteTcp = new Map<string, { port: number; close: () => void }>();
+  /** A TCP tunnel served only by other nodes answers on its port here too: bound by one shard of this node (port mod shards). */
+  const followRemoteTcp = (id: string, elsewhere: unknown, port: number | null | undefined, access: AccessWire | null | undefined): void => {
     const held = remoteTcp.get(id);
-    const wanted = node !== undefined && typeof port === 'number' && port % ctx.config.workers === ctx.index;
-    if (held && (!wanted || held.port !== port || held.node !== node)) {
+    const wanted = elsewhere !== null && typeof port === 'number' && port % ctx.config.workers === ctx.index;
+    if (held && (!wanted || held.port !== port)) {
       remoteTcp.delete(id);
       held.close();
     }
     if (!wanted || remoteTcp.has(id) || !links || draining) return;
-    const entry = { port: port!, node: node!, close: () => undefined as void };
+    const entry = { port: port!, close: () => undefined as void };
     remoteTcp.set(id, entry);
     bindTcpPort(ctx.config.host, { min: port!, max: port! }, port!).then(
       (server) => {
         if (remoteTcp.get(id) !== entry) return void server.close();
-        entry.close = relayTcp(server, (head, visitor) => links.open(entry.node, id, head, visitor), AccessGate.of(access ?? null));
+        // Each connection goes to a node that holds a member now (a client on two nodes has two).
+        entry.close = relayTcp(server, (head, visitor) => openStream(id, head, visitor, true), AccessGate.of(access ?? null));
       },
       (err: unknown) => {
         if (remoteTcp.get(id) === entry) remoteTcp.delete(id);
@@ -289,12 +345,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
 
   // A link's stream is served on this node only: a route that moved on meanwhile gets no-tunnel, never a second hop.
   const links = ctx.linkToken === null ? null : new NodeLinks(log, ctx.linkToken, openOnNode);
-  const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => {
-    const here = openOnNode(tunnelId, head, visitor);
-    if (here || !links) return here;
-    const node = routes.nodeOf(tunnelId);
-    return node === undefined ? null : links.open(node, tunnelId, head, visitor);
-  };
+  const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => openStream(tunnelId, head, visitor, links !== null);
 
   return {
     tunnelOf,
@@ -341,7 +392,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         case 'tunnel-route':
           routes.route(msg);
           lanes.closeStale(msg.id);
-          followRemoteTcp(msg.id, msg.node, msg.port, msg.access);
+          followRemoteTcp(msg.id, routes.onlyElsewhere(msg.id) ? routes.pick(msg.id, ctx.index, true) : null, msg.port, msg.access);
           return undefined;
         case 'tunnel-counts': {
           let streams = 0;
@@ -383,6 +434,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       draining = true;
       await drainTunnels({ log, connections, tcpListeners: tcpListeners.values(), visitors, tunnels: () => routes.localTunnels(), closeLocal }, timeoutMs);
       clearInterval(heartbeatTimer);
+      if (nodesTimer) clearInterval(nodesTimer);
       links?.closeAll();
       for (const t of remoteTcp.values()) t.close();
       remoteTcp.clear();

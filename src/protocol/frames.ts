@@ -117,6 +117,10 @@ export interface Welcome {
   version?: string;
   /** a resumption ticket: sent back in the RESUME_HEADER of the next handshake, it spares the key's verification */
   resume?: string;
+  /** cluster: this node's --node-url */
+  node?: string;
+  /** cluster: the other live nodes' URLs (a client keeps a second connection on one of them) */
+  nodes?: string[];
 }
 /** The control handshake's request header that carries Welcome's resumption ticket. */
 export const RESUME_HEADER = 'burrow-resume';
@@ -136,6 +140,10 @@ export interface OpenRequest {
   local?: string | null;
   /** with `id`: attach this connection as a lane of that live http tunnel (its Opened's laneKey) */
   lane?: string | null;
+  /** several clients serve this id (a pool): join it, or start it */
+  pool?: boolean;
+  /** cluster, with `id`: this client's connection to another node joins its live tunnel (Opened.memberKey) */
+  member?: string | null;
 }
 export interface Opened {
   id: string;
@@ -145,6 +153,8 @@ export interface Opened {
   tookOver?: boolean;
   /** http on a server of several shards: the secret a lane of this registration presents */
   laneKey?: string;
+  /** cluster: the secret this client's connection to another node presents to serve the tunnel there too (Open.member) */
+  memberKey?: string;
 }
 export interface Refusal {
   code: RefusalCode;
@@ -219,6 +229,20 @@ export const HEARTBEAT_MISSES = 3;
 export const MAX_STREAMS_PER_CONNECTION = 4096;
 /** Tunnels per control connection. */
 export const MAX_TUNNELS_PER_CONNECTION = 64;
+/** Welcome.nodes beyond this is malformed (a cluster larger than this names only some). */
+export const MAX_CLUSTER_NODES = 64;
+
+/** A node URL the client may dial: http(s), no credentials, printable, short. */
+function checkNodeUrl(c: Fields, v: unknown, field: string): void {
+  if (typeof v !== 'string' || v.length > 200 || !/^https?:\/\/[\x21-\x7e]+$/.test(v)) return c.fail(field, 'an http(s) URL of at most 200 printable characters', v);
+  try {
+    const u = new URL(v);
+    if (u.username || u.password) c.fail(field, 'a URL without credentials', v);
+  } catch {
+    c.fail(field, 'an http(s) URL', v);
+  }
+}
+
 /** burrowd --workers' bound: Welcome.shards beyond it is malformed. */
 export const MAX_SHARDS = 256;
 /** The server waits this long for the hello after the upgrade. */
@@ -430,6 +454,11 @@ function checkFrame(a: unknown[]): void {
       if (w.version !== undefined && !(typeof w.version === 'string' && /^[\x21-\x7e]{1,64}$/.test(w.version))) c.fail('welcome.version', 'at most 64 printable ASCII characters', w.version);
       // Sent back as a header value: a token's characters only.
       if (w.resume !== undefined && !(typeof w.resume === 'string' && w.resume.length <= MAX_RESUME_TICKET_CHARS && /^[A-Za-z0-9._-]+$/.test(w.resume))) c.fail('welcome.resume', `at most ${MAX_RESUME_TICKET_CHARS} characters of [A-Za-z0-9._-]`, w.resume);
+      if (w.node !== undefined) checkNodeUrl(c, w.node, 'welcome.node');
+      if (w.nodes !== undefined) {
+        if (!Array.isArray(w.nodes) || w.nodes.length > MAX_CLUSTER_NODES) c.fail('welcome.nodes', `an array of at most ${MAX_CLUSTER_NODES} URLs`, w.nodes);
+        for (const n of w.nodes as unknown[]) checkNodeUrl(c, n, 'welcome.nodes[]');
+      }
       return;
     }
     case F.Open: {
@@ -446,6 +475,9 @@ function checkFrame(a: unknown[]): void {
       if (typeof o.local === 'string' && !/^[\x21-\x7e]*$/.test(o.local)) c.fail('open.local', 'printable ASCII without spaces', o.local);
       c.optStr(o.lane, 'open.lane', MAX_NAME_CHARS);
       if (typeof o.lane === 'string' && (o.type !== 'http' || typeof o.id !== 'string')) c.fail('open.lane', 'only with type "http" and an id', o.lane);
+      if (o.pool !== undefined) c.bool(o.pool, 'open.pool');
+      c.optStr(o.member, 'open.member', MAX_NAME_CHARS);
+      if (typeof o.member === 'string' && typeof o.id !== 'string') c.fail('open.member', 'only with an id', o.member);
       return;
     }
     case F.Opened: {
@@ -457,6 +489,7 @@ function checkFrame(a: unknown[]): void {
       if (o.remotePort !== undefined && o.remotePort !== null) c.int(o.remotePort, 'opened.remotePort', 1, 65535);
       if (o.tookOver !== undefined) c.bool(o.tookOver, 'opened.tookOver');
       if (o.laneKey !== undefined) c.str(o.laneKey, 'opened.laneKey', MAX_NAME_CHARS);
+      if (o.memberKey !== undefined) c.str(o.memberKey, 'opened.memberKey', MAX_NAME_CHARS);
       return;
     }
     case F.Refused:

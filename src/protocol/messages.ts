@@ -40,6 +40,10 @@ export interface TunnelInfo {
   url: string;
   /** the local service as its client named it (informational, client-supplied), or null */
   local_target: string | null;
+  /** several clients serve it (--pool) */
+  pool: boolean;
+  /** control connections serving it, over every node (a pool's clients, a client's connections to two nodes) */
+  connections: number;
 }
 
 /** Main's answer to `verify-key`: `limited` → 429 (by the IP's or the prefix's count), `busy` → 503. */

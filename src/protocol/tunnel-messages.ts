@@ -65,6 +65,10 @@ export type TunnelShardToMain =
       claim: number | null;
       /** the local service as the client names it (shown in listings only), or null */
       local: string | null;
+      /** join (or start) a pool of clients serving this id (Open.pool) */
+      pool: boolean;
+      /** cluster: one more connection of the client whose Opened.memberKey this is (Open.member), else null */
+      member: string | null;
     }
   /** A client's lane for live http tunnel `id` arrived on this shard (edge/lanes.ts): answers
    *  TunnelLaneAdmitted, or throws not-found (no such tunnel of this user), forbidden (wrong
@@ -130,6 +134,20 @@ export interface TunnelAdmitted {
   tookOver: boolean;
   /** http on several shards: the key its lanes present (Opened.laneKey) */
   laneKey?: string;
+  /** cluster: what this client's connection to another node presents to join (Opened.memberKey) */
+  memberKey?: string;
+  /** the registration's access rules (a pool's or a joined client's are its first member's) */
+  access: AccessWire | null;
+}
+
+/** One control connection serving a tunnel, as a route names it: on a shard of this node, or on another node. */
+export interface RouteMember {
+  session: string;
+  /** the burrow client it belongs to: a client's connections on two nodes share it */
+  client: string;
+  shard?: number;
+  /** --node-url of the node that holds it */
+  node?: string;
 }
 
 /** Answer to tunnel-lane: what the lane's TunnelActor needs to serve the tunnel's visitors here. */
@@ -177,6 +195,8 @@ export interface TunnelRoute {
   node?: string;
   /** cluster: a TCP tunnel's port (every node answers on it) */
   port?: number | null;
+  /** every member (absent: the one of `shard`/`node` and `sessionId`) */
+  members?: RouteMember[];
   /** the registration: a lane of another session of this id is stale and closes */
   sessionId: string;
   /** its access rules: every shard checks visitors where they arrive */
@@ -191,7 +211,7 @@ export type TunnelMainToShard =
   | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
   /** Where a live tunnel lives now (`shard` null: gone), its session and access rules. Sent to
    *  every shard; lanes of `id` with another session (or none) close. */
-  | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; port?: number | null; sessionId?: string; access?: AccessWire | null }
+  | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; port?: number | null; sessionId?: string; access?: AccessWire | null; members?: RouteMember[] }
   /** This shard's live data-plane objects; answers ShardCounts. */
   | { type: 'tunnel-counts' };
 

@@ -55,7 +55,7 @@ async function registry(args: string[] = []) {
 
 type Admit = Extract<TunnelShardToMain, { type: 'tunnel-admit' }>;
 function admitMsg(userId: string, id: string | null, more: Partial<Admit> = {}): Admit {
-  return { type: 'tunnel-admit', userId, keyId: randomUUID(), tunnelType: 'http', id, teamId: null, remotePort: null, clientIp: '198.51.100.1', access: null, claim: null, local: null, ...more };
+  return { type: 'tunnel-admit', userId, keyId: randomUUID(), tunnelType: 'http', id, teamId: null, remotePort: null, clientIp: '198.51.100.1', access: null, claim: null, local: null, pool: false, member: null, ...more };
 }
 const admit = (r: RegistryActor, shard: number, m: Admit) => r.handle(shard, m) as Promise<TunnelAdmitted>;
 

@@ -34,7 +34,7 @@ test('ask infers the reply type from msg.type, on both channels', async () => {
   assert.ok(same<typeof routes, Promise<TunnelRoute[]>>(true));
   const admit = (): Promise<TunnelAdmitted> =>
     shard.ask(
-      { type: 'tunnel-admit', userId: 'u', keyId: 'k', tunnelType: 'http', id: null, teamId: null, remotePort: null, clientIp: null, access: null, claim: null, local: null },
+      { type: 'tunnel-admit', userId: 'u', keyId: 'k', tunnelType: 'http', id: null, teamId: null, remotePort: null, clientIp: null, access: null, claim: null, local: null, pool: false, member: null },
       1000,
     );
   void admit;

@@ -11,15 +11,16 @@ create table cluster_nodes (
   lease_until timestamptz not null
 );
 
--- The cluster's live tunnels: the one place ids and TCP ports are unique across nodes.
+-- The cluster's live tunnels: the one place ids and TCP ports are unique across nodes. A
+-- registration (an id) has members: the control connections serving it, each on some node with
+-- a session of its own. `client` groups the members of one burrow client (its connections to
+-- two nodes); a pool has several clients.
 create table cluster_tunnels (
   id text primary key,
-  node_id uuid not null references cluster_nodes (id) on delete cascade,
-  session_id uuid not null unique,
   user_id uuid not null references users (id) on delete cascade,
-  key_id uuid not null,
   team_id uuid,
   tunnel_type text not null check (tunnel_type in ('http', 'tcp')),
+  pool boolean not null default false,
   port int unique,
   url text not null,
   local_target text,
@@ -27,8 +28,22 @@ create table cluster_tunnels (
   access jsonb,
   registered_at timestamptz not null default now()
 );
-create index cluster_tunnels_node on cluster_tunnels (node_id);
 create index cluster_tunnels_user on cluster_tunnels (user_id);
+create index cluster_tunnels_team on cluster_tunnels (team_id) where team_id is not null;
+
+create table cluster_members (
+  session_id uuid primary key,
+  tunnel_id text not null references cluster_tunnels (id) on delete cascade,
+  node_id uuid not null references cluster_nodes (id) on delete cascade,
+  user_id uuid not null references users (id) on delete cascade,
+  key_id uuid not null,
+  client text not null,
+  registered_at timestamptz not null default now()
+);
+create index cluster_members_tunnel on cluster_members (tunnel_id);
+create index cluster_members_node on cluster_members (node_id);
+create index cluster_members_user on cluster_members (user_id);
+create index cluster_members_key on cluster_members (key_id);
 
 alter table sessions add column node_id uuid;
 create index sessions_node_open on sessions (node_id) where disconnected_at is null;
