@@ -233,6 +233,9 @@ export class RegistryActor {
       case 'tunnel-down':
         this.down(msg.id, msg.sessionId, msg.last);
         return undefined;
+      case 'tunnel-leave':
+        this.removeMember(msg.id, msg.sessionId, false);
+        return undefined;
       case 'tunnel-stats':
         for (const d of msg.deltas) this.stats.add(d);
         return undefined;
@@ -608,10 +611,11 @@ export class RegistryActor {
     this.removeMember(id, sessionId);
   }
 
-  /** Member `sessionId` of `id` is over: its session closes; the tunnel ends with its last member
-   *  (its id then stays its owner's for --id-grace). In a cluster its row goes too. */
-  private removeMember(id: string, sessionId: string): void {
-    this.stats.close(sessionId);
+  /** Member `sessionId` of `id` is over (or leaving: `closeSession` false, its tunnel-down closes
+   *  the session): out of the route; the tunnel ends with its last member (its id then stays its
+   *  owner's for --id-grace). In a cluster its row goes too. */
+  private removeMember(id: string, sessionId: string, closeSession = true): void {
+    if (closeSession) this.stats.close(sessionId);
     const e = this.tunnels.get(id);
     const i = e ? e.members.findIndex((x) => x.sessionId === sessionId) : -1;
     if (!e || i < 0) return;

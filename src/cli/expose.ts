@@ -88,6 +88,8 @@ interface ExposeOptions {
   inspect?: string | boolean;
   /** http only, hidden: --no-lanes (false) */
   lanes?: boolean;
+  /** http only: --pool */
+  pool?: boolean;
 }
 
 /** Repeatable option values, in order. */
@@ -124,7 +126,7 @@ function specOfFlags(type: 'http' | 'tcp', addr: string, o: ExposeOptions): Tunn
   // The access flags were parsed by their argParsers (cidrArg, expiresArg) and are checked here
   // with the same protocol/access.ts functions validateTunnel applies to a file's keys.
   const access = accessRulesOf(type, o) ?? {};
-  const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort, host_header: o.hostHeader, upstream_insecure: o.upstreamInsecure };
+  const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort, host_header: o.hostHeader, upstream_insecure: o.upstreamInsecure, pool: o.pool };
   const { spec, errors } = validateTunnel(type, raw);
   if (spec) return { ...spec, access };
   const e = errors[0]!;
@@ -190,6 +192,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
         remotePort: s.remotePort,
         access: Object.keys(s.access).length ? s.access : undefined,
         localLabel: localLabel(s),
+        pool: s.pool,
         observer: s.type === 'http' ? inspector?.observer(named ? s.name : () => ids.get(s.name) ?? s.id ?? s.name, local) : undefined,
       };
     }),
@@ -363,6 +366,7 @@ export function registerExpose(program: Command): void {
           .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect)
           .option('--upstream-insecure', "accept the local https:// service's certificate without verifying it (self-signed dev servers)")
           .option('--host-header <value>', "Host sent to the local service: 'rewrite' (its own host:port, for dev servers that refuse a foreign Host) or a value")
+          .option('--pool', 'serve --id together with other clients of yours (or of the --team) started with --pool: visitors are spread over them, and it keeps serving while one leaves')
           // Hidden: it exists so the bench can weigh lanes against the server's cross-shard relay
           // (bench target burrow-mesh); a user gains nothing from it but one connection less.
           .addOption(new Option('--no-lanes', 'hold one control connection, no lane per server shard').hideHelp()),
@@ -374,6 +378,7 @@ export function registerExpose(program: Command): void {
       'burrow http 5173 --host-header rewrite   # Vite, webpack-dev-server: they check Host',
       'burrow http 3000 --id myapp          # http://myapp.<domain>',
       'burrow http 192.168.1.5:8080 --team web',
+      'burrow http 3000 --id api --pool     # on each machine: one id, served by all of them',
       'burrow http 3000 --basic-auth alice:correct-horse --expires 2h',
       'burrow http 3000 --allow-ip 203.0.113.0/24 --allow-ip 2001:db8::/32 --deny-ip 203.0.113.9',
       'burrow http 3000 --inspect 4041      # the inspector on http://127.0.0.1:4041',

@@ -32,10 +32,12 @@ export interface TunnelSpec {
   /** 'rewrite' (Host: the local target) or a fixed value; absent: the visitor's Host */
   hostHeader?: string;
   upstreamInsecure?: boolean;
+  /** one of several clients serving this id (a pool); needs an id */
+  pool?: boolean;
 }
 
 /** The keys an entry may have, as written in burrow.yml (flags map onto them: --remote-port → remote_port). */
-export const TUNNEL_KEYS = ['proto', 'addr', 'id', 'team', 'remote_port', 'basic_auth', 'allow_ip', 'deny_ip', 'expires', 'host_header', 'upstream_insecure'] as const;
+export const TUNNEL_KEYS = ['proto', 'addr', 'id', 'team', 'remote_port', 'basic_auth', 'allow_ip', 'deny_ip', 'expires', 'host_header', 'upstream_insecure', 'pool'] as const;
 export type TunnelKey = (typeof TUNNEL_KEYS)[number];
 export type RawTunnel = Partial<Record<TunnelKey, unknown>>;
 
@@ -209,6 +211,14 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
     else upstreamInsecure = raw.upstream_insecure;
   }
 
+  let pool: boolean | undefined;
+  if (raw.pool !== undefined && raw.pool !== null) {
+    if (typeof raw.pool !== 'boolean') err('pool', `expected true or false, got ${show(raw.pool)}`);
+    else if (raw.pool && type === 'tcp') err('pool', 'only http tunnels can be pooled');
+    else if (raw.pool && id === undefined) err('pool', 'a pool is several clients serving one id: give the id too');
+    else pool = raw.pool;
+  }
+
   if (errors.length || !type || !local) return { spec: null, errors };
   const access: AccessRules = {};
   if (basicAuth.length) access.basicAuth = basicAuth;
@@ -221,6 +231,7 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
   if (remotePort !== undefined) spec.remotePort = remotePort;
   if (hostHeader !== undefined) spec.hostHeader = hostHeader;
   if (upstreamInsecure !== undefined) spec.upstreamInsecure = upstreamInsecure;
+  if (pool) spec.pool = true;
   return { spec, errors };
 }
 

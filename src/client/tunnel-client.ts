@@ -14,6 +14,7 @@ import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
 import { LocalPool } from './local-pool.js';
 import { Link } from './link.js';
 import { LaneSet } from './lanes.js';
+import { NodeSibling } from './node-sibling.js';
 
 export type { AccessRules } from '../protocol/access.js';
 
@@ -58,10 +59,12 @@ export interface TunnelClientOptions {
   ca?: string[];
   /** Open lanes on a server of several shards (lanes.ts); default true. */
   lanes?: boolean;
+  /** Join (or start) a pool of clients serving this id (one tunnel; `tunnels` entries say it each). */
+  pool?: boolean;
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
-export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'localLabel' | 'observer'>;
+export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'localLabel' | 'observer' | 'pool'>;
 
 export class TunnelRefused extends Error {
   constructor(
@@ -85,6 +88,8 @@ const BACKOFF_MAX_MS = 1_000;
 const AGENT = `burrow-client/${PROTOCOL_VERSION}`;
 /** Connections to the local service at most; further requests wait in the pool (streams are capped per tunnel). */
 const MAX_LOCAL_CONNECTIONS = 256;
+/** How long a pool member that stops waits for its open streams to finish (the server sends it no new one). */
+const POOL_LEAVE_MS = 10_000;
 // Requests with a body take a second, uncapped pool: a visitor that stalls its upload holds its
 // local connection until the body ends, and 256 such visitors made every GET of the tunnel queue
 // behind them for seconds. Bodiless requests, which never stall on the visitor, keep the capped
@@ -138,6 +143,8 @@ class Tunnel {
   live = false;
   /** what this registration's lanes present (Opened.laneKey); null: no lanes */
   laneKey: string | null = null;
+  /** cluster: what this client's other connections present to serve the tunnel too (Opened.memberKey); kept across reconnects */
+  memberKey: string | null = null;
   /** refused or closed for good */
   failed: TunnelRefused | null = null;
   /** opened or failed at least once (start() waits for every tunnel) */
@@ -166,7 +173,13 @@ class Tunnel {
       remotePort: this.registered?.remotePort ?? this.opts.remotePort ?? null,
       access: this.opts.access ?? null,
       ...(this.opts.localLabel ? { local: this.opts.localLabel } : {}),
+      ...(this.opts.pool ? { pool: true } : {}),
     };
+  }
+
+  /** The Open of this tunnel on the main connection: after a reconnect, it joins its client's live registration (kept by its other connection). */
+  mainOpen(): OpenRequest {
+    return { ...this.openRequest(), ...(this.memberKey && this.registered ? { member: this.memberKey } : {}) };
   }
 
   destroy(): void {
@@ -201,6 +214,15 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     openStream: (link, sid, tunnelId, head) => this.openStream(link, sid, tunnelId, head),
     dropStreams: (link, id) => this.dropStreams(link, id),
   });
+  /** cluster: the second connection, on another node (node-sibling.ts) */
+  private readonly sibling = new NodeSibling({
+    connectTo: (url) => this.dial(url),
+    memberTunnels: () => this.tunnels.filter((t) => !t.failed && t.memberKey && t.registered).map((t) => ({ id: t.registered!.id, key: t.memberKey!, open: t.openRequest() })),
+    openStream: (link, sid, tunnelId, head) => this.openStream(link, sid, tunnelId, head),
+    dropStreams: (link, id) => this.dropStreams(link, id),
+  });
+  /** consecutive main-connection attempts that found no server: the next one tries another known node */
+  private unreachable = 0;
   private readonly tunnels: Tunnel[];
   /** Open requests awaiting Opened/Refused on the current connection. */
   private readonly pending = new Map<number, Tunnel>();
@@ -217,7 +239,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   constructor(private readonly opts: TunnelClientOptions) {
     super();
-    const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access, localLabel: opts.localLabel, observer: opts.observer }] : []);
+    const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access, localLabel: opts.localLabel, observer: opts.observer, pool: opts.pool }] : []);
     if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
     this.tunnels = list.map((t) => new Tunnel(t));
     if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
@@ -258,6 +280,14 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     const link = this.link;
     if (link) for (const t of this.tunnels) if (t.live && t.registered) this.send([F.Close, t.registered.id]);
+    this.sibling.stop();
+    if (link && this.tunnels.some((t) => t.opts.pool)) {
+      // A pool member leaves gracefully: the server sends it no new stream after Close and the
+      // open ones finish here (each answers on its own connection), bounded by POOL_LEAVE_MS.
+      for (const lane of this.lanes.links()) for (const t of this.tunnels) if (t.registered) lane.send([F.Close, t.registered.id]);
+      const until = Date.now() + POOL_LEAVE_MS;
+      while (this.tunnels.some((t) => t.open > 0) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+    }
     this.link = null;
     // close() flushes the Close frames, sends a WebSocket close and ends the socket.
     link?.ws.close(1000, 'client stopped');
@@ -271,32 +301,43 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.link?.send(frame);
   }
 
-  private wsUrl(): string {
-    const u = new URL(this.opts.server);
+  private wsUrl(server: string): string {
+    const u = new URL(server);
     u.pathname = `${u.pathname.replace(/\/$/, '')}/tunnel/v1/connect`;
     return u.toString();
   }
 
-  /** A new authenticated control WebSocket (the main connection, or a lane). */
-  private dial(): Promise<WsClient> {
+  /** A new authenticated control WebSocket (the main connection, a lane, or the sibling at `server`). */
+  private dial(server = this.opts.server): Promise<WsClient> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT };
     // The last Welcome's ticket: the server (restarted, or another shard) need not verify the key again.
     if (this.resumeTicket) headers[RESUME_HEADER] = this.resumeTicket;
-    return WsClient.connect(this.wsUrl(), headers, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
+    return WsClient.connect(this.wsUrl(server), headers, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
+  }
+
+  /** Where the main connection goes: the server, or, while it cannot be reached, the cluster's other nodes in turn. */
+  private mainServer(): string {
+    const others = this.sibling.known();
+    if (this.unreachable === 0 || others.length === 0) return this.opts.server;
+    const all = [this.opts.server, ...others];
+    return all[this.unreachable % all.length]!;
   }
 
   private async connect(): Promise<void> {
     let ws: WsClient;
+    const server = this.mainServer();
     try {
-      ws = await this.dial();
+      ws = await this.dial(server);
+      this.unreachable = 0;
     } catch (err) {
       if (this.stopped) return;
+      if (!(err instanceof WsRefused)) this.unreachable++;
       // A certificate we do not trust will not become trusted by retrying: permanent.
       const untrusted = verificationProblem(err);
       const refusal =
         err instanceof WsRefused ? refusalOfStatus(err.status, err.body, err.retryAfterS)
         : untrusted ? new TunnelRefused('tls', `${new URL(this.opts.server).host}: ${untrusted}`, true)
-        : new TunnelRefused('unreachable', `cannot connect to ${this.opts.server} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, false);
+        : new TunnelRefused('unreachable', `cannot connect to ${server} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, false);
       return this.lost(refusal);
     }
     if (this.stopped) return ws.destroy();
@@ -316,7 +357,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private sendOpen(t: Tunnel): void {
     const reqId = this.nextReq++;
     this.pending.set(reqId, t);
-    this.send([F.Open, reqId, t.openRequest()]);
+    this.send([F.Open, reqId, t.mainOpen()]);
   }
 
   /** Ping every `intervalMs`; a server silent for HEARTBEAT_MISSES intervals is a dead connection. */
@@ -386,6 +427,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private end(why: TunnelRefused): void {
     this.stopped = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
+    this.sibling.stop();
     this.teardown();
     for (const t of this.tunnels) t.destroy();
     if (this.first) {
@@ -401,7 +443,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     t.live = false;
     t.laneKey = null;
     t.answered = true;
-    for (const link of this.link ? [this.link, ...this.lanes.links()] : this.lanes.links()) {
+    for (const link of [...(this.link ? [this.link] : []), ...this.lanes.links(), ...this.sibling.links()]) {
       for (const [sid, s] of link.streams) {
         if (this.owner.get(s) !== t) continue;
         s.abort();
@@ -416,6 +458,11 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   /** A Refused (to an Open) or Closed for tunnel `t`. */
   private tunnelRefused(t: Tunnel, r: Refusal): void {
+    // Its other connection is gone too (or the registration ended): register it afresh.
+    if (r.code === 'not-found' && t.memberKey) {
+      t.memberKey = null;
+      return this.sendOpen(t);
+    }
     // An id this client held, refused after a reconnect, is not a final "taken": the server
     // keeps it for its last user (--id-grace), or an admin may free it; retry with backoff.
     const mine = r.code === 'conflict' && t.registered !== null;
@@ -458,6 +505,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         const ms = frame[1].heartbeatMs;
         if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
+        this.sibling.want(frame[1].node, frame[1].nodes);
         this.welcomedVersion = frame[1].version ?? null;
         this.resumeTicket = frame[1].resume ?? null;
         // Measure the latency now, not one heartbeat interval later.
@@ -472,11 +520,13 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         t.registered = { id: o.id, url: o.url, remotePort: o.remotePort ?? null };
         t.live = true;
         t.laneKey = o.laneKey ?? null;
+        t.memberKey = o.memberKey ?? null;
         t.answered = true;
         t.attempt = 0;
         this.attempt = 0;
         this.emit('registered', { tunnel: t.name, id: o.id, url: o.url, tookOver: o.tookOver === true });
         this.lanes.refresh();
+        this.sibling.refresh();
         this.checkStarted();
         return;
       }
@@ -530,7 +580,8 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   }
 
   private readonly openStream = (link: Link, sid: number, tunnelId: string, head: HttpHead | TcpHead): void => {
-    const t = this.tunnels.find((x) => x.live && x.registered?.id === tunnelId);
+    // Registered, if not on the main connection now: its other connection serves it meanwhile.
+    const t = this.tunnels.find((x) => !x.failed && x.registered?.id === tunnelId && (x.live || link !== this.link));
     if (!t || head.kind !== t.opts.type) return link.send([F.Reset, sid, 'no-tunnel']);
     // Visitors arrive: from now on lanes are worth their connections.
     if (link === this.link && t.laneKey) this.lanes.wake();

@@ -38,6 +38,8 @@ export interface ControlHost {
   revocations(): number;
   /** The client gave a tunnel up, or the connection ended: forget it and report. */
   ended(actor: TunnelActor, last: StatsDelta | null): void;
+  /** The client gave a tunnel up while streams were open: no new stream reaches it; ended() follows when they are done. */
+  leaving(actor: TunnelActor): void;
   connections: Set<ControlConnection>;
   /** True once the shard drains (shutdown): new control connections are refused. */
   draining?: () => boolean;
@@ -56,6 +58,8 @@ const WS_POLICY = 1008;
 /** setTimeout's longest wait (2^31-1 ms, ~24.8 days); a key expiring later re-arms. */
 const MAX_TIMER_MS = 2_147_483_647;
 const WS_INTERNAL_ERROR = 1011;
+/** Longest a tunnel its client closed may take to finish its open streams. */
+const LEAVE_TIMEOUT_MS = 30_000;
 /** How long the registry may take to count a new control connection. */
 const ADMIT_TIMEOUT_MS = 10_000;
 /**
@@ -71,6 +75,8 @@ const MAX_UNREAD_BYTES = 24 * 1024 * 1024;
 
 export class ControlConnection implements StreamCarrier {
   readonly tunnels = new Map<string, TunnelActor>();
+  /** tunnels the client closed whose streams are still finishing (F.Close) */
+  private readonly leaving = new Set<TunnelActor>();
   private readonly streams = new Map<number, TunnelStream>();
   private nextSid = 1;
   private helloDone = false;
@@ -242,10 +248,21 @@ export class ControlConnection implements StreamCarrier {
         return void this.onOpen(frame[1], frame[2]).catch((err: unknown) => this.fault(err));
       case F.Close: {
         const t = this.tunnels.get(frame[1]);
-        if (t) {
-          this.tunnels.delete(t.id);
-          this.host.ended(t, t.close(null));
-        }
+        if (!t) return;
+        this.tunnels.delete(t.id);
+        if (t.streams.size === 0) return this.host.ended(t, t.close(null));
+        // Its streams in flight finish first, and no new one reaches it: a pool member (or a
+        // client) that leaves cuts no visitor's request. Bounded by LEAVE_TIMEOUT_MS.
+        this.leaving.add(t);
+        this.host.leaving(t);
+        const finish = (): void => {
+          clearTimeout(timer);
+          this.leaving.delete(t);
+          if (!t.closed) this.host.ended(t, t.close(null));
+        };
+        const timer = setTimeout(finish, LEAVE_TIMEOUT_MS);
+        timer.unref();
+        t.onIdle = finish;
         return;
       }
       case F.Data:
@@ -381,14 +398,15 @@ export class ControlConnection implements StreamCarrier {
     if (this.expiryTimer) clearTimeout(this.expiryTimer);
     // Each tunnel is reported ended even if another one's teardown throws: the registry
     // must not keep a tunnel of a closed connection.
-    for (const t of this.tunnels.values()) {
+    for (const t of [...this.tunnels.values(), ...this.leaving]) {
       try {
-        this.host.ended(t, t.close(null));
+        if (!t.closed) this.host.ended(t, t.close(null));
       } catch (err) {
         this.host.log.error({ err, ip: this.ip, id: t.id }, 'tunnel teardown failed');
       }
     }
     this.tunnels.clear();
+    this.leaving.clear();
     this.streams.clear();
   }
 

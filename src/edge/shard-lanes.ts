@@ -22,7 +22,12 @@ export interface LaneDeps {
   markDirty(t: TunnelActor): void;
   /** Closes this shard's tunnel `id` (of `sessionId` only) and reports it; false when not here. */
   closeLocal(id: string, reason: string, permanent: boolean, sessionId?: string, code?: RefusalCode): boolean;
+  /** Closes `t` and reports it. */
+  closeActor(t: TunnelActor, reason: string, permanent: boolean, code?: RefusalCode): void;
 }
+
+/** Longest a stale lane's open streams may take to finish. */
+const LANE_LEAVE_MS = 30_000;
 
 export class ShardLanes {
   constructor(private readonly deps: LaneDeps) {}
@@ -49,6 +54,20 @@ export class ShardLanes {
 
   /** The route of `id` changed or went: a lane of another session closes (the client re-joins). */
   closeStale(id: string): void {
-    for (const t of this.deps.routes.staleLanes(id)) this.deps.closeLocal(id, 'the tunnel ended or moved', false, t.spec.sessionId, 'unavailable');
+    for (const t of this.deps.routes.staleLanes(id)) {
+      const close = (): void => this.deps.closeActor(t, 'the tunnel ended or moved', false, 'unavailable');
+      if (t.streams.size === 0) {
+        close();
+        continue;
+      }
+      // Its member left gracefully (or moved): the lane's streams in flight finish, no new one comes.
+      this.deps.routes.remove(t);
+      const timer = setTimeout(close, LANE_LEAVE_MS);
+      timer.unref();
+      t.onIdle = () => {
+        clearTimeout(timer);
+        close();
+      };
+    }
   }
 }

@@ -123,12 +123,16 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const closeLocal = (tunnelId: string, reason: string, permanent: boolean, sessionId?: string, given?: RefusalCode): boolean => {
     const t = sessionId === undefined ? routes.local(tunnelId) : routes.localOf(tunnelId, sessionId);
     if (!t) return false;
+    closeActor(t, reason, permanent, given);
+    return true;
+  };
+  const closeActor = (t: TunnelActor, reason: string, permanent: boolean, given?: RefusalCode): void => {
+    if (t.closed) return;
     forgetTunnel(t);
     const code = given ?? (reason.startsWith('taken over') ? 'taken-over' : permanent ? 'deleted' : 'unavailable');
     const last = t.close({ code, message: reason, permanent });
     for (const c of connections) c.drop(t);
     stats.ended(t, last);
-    return true;
   };
 
   const lanes = new ShardLanes({
@@ -137,6 +141,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     admit: (msg) => admitting(ctx.main.ask(msg, ADMIT_TIMEOUT_MS)),
     markDirty: stats.markDirty,
     closeLocal,
+    closeActor,
   });
 
   /** Ends `actor` at `at` (epoch ms), permanently (the client prints that it expired). */
@@ -241,6 +246,12 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     ended(actor: TunnelActor, last: StatsDelta | null) {
       forgetTunnel(actor);
       stats.ended(actor, last);
+    },
+    leaving(actor: TunnelActor) {
+      routes.remove(actor);
+      tcpListeners.get(actor)?.close();
+      // Out of every route now (its session stays open for the streams' counters): a lane is no member.
+      if (!actor.spec.lane) ctx.main.tell({ type: 'tunnel-leave', id: actor.id, sessionId: actor.spec.sessionId });
     },
   };
 

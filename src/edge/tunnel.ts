@@ -69,6 +69,7 @@ export class TunnelStream implements Upstream {
     this.carrier.forget(this.sid);
     this.tunnel.streams.delete(this);
     this.parser?.close();
+    if (this.tunnel.streams.size === 0) this.tunnel.onIdle?.();
   });
   /** Answer bytes the client may still send (Data spends, the Credit we send grants). */
   private readonly clientWindow = new ReceiveWindow();
@@ -229,6 +230,8 @@ export class TunnelActor {
   closed = false;
   /** Extra teardown (the TCP listener of a tcp tunnel). */
   onClose: (() => void) | null = null;
+  /** A tunnel leaving (its client sent Close with streams open): called when its last stream ends. */
+  onIdle: (() => void) | null = null;
 
   constructor(
     readonly spec: TunnelSpec,

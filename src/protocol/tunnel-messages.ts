@@ -74,6 +74,9 @@ export type TunnelShardToMain =
    *  TunnelLaneAdmitted, or throws not-found (no such tunnel of this user), forbidden (wrong
    *  key) or conflict (this is the tunnel's own shard). */
   | { type: 'tunnel-lane'; id: string; userId: string; key: string }
+  /** A member of this shard is leaving (its client sent Close with streams open): out of the
+   *  routes now; its tunnel-down follows when the streams are done. */
+  | { type: 'tunnel-leave'; id: string; sessionId: string }
   /** A tunnel of this shard ended (client gone, stopped, closed); `last` holds its final counters. */
   | { type: 'tunnel-down'; id: string; sessionId: string; last: StatsDelta | null }
   /** Merged counter deltas of this shard's sessions (sent at most every 250 ms). */

@@ -1,0 +1,203 @@
+import { F, PROTOCOL_VERSION, type OpenRequest } from '../protocol/frames.js';
+import { Link, type StreamOpener } from './link.js';
+import type { WsClient } from './ws-client.js';
+
+// A client's second connection in a cluster: its tunnels are served from two nodes, so a node
+// that dies takes no tunnel down with it.
+//
+//   main connection: Welcome{node, nodes} → want(); Opened{memberKey} per tunnel → refresh()
+//   sibling: a connection to another node of `nodes` → Hello → Welcome{node, nodes}
+//            → Open{…, id, member: memberKey} per tunnel: one more member of the same client
+//   the server sends each visitor's stream to the client's nearest member, so both connections
+//   carry streams; each answers on its own connection (link.ts)
+//   sibling lost: its streams die (those visitors get 502) and another node is tried after
+//            RETRY_MS; main lost: the sibling serves on while the main connection comes back
+//            (and joins with the same memberKey, src/client/tunnel-client.ts)
+//   the sibling on the main connection's own node (the load balancer sent the main there):
+//            it moves to another node.
+
+export interface SiblingHost {
+  /** An authenticated control WebSocket to the node at `url`. */
+  connectTo(url: string): Promise<WsClient>;
+  /** The registered tunnels a second connection joins: their ids, member keys and Opens. */
+  memberTunnels(): { id: string; key: string; open: OpenRequest }[];
+  openStream: StreamOpener;
+  /** Streams of `link` are over (the sibling is lost), or those of tunnel `id`. */
+  dropStreams(link: Link, id?: string): void;
+}
+
+const RETRY_MS = 1_000;
+const PING_MS = 5_000;
+/** Silent this long (heartbeats unanswered), the sibling is dead. */
+const SILENT_MS = 15_000;
+const AGENT = `burrow-client/${PROTOCOL_VERSION} sibling`;
+
+export class NodeSibling {
+  private link: Link | null = null;
+  /** the node the sibling is connected (or connecting) to */
+  private node: string | null = null;
+  private connecting = false;
+  /** the main connection's node, and the cluster's others as the last Welcome named them */
+  private mainNode: string | null = null;
+  private nodes: string[] = [];
+  private readonly joined = new Map<string, string>();
+  private readonly pending = new Map<number, [string, string]>();
+  private nextReq = 1;
+  private retry: NodeJS.Timeout | null = null;
+  private pinger: NodeJS.Timeout | null = null;
+  private stopped = false;
+  private turn = 0;
+
+  constructor(private readonly host: SiblingHost) {}
+
+  /** The nodes this client knows of (the main connection may come back through one of them). */
+  known(): string[] {
+    return [...new Set([...(this.mainNode ? [this.mainNode] : []), ...this.nodes])];
+  }
+
+  /** The main connection's Welcome: its node and the other nodes (absent: not a cluster). */
+  want(mainNode: string | undefined, nodes: string[] | undefined): void {
+    if (this.stopped) return;
+    this.mainNode = mainNode ?? null;
+    if (nodes) this.nodes = nodes;
+    if (!mainNode || this.nodes.filter((n) => n !== mainNode).length === 0) return;
+    // On the main connection's own node the sibling guards against nothing: it moves.
+    if (this.link && this.node === mainNode) this.lost('moved');
+    this.ensure();
+  }
+
+  /** A tunnel was (re)registered with a member key: join it on the sibling now. */
+  refresh(): void {
+    if (this.link) this.join();
+    else this.ensure();
+  }
+
+  links(): Link[] {
+    return this.link ? [this.link] : [];
+  }
+
+  /** The client stops: Close for each joined tunnel (its streams finish on the server's side), then the connection ends. */
+  stop(): void {
+    this.stopped = true;
+    if (this.retry) clearTimeout(this.retry);
+    if (this.pinger) clearInterval(this.pinger);
+    const link = this.link;
+    this.link = null;
+    if (!link) return;
+    for (const id of this.joined.keys()) link.send([F.Close, id]);
+    link.ws.close(1000, 'client stopped');
+    link.abortStreams();
+  }
+
+  private ensure(): void {
+    if (this.stopped || this.link || this.connecting || this.retry) return;
+    const candidates = this.nodes.filter((n) => n !== this.mainNode);
+    if (candidates.length === 0 || this.host.memberTunnels().length === 0) return;
+    const node = candidates[this.turn++ % candidates.length]!;
+    this.connecting = true;
+    this.node = node;
+    this.host.connectTo(node).then(
+      (ws) => {
+        this.connecting = false;
+        if (this.stopped) return ws.destroy();
+        this.adopt(ws);
+      },
+      () => {
+        this.connecting = false;
+        this.later();
+      },
+    );
+  }
+
+  private later(): void {
+    if (this.stopped || this.retry) return;
+    this.retry = setTimeout(() => {
+      this.retry = null;
+      this.ensure();
+    }, RETRY_MS);
+    this.retry.unref();
+  }
+
+  private adopt(ws: WsClient): void {
+    const link = new Link(ws);
+    this.link = link;
+    this.joined.clear();
+    this.pending.clear();
+    ws.on('message', (m) => this.onMessage(link, m));
+    ws.on('close', () => {
+      if (this.link === link) this.lost('closed');
+    });
+    link.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
+    if (this.pinger) clearInterval(this.pinger);
+    this.pinger = setInterval(() => {
+      if (Date.now() - link.lastSeenMs > SILENT_MS) return link.ws.destroy();
+      link.send([F.Ping, Date.now()]);
+    }, PING_MS);
+    this.pinger.unref();
+    this.join();
+  }
+
+  private join(): void {
+    const link = this.link;
+    if (!link) return;
+    const asked = new Set([...this.pending.values()].map(([id]) => id));
+    for (const { id, key, open } of this.host.memberTunnels()) {
+      if (this.joined.get(id) === key || asked.has(id)) continue;
+      const reqId = this.nextReq++;
+      this.pending.set(reqId, [id, key]);
+      link.send([F.Open, reqId, { ...open, id, member: key, lane: null }]);
+    }
+  }
+
+  private lost(_why: string): void {
+    const link = this.link;
+    this.link = null;
+    this.node = null;
+    if (this.pinger) clearInterval(this.pinger);
+    this.pinger = null;
+    if (link) {
+      this.host.dropStreams(link);
+      // Gracefully where it is still up (a move): the server lets its streams finish.
+      for (const id of this.joined.keys()) link.send([F.Close, id]);
+      link.ws.close(1000, 'sibling not needed here');
+    }
+    this.joined.clear();
+    this.pending.clear();
+    this.later();
+  }
+
+  private onMessage(link: Link, m: Buffer): void {
+    const frame = link.receive(m, this.host.openStream);
+    if (!frame) return;
+    switch (frame[0]) {
+      case F.Welcome:
+        // This node's view of the cluster: the main connection's may be out of date.
+        if (frame[1].nodes) this.nodes = [...new Set([...frame[1].nodes, ...(frame[1].node ? [frame[1].node] : [])])];
+        return;
+      case F.Opened: {
+        const asked = this.pending.get(frame[1]);
+        if (!asked) return;
+        this.pending.delete(frame[1]);
+        this.joined.set(asked[0], asked[1]);
+        return;
+      }
+      case F.Refused:
+        // Not joined (the tunnel ended, or its main connection has not joined yet): the next refresh asks again.
+        this.pending.delete(frame[1]);
+        return;
+      case F.Closed:
+        this.joined.delete(frame[1]);
+        this.host.dropStreams(link, frame[1]);
+        return;
+      case F.Fatal:
+        // Revoked: the main connection hears the same and decides. Shutting down: another node.
+        link.ws.close(1000, 'sibling closed');
+        return;
+      case F.GoAway:
+        return;
+      default:
+        link.ws.close(1002, `frame type ${frame[0]} is not expected on a sibling connection`);
+        return;
+    }
+  }
+}

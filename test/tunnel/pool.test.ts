@@ -1,0 +1,165 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import http from 'node:http';
+import { startServer, type TestServer } from '../helpers/server.js';
+import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
+import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
+import { listen, visit, type Local } from './helpers.js';
+
+// Pooled tunnels: several clients of one user (or team) serve one id (`burrow http --pool`).
+// Visitors are spread over the members, a member whose local service refuses is skipped until
+// it answers again, and a member that leaves gracefully cuts no visitor's request.
+
+let server: TestServer;
+const clients: TunnelClient[] = [];
+const locals: Local[] = [];
+
+test.before(async () => {
+  server = await startServer({ workers: 2 });
+});
+
+test.after(async () => {
+  for (const c of clients) await c.stop().catch(() => undefined);
+  for (const l of locals) await l.close().catch(() => undefined);
+  await server?.stop();
+});
+
+/** A local service answering with its name, each request held `delayMs`. */
+async function named(name: string, delayMs = 0): Promise<Local> {
+  const l = await listen(http.createServer((_req, res) => setTimeout(() => res.end(name), delayMs)));
+  locals.push(l);
+  return l;
+}
+
+async function member(key: string, id: string, local: Local, pool = true): Promise<TunnelClient> {
+  const c = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: local.port }, id, pool });
+  clients.push(c);
+  await withDeadline(c.start(), 10_000, 'pool member start');
+  return c;
+}
+
+async function userKey(): Promise<{ id: string; key: string }> {
+  const u = await createUser(server);
+  return { id: u.id, key: await createKeyFor(server, u.id) };
+}
+
+test('three members of one user share an id: visitors are spread over all of them', async () => {
+  const { key } = await userKey();
+  for (const n of ['a', 'b', 'c']) await member(key, 'pool-spread', await named(n, 20));
+  const seen = new Map<string, number>();
+  // Concurrent visitors: each picks the member with the fewest streams in flight.
+  for (let round = 0; round < 4; round++) {
+    const replies = await Promise.all(Array.from({ length: 12 }, () => visit(server.port, 'pool-spread.localhost')));
+    for (const r of replies) {
+      assert.is(r.status, 200);
+      seen.set(r.body.toString(), (seen.get(r.body.toString()) ?? 0) + 1);
+    }
+  }
+  assert.equal([...seen.keys()].sort(), ['a', 'b', 'c'], `every member served (${JSON.stringify([...seen])})`);
+  const listed = await api(server, 'GET', '/tunnels/pool-spread', { key });
+  assert.is(listed.status, 200, listed.text);
+  assert.is(listed.body.pool, true);
+  assert.is(listed.body.connections, 3);
+  // The counters of every member, summed (shards report them within 250 ms).
+  await eventually(async () => (await api(server, 'GET', '/tunnels/pool-spread', { key })).body.stats.requests === 48, 3_000, 'requests of all members counted');
+});
+
+test('without --pool the id is refused while a pool holds it; another user cannot join', async () => {
+  const { key } = await userKey();
+  await member(key, 'pool-rules', await named('a'));
+  const local = await named('x');
+  const plain = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: local.port }, id: 'pool-rules' });
+  clients.push(plain);
+  const refused = await plain.start().then(
+    () => null,
+    (e: unknown) => e as TunnelRefused,
+  );
+  assert.ok(refused, 'a plain Open of a pooled id is refused');
+  assert.match(refused!.message, /is a pool: open it with --pool/);
+  const other = await userKey();
+  const stranger = new TunnelClient({ server: server.url, token: other.key, type: 'http', local: { host: '127.0.0.1', port: local.port }, id: 'pool-rules', pool: true });
+  clients.push(stranger);
+  const denied = await stranger.start().then(
+    () => null,
+    (e: unknown) => e as TunnelRefused,
+  );
+  assert.ok(denied);
+  assert.match(denied!.message, /in use by another user/);
+});
+
+test('a member whose local service refuses connections is skipped until it answers again', async () => {
+  const { key } = await userKey();
+  const good = await named('good');
+  const bad = await named('bad');
+  const badPort = bad.port;
+  await member(key, 'pool-skip', good);
+  await member(key, 'pool-skip', bad);
+  await bad.close();
+  const got: string[] = [];
+  const started = Date.now();
+  for (let i = 0; i < 40; i++) {
+    const r = await visit(server.port, 'pool-skip.localhost');
+    got.push(r.status === 200 ? r.body.toString() : String(r.status));
+  }
+  // Each shard learns of the refusal from one visitor, then skips the member (1 s, doubling):
+  // at most one refusal per shard and second of the run.
+  const refusals = got.filter((g) => g !== 'good').length;
+  const bound = 2 * Math.ceil((Date.now() - started) / 1000 + 1);
+  assert.ok(refusals <= bound, `${refusals} refusals (bound ${bound}): ${got.join(' ')}`);
+  assert.ok(got.every((g) => g === 'good' || g === '502'), got.join(' '));
+  // It answers again: after its skip it gets visitors again.
+  const back = http.createServer((_req, res) => res.end('bad'));
+  await new Promise<void>((resolve) => back.listen(badPort, '127.0.0.1', resolve));
+  locals.push({ port: badPort, server: back, close: () => new Promise<void>((r) => (back.closeAllConnections(), back.close(() => r()))) });
+  await eventually(async () => (await visit(server.port, 'pool-skip.localhost')).body.toString() === 'bad', 15_000, 'the member serves again once its service is back');
+});
+
+test('a member that leaves gracefully cuts no visitor request; the id keeps serving', async () => {
+  const { key } = await userKey();
+  await member(key, 'pool-leave', await named('stay', 5));
+  const leaving = await member(key, 'pool-leave', await named('leave', 200));
+  let ok = 0;
+  let failed = 0;
+  let stop = false;
+  const load = Promise.all(
+    Array.from({ length: 4 }, async () => {
+      while (!stop) {
+        const r = await visit(server.port, 'pool-leave.localhost').catch(() => null);
+        if (r?.status === 200) ok++;
+        else failed++;
+      }
+    }),
+  );
+  await eventually(() => ok > 10, 5_000, 'load under way');
+  // Requests to the leaving member are in flight (its service holds each 200 ms) when it stops.
+  await leaving.stop();
+  const after = ok;
+  await eventually(() => ok > after + 20, 5_000, 'still served after the member left');
+  stop = true;
+  await load;
+  assert.is(failed, 0, `no visitor request failed (${ok} served)`);
+  const listed = await api(server, 'GET', '/tunnels/pool-leave', { key });
+  assert.is(listed.body.connections, 1);
+});
+
+test('members of a team pool may be different users of the team', async () => {
+  const a = await userKey();
+  const b = await userKey();
+  const t = await api(server, 'POST', '/teams', { key: server.adminKey, body: { name: `pool-team-${Date.now()}` } });
+  assert.is(t.status, 201, t.text);
+  for (const u of [a, b]) assert.is((await api(server, 'POST', `/teams/${t.body.id}/members`, { key: server.adminKey, body: { user_id: u.id } })).status, 201);
+  for (const [u, name] of [[a, 'ua'], [b, 'ub']] as const) {
+    const local = await named(name);
+    const c = new TunnelClient({ server: server.url, token: u.key, type: 'http', local: { host: '127.0.0.1', port: local.port }, id: 'pool-team', teamId: t.body.id, pool: true });
+    clients.push(c);
+    await withDeadline(c.start(), 10_000, 'team member start');
+  }
+  const seen = new Set<string>();
+  for (let i = 0; i < 10; i++) {
+    const replies = await Promise.all(Array.from({ length: 4 }, () => visit(server.port, 'pool-team.localhost')));
+    for (const r of replies) seen.add(r.body.toString());
+  }
+  assert.equal([...seen].sort(), ['ua', 'ub']);
+});
+
+test.run();
