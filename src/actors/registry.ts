@@ -133,6 +133,8 @@ export class RegistryActor {
    *  database older than that is stale for this id and not applied) */
   private readonly touched = new Map<string, number>();
   private touches = 0;
+  /** cluster: ids with a claim in flight (its row may be written before its member is here): reads of them wait for the next change */
+  private readonly claiming = new Map<string, number>();
   /** admissions of one id take turns (each reads, awaits, then writes its registration) */
   private readonly idLocks = new Map<string, Promise<unknown>>();
 
@@ -556,7 +558,24 @@ export class RegistryActor {
   ): Promise<{ userId: string; teamId: string | null; access: AccessWire | null; port: number | null; url: string; pool: boolean }> {
     if (!this.cluster!.healthy) throw new ApiError('unavailable', 'this node lost the cluster database and admits no tunnel until it is back; try again (another node may serve you)');
     this.touch(c.id);
-    const claim: TunnelClaim = { ...c, nodeId: this.cluster!.id, userId: m.userId, keyId: m.keyId, tunnelType: m.tunnelType, port: m.remotePort, local: m.local, access: m.access, maxPerUser: this.config.maxTunnelsPerUser };
+    this.claiming.set(c.id, (this.claiming.get(c.id) ?? 0) + 1);
+    try {
+      return await this.claimRow(c, m);
+    } finally {
+      const n = (this.claiming.get(c.id) ?? 1) - 1;
+      if (n > 0) this.claiming.set(c.id, n);
+      else this.claiming.delete(c.id);
+      this.touch(c.id);
+      // After the member is added (the caller's next synchronous step): what changed meanwhile.
+      if (n <= 0 && this.refreshAfterClaim.delete(c.id)) queueMicrotask(() => void this.refreshRoute(c.id));
+    }
+  }
+
+  private async claimRow(
+    c: { id: string; sessionId: string; url: string; teamId: string | null; client: string; mode: TunnelClaim['mode'] },
+    m: Admit,
+  ): Promise<{ userId: string; teamId: string | null; access: AccessWire | null; port: number | null; url: string; pool: boolean }> {
+    const claim: TunnelClaim = { ...c, nodeId: this.cluster!.id, userId: m.userId, keyId: m.keyId, tunnelType: m.tunnelType, port: m.remotePort, local: m.local, access: m.access, clientIp: m.clientIp, maxPerUser: this.config.maxTunnelsPerUser };
     for (let attempt = 0; ; attempt++) {
       try {
         const r = await claimTunnel(this.sql, claim);
@@ -795,8 +814,13 @@ export class RegistryActor {
       this.log.debug({ err, id }, 'cluster: route not read; the reconcile catches up');
       return;
     }
-    if (this.touched.get(id) === mark) this.applyRow(id, row);
+    // A claim of this id in flight here: the member it adds is not in `tunnels` yet; its own notification reads again.
+    if (this.touched.get(id) === mark && !this.claiming.has(id)) this.applyRow(id, row);
+    else if (this.claiming.has(id)) this.refreshAfterClaim.add(id);
   }
+
+  /** Ids whose notification came during a claim here: read again once it is done. */
+  private readonly refreshAfterClaim = new Set<string>();
 
   /** The database says `row` is `id` now (undefined: nobody serves it): this node follows. */
   private applyRow(id: string, row: ClusterTunnelRow | undefined): void {
@@ -845,7 +869,7 @@ export class RegistryActor {
       return;
     }
     const me = this.cluster.id;
-    const stale = (id: string): boolean => (this.touched.get(id) ?? 0) > start;
+    const stale = (id: string): boolean => (this.touched.get(id) ?? 0) > start || this.claiming.has(id);
     const key = (members: { session: string }[]): string => members.map((x) => x.session).sort().join(',');
     const listed = new Map(rows.map((r) => [r.id, r]));
     for (const r of rows) {

@@ -1,5 +1,6 @@
-import { F, PROTOCOL_VERSION, type OpenRequest } from '../protocol/frames.js';
+import { F, PROTOCOL_VERSION, decodeFrame, encodeFrame, type OpenRequest } from '../protocol/frames.js';
 import { Link, type StreamOpener } from './link.js';
+import { settled } from './settle.js';
 import type { WsClient } from './ws-client.js';
 
 // A client's second connection in a cluster: its tunnels are served from two nodes, so a node
@@ -27,6 +28,10 @@ export interface SiblingHost {
 }
 
 const RETRY_MS = 1_000;
+/** Longest a sibling that moves waits for its streams to finish. */
+const RETIRE_MS = 10_000;
+/** Alone in a cluster (no other node named yet): Welcome is asked again this often. */
+const PROBE_MS = 3_000;
 const PING_MS = 5_000;
 /** Silent this long (heartbeats unanswered), the sibling is dead. */
 const SILENT_MS = 15_000;
@@ -61,13 +66,14 @@ export class NodeSibling {
     this.mainNode = mainNode ?? null;
     if (nodes) this.nodes = nodes;
     if (!mainNode || this.nodes.filter((n) => n !== mainNode).length === 0) return;
-    // On the main connection's own node the sibling guards against nothing: it moves.
-    if (this.link && this.node === mainNode) this.lost('moved');
     this.ensure();
   }
 
-  /** A tunnel was (re)registered with a member key: join it on the sibling now. */
+  /** A tunnel was (re)registered with a member key (the main connection joined): join it on the sibling now. */
   refresh(): void {
+    // On the main connection's own node the sibling guards against nothing: it moves, the new
+    // one first (the main connection holds the tunnel meanwhile), the old one once its streams end.
+    if (this.link && this.node === this.mainNode) this.retire();
     if (this.link) this.join();
     else this.ensure();
   }
@@ -76,8 +82,9 @@ export class NodeSibling {
     return this.link ? [this.link] : [];
   }
 
-  /** The client stops: Close for each joined tunnel (its streams finish on the server's side), then the connection ends. */
-  stop(): void {
+  /** The client stops: Close for each joined tunnel (the server sends no new stream), then, once
+   *  its streams ended (a pool member leaving) or at once (`graceMs` 0), the connection ends. */
+  async stop(graceMs = 0): Promise<void> {
     this.stopped = true;
     if (this.retry) clearTimeout(this.retry);
     if (this.pinger) clearInterval(this.pinger);
@@ -85,14 +92,16 @@ export class NodeSibling {
     this.link = null;
     if (!link) return;
     for (const id of this.joined.keys()) link.send([F.Close, id]);
+    if (graceMs > 0) await settled(() => link.streams.size === 0 || link.ws.isClosed, graceMs);
     link.ws.close(1000, 'client stopped');
     link.abortStreams();
   }
 
   private ensure(): void {
     if (this.stopped || this.link || this.connecting || this.retry) return;
+    if (this.host.memberTunnels().length === 0) return;
     const candidates = this.nodes.filter((n) => n !== this.mainNode);
-    if (candidates.length === 0 || this.host.memberTunnels().length === 0) return;
+    if (candidates.length === 0) return this.probe();
     const node = candidates[this.turn++ % candidates.length]!;
     this.connecting = true;
     this.node = node;
@@ -107,6 +116,46 @@ export class NodeSibling {
         this.later();
       },
     );
+  }
+
+  /** A cluster of one node so far: ask its Welcome again later (another node may have joined). */
+  private probe(): void {
+    if (this.stopped || this.retry || !this.mainNode) return;
+    const node = this.mainNode;
+    this.retry = setTimeout(() => {
+      this.retry = null;
+      this.connecting = true;
+      this.host.connectTo(node).then(
+        (ws) => {
+          let finished = false;
+          const done = (nodes: string[] | undefined): void => {
+            if (finished) return;
+            finished = true;
+            clearTimeout(timer);
+            ws.close(1000, 'nodes read');
+            this.connecting = false;
+            if (nodes) this.nodes = nodes;
+            this.ensure();
+          };
+          const timer = setTimeout(() => done(undefined), PING_MS);
+          ws.on('message', (m) => {
+            try {
+              const f = decodeFrame(m);
+              if (f[0] === F.Welcome) done(f[1].nodes);
+            } catch {
+              done(undefined);
+            }
+          });
+          ws.on('close', () => done(undefined));
+          ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]));
+        },
+        () => {
+          this.connecting = false;
+          this.later();
+        },
+      );
+    }, PROBE_MS);
+    this.retry.unref();
   }
 
   private later(): void {
@@ -125,7 +174,7 @@ export class NodeSibling {
     this.pending.clear();
     ws.on('message', (m) => this.onMessage(link, m));
     ws.on('close', () => {
-      if (this.link === link) this.lost('closed');
+      if (this.link === link) this.lost();
     });
     link.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
     if (this.pinger) clearInterval(this.pinger);
@@ -149,7 +198,8 @@ export class NodeSibling {
     }
   }
 
-  private lost(_why: string): void {
+  /** The connection is gone: its streams with it; another node after RETRY_MS. */
+  private lost(): void {
     const link = this.link;
     this.link = null;
     this.node = null;
@@ -157,13 +207,27 @@ export class NodeSibling {
     this.pinger = null;
     if (link) {
       this.host.dropStreams(link);
-      // Gracefully where it is still up (a move): the server lets its streams finish.
-      for (const id of this.joined.keys()) link.send([F.Close, id]);
-      link.ws.close(1000, 'sibling not needed here');
+      link.ws.destroy();
     }
     this.joined.clear();
     this.pending.clear();
     this.later();
+  }
+
+  /** Leaves this node gracefully: Close for each tunnel (the server sends no new stream), the connection ends once its streams did. */
+  private retire(): void {
+    const link = this.link!;
+    this.link = null;
+    this.node = null;
+    if (this.pinger) clearInterval(this.pinger);
+    this.pinger = null;
+    for (const id of this.joined.keys()) link.send([F.Close, id]);
+    this.joined.clear();
+    this.pending.clear();
+    void settled(() => link.streams.size === 0 || link.ws.isClosed, RETIRE_MS).then(() => {
+      this.host.dropStreams(link);
+      link.ws.close(1000, 'sibling moved to another node');
+    });
   }
 
   private onMessage(link: Link, m: Buffer): void {

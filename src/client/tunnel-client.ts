@@ -15,6 +15,7 @@ import { LocalPool } from './local-pool.js';
 import { Link } from './link.js';
 import { LaneSet } from './lanes.js';
 import { NodeSibling } from './node-sibling.js';
+import { settled } from './settle.js';
 
 export type { AccessRules } from '../protocol/access.js';
 
@@ -61,6 +62,8 @@ export interface TunnelClientOptions {
   lanes?: boolean;
   /** Join (or start) a pool of clients serving this id (one tunnel; `tunnels` entries say it each). */
   pool?: boolean;
+  /** In a cluster, keep a second connection on another node (node-sibling.ts); default true. */
+  siblings?: boolean;
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
@@ -280,14 +283,15 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     const link = this.link;
     if (link) for (const t of this.tunnels) if (t.live && t.registered) this.send([F.Close, t.registered.id]);
-    this.sibling.stop();
-    if (link && this.tunnels.some((t) => t.opts.pool)) {
+    const pooled = this.tunnels.some((t) => t.opts.pool);
+    const sibling = this.sibling.stop(pooled ? POOL_LEAVE_MS : 0);
+    if (link && pooled) {
       // A pool member leaves gracefully: the server sends it no new stream after Close and the
       // open ones finish here (each answers on its own connection), bounded by POOL_LEAVE_MS.
       for (const lane of this.lanes.links()) for (const t of this.tunnels) if (t.registered) lane.send([F.Close, t.registered.id]);
-      const until = Date.now() + POOL_LEAVE_MS;
-      while (this.tunnels.some((t) => t.open > 0) && Date.now() < until) await new Promise((r) => setTimeout(r, 20));
+      await settled(() => this.tunnels.every((t) => t.open === 0), POOL_LEAVE_MS);
     }
+    await sibling;
     this.link = null;
     // close() flushes the Close frames, sends a WebSocket close and ends the socket.
     link?.ws.close(1000, 'client stopped');
@@ -427,7 +431,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private end(why: TunnelRefused): void {
     this.stopped = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    this.sibling.stop();
+    void this.sibling.stop();
     this.teardown();
     for (const t of this.tunnels) t.destroy();
     if (this.first) {
@@ -505,7 +509,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         const ms = frame[1].heartbeatMs;
         if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
-        this.sibling.want(frame[1].node, frame[1].nodes);
+        if (this.opts.siblings !== false) this.sibling.want(frame[1].node, frame[1].nodes);
         this.welcomedVersion = frame[1].version ?? null;
         this.resumeTicket = frame[1].resume ?? null;
         // Measure the latency now, not one heartbeat interval later.

@@ -95,6 +95,8 @@ export class NodeLinks {
     private readonly token: string,
     /** Opens a stream on a tunnel of this node (its shard, a lane here, or the shard mesh); null when none. */
     openHere: (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
+    /** A dialled link failed or was lost (`up` false), or was established (true). */
+    private readonly health: (url: string, up: boolean) => void = () => undefined,
   ) {
     this.mesh = new Mesh(log.child({ part: 'links' }), openHere);
   }
@@ -120,10 +122,14 @@ export class NodeLinks {
     this.dialled.set(url, link);
     port.once('close', () => {
       if (this.dialled.get(url) === link) this.dialled.delete(url);
+      this.health(url, false);
     });
     const target = new URL(LINK_PATH, url).toString();
     WsClient.connect(target, { authorization: `Bearer ${this.token}` }, MAX_LINK_MESSAGE_BYTES, DIAL_TIMEOUT_MS).then(
-      (ws) => port.connected(ws),
+      (ws) => {
+        port.connected(ws);
+        this.health(url, true);
+      },
       (err: unknown) => {
         this.log.warn({ err: (err as Error).message, peer: url }, 'cluster: link to a node failed; its visitors here get 502');
         port.lost();

@@ -99,6 +99,7 @@ export interface TunnelClaim {
   url: string;
   local: string | null;
   access: AccessWire | null;
+  clientIp: string | null;
   /** `join`: one more connection of the client whose key this is; `pool`: one more client of a pool (or its first) */
   mode: { join: string } | { pool: true } | { plain: true };
   /** the new member's client key (for `join`, the same as mode.join) */
@@ -135,6 +136,11 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
     const addMember = async (): Promise<void> => {
       await tx`insert into cluster_members (session_id, tunnel_id, node_id, user_id, key_id, client)
         values (${c.sessionId}, ${c.id}, ${c.nodeId}, ${c.userId}, ${c.keyId}, ${c.client})`;
+      // The session row now, not at the first flush: a node that dies within a second still
+      // leaves a session for the reaper to close.
+      await tx`insert into sessions (id, user_id, tunnel_id, tunnel_type, team_id, client_ip, node_id)
+        values (${c.sessionId}, ${c.userId}, ${c.id}, ${c.tunnelType}, ${held?.team_id ?? c.teamId}, ${c.clientIp}, ${c.nodeId})
+        on conflict (id) do nothing`;
       await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id: c.id })}::text::jsonb)`;
     };
     const joined = (h: NonNullable<typeof held>) => ({ ok: true, replaced: false, registration: { userId: h.user_id, teamId: h.team_id, access: h.access === null ? null : accessFromJson(h.access), port: h.port, url: h.url, pool: h.pool } }) as const;

@@ -61,7 +61,7 @@ export class ShardLanes {
         continue;
       }
       // Its member left gracefully (or moved): the lane's streams in flight finish, no new one comes.
-      this.deps.routes.remove(t);
+      this.deps.routes.retire(t);
       const timer = setTimeout(close, LANE_LEAVE_MS);
       timer.unref();
       t.onIdle = () => {

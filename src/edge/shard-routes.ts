@@ -50,10 +50,15 @@ interface Route {
 /** A client whose local service refused a stream is skipped this long, doubling, until it answers again. */
 const SKIP_FIRST_MS = 1_000;
 const SKIP_MAX_MS = 10_000;
+/** A node whose link failed is avoided this long (longer than its lease: a dead one is gone by then). */
+const NODE_DOWN_MS = 5_000;
 
 export class RouteTable<T extends RoutedTunnel = TunnelActor> {
   /** this shard's tunnels (members here, and lanes of members elsewhere), by id */
   private readonly tunnels = new Map<string, T[]>();
+  /** tunnels whose client closed them while streams were open: no visitor of this shard is sent
+   *  to them, but a stream another shard or node routed here before it heard still is */
+  private readonly leaving = new Map<string, T[]>();
   /** Access gates (edge/access.ts) of this shard's tunnels, null: no rules. */
   private readonly localGates = new Map<T, AccessGate | null>();
   /** the registry's routes, as broadcast */
@@ -62,13 +67,15 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
   private readonly inflight = new Map<string, number>();
   /** clients skipped until then (ms), and how long the last skip was */
   private readonly skipped = new Map<string, { until: number; ms: number }>();
+  /** nodes whose link failed, avoided until then (ms): their members are the last choice */
+  private readonly downNodes = new Map<string, number>();
   private turn = 0;
 
   // ── this shard's tunnels ──
 
-  /** The least busy tunnel of `id` on this shard. */
+  /** The least busy tunnel of `id` on this shard (one that is leaving only when no other is here). */
   local(id: string): T | undefined {
-    const list = this.tunnels.get(id);
+    const list = this.tunnels.get(id) ?? this.leaving.get(id);
     if (!list || list.length <= 1) return list?.[0];
     let best = list[0]!;
     for (const t of list) if ((t.streams?.size ?? 0) < (best.streams?.size ?? 0)) best = t;
@@ -80,6 +87,14 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
     return this.tunnels.get(id)?.find((t) => t.spec.sessionId === sessionId);
   }
 
+  /** `t` is leaving (its client closed it with streams open): out of this shard's picks, still reachable by local(). */
+  retire(t: T): void {
+    this.remove(t);
+    const list = this.leaving.get(t.id) ?? [];
+    list.push(t);
+    this.leaving.set(t.id, list);
+  }
+
   add(t: T, gate: AccessGate | null): void {
     this.localGates.set(t, gate);
     const list = this.tunnels.get(t.id) ?? [];
@@ -89,17 +104,19 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
 
   /** `t` ended: it and its gate leave the table (another tunnel of its id stays). */
   remove(t: T): void {
-    const list = this.tunnels.get(t.id);
-    const i = list ? list.indexOf(t) : -1;
-    if (i >= 0) {
+    for (const map of [this.tunnels, this.leaving]) {
+      const list = map.get(t.id);
+      const i = list ? list.indexOf(t) : -1;
+      if (i < 0) continue;
       list!.splice(i, 1);
-      if (list!.length === 0) this.tunnels.delete(t.id);
+      if (list!.length === 0) map.delete(t.id);
     }
-    this.localGates.delete(t);
+    if (!this.leaving.get(t.id)?.includes(t)) this.localGates.delete(t);
   }
 
   *localTunnels(): IterableIterator<T> {
     for (const list of this.tunnels.values()) yield* list;
+    for (const list of this.leaving.values()) yield* list;
   }
 
   get localCount(): number {
@@ -183,7 +200,7 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
   pick(id: string, self: number, cluster: boolean): Target<T> | null {
     const route = this.routes.get(id);
     const here = this.tunnels.get(id) ?? [];
-    if (!route || route.members.length <= 1) {
+    if (!route || route.members.length <= 1 || (here.length === 0 && this.leaving.has(id) && !cluster)) {
       // One member (the common case): no grouping, no load to compare.
       const t = this.local(id);
       if (t) return { kind: 'here', tunnel: t, client: t.spec.sessionId };
@@ -201,11 +218,19 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
       const t = here.find((x) => x.spec.sessionId === m.session);
       if (t) offer(m.client, { kind: 'here', tunnel: t, client: m.client }, 0, t.streams?.size ?? 0);
       else if (m.shard !== undefined && m.shard !== self) offer(m.client, { kind: 'shard', shard: m.shard, session: m.session, client: m.client }, 1, this.inflight.get(m.session) ?? 0);
-      else if (cluster && m.node !== undefined) offer(m.client, { kind: 'node', url: m.node, session: m.session, client: m.client }, 2, this.inflight.get(m.session) ?? 0);
+      else if (cluster && m.node !== undefined) {
+        const down = (this.downNodes.get(m.node) ?? 0) > Date.now();
+        offer(m.client, { kind: 'node', url: m.node, session: m.session, client: m.client }, down ? 3 : 2, this.inflight.get(m.session) ?? 0);
+      }
     }
-    if (nearest.size === 0) return null;
+    if (nearest.size === 0) {
+      // Only a member that is leaving is within reach: it still serves.
+      const t = this.local(id);
+      return t ? { kind: 'here', tunnel: t, client: t.spec.sessionId } : null;
+    }
     const now = Date.now();
-    const options = [...nearest.entries()];
+    const reachable = [...nearest.entries()].filter(([, o]) => o.rank < 3);
+    const options = reachable.length > 0 ? reachable : [...nearest.entries()];
     const healthy = options.filter(([client]) => (this.skipped.get(client)?.until ?? 0) <= now);
     const pool = healthy.length > 0 ? healthy : options;
     // Equal loads take turns, so an idle pool still spreads its visitors.
@@ -239,6 +264,15 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
   refused(client: string): void {
     const ms = Math.min(SKIP_MAX_MS, (this.skipped.get(client)?.ms ?? SKIP_FIRST_MS / 2) * 2);
     this.skipped.set(client, { until: Date.now() + ms, ms });
+  }
+
+  /** The link to node `url` failed: its members are the last choice for a while (a dead node's lease runs out meanwhile). */
+  nodeDown(url: string): void {
+    this.downNodes.set(url, Date.now() + NODE_DOWN_MS);
+  }
+
+  nodeUp(url: string): void {
+    this.downNodes.delete(url);
   }
 
   /** The client answered: no longer skipped. */

@@ -71,7 +71,7 @@ export interface ShardTunnels {
 
 export { STATS_REPORT_MS } from './shard-stats.js';
 const ADMIT_TIMEOUT_MS = 10_000;
-const NODES_REFRESH_MS = 2_000;
+const NODES_REFRESH_MS = 1_000;
 const SHUTTING_DOWN = 'the server is shutting down; try again shortly';
 
 export function installTunnels(ctx: ShardContext): ShardTunnels {
@@ -248,7 +248,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       stats.ended(actor, last);
     },
     leaving(actor: TunnelActor) {
-      routes.remove(actor);
+      routes.retire(actor);
       tcpListeners.get(actor)?.close();
       // Out of every route now (its session stays open for the streams' counters): a lane is no member.
       if (!actor.spec.lane) ctx.main.tell({ type: 'tunnel-leave', id: actor.id, sessionId: actor.spec.sessionId });
@@ -355,7 +355,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   };
 
   // A link's stream is served on this node only: a route that moved on meanwhile gets no-tunnel, never a second hop.
-  const links = ctx.linkToken === null ? null : new NodeLinks(log, ctx.linkToken, openOnNode);
+  const links = ctx.linkToken === null ? null : new NodeLinks(log, ctx.linkToken, openOnNode, (url, up) => (up ? routes.nodeUp(url) : routes.nodeDown(url)));
   const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => openStream(tunnelId, head, visitor, links !== null);
 
   return {

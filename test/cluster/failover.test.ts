@@ -33,12 +33,13 @@ test.after(async () => {
   await local?.close();
 });
 
+/** A client of one connection (no second one on another node): the tunnel lives and dies with its node. */
 async function clientOn(cluster: TestCluster, nodeIndex: number, id: string, key?: string): Promise<{ client: TunnelClient; key: string }> {
   if (!key) {
     const u = await createUser(cluster.db);
     key = await createKeyFor(cluster.db, u.id);
   }
-  const client = new TunnelClient({ server: cluster.nodes[nodeIndex]!.nodeUrl, token: key, type: 'http', local: { host: '127.0.0.1', port: local.port }, id });
+  const client = new TunnelClient({ server: cluster.nodes[nodeIndex]!.nodeUrl, token: key, type: 'http', local: { host: '127.0.0.1', port: local.port }, id, siblings: false });
   clients.push(client);
   await withDeadline(client.start(), 10_000, 'client start');
   return { client, key };
