@@ -22,8 +22,9 @@ import { idleScenario } from './scenarios/idle.js';
 import { holScenario } from './scenarios/hol.js';
 import { churnScenario } from './scenarios/churn.js';
 import { weightScenario } from './scenarios/weight.js';
+import { clusterScenario } from './scenarios/cluster.js';
 
-const SCENARIOS: Scenario[] = [httpScenario, httpsScenario, tcpScenario, idleScenario, weightScenario, holScenario, churnScenario];
+const SCENARIOS: Scenario[] = [httpScenario, httpsScenario, tcpScenario, idleScenario, weightScenario, holScenario, churnScenario, clusterScenario];
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 
 const USAGE = `usage: npm run bench -- <scenario> [flags]

@@ -293,6 +293,7 @@ export function configFromOptions(o: Opts): Config {
   if (baseHost.endsWith(`.${domain}`) && !baseHost.slice(0, -domain.length - 1).includes('.')) {
     throw new Error(`--base-url host "${baseHost}" is a tunnel host (<id>.${domain}): use ${domain} itself or a name outside it`);
   }
+  checkNodeHost(nodeUrlOf(str(o.nodeUrl), str(o.databaseUrl)), domain);
   return Object.freeze({
     host: String(o.host),
     port,
@@ -348,6 +349,15 @@ function nodeUrlOf(v: string | null, databaseUrl: string | null): string | null 
   if ((u.pathname !== '/' && u.pathname !== '') || u.search || u.hash || u.username) throw new Error(`--node-url is an origin (scheme, host, port) without path or credentials, got "${v}"`);
   if (!databaseUrl) throw new Error('--node-url needs --database-url: the nodes of a cluster share one PostgreSQL (the embedded database serves a single node)');
   return u.origin;
+}
+
+/** A node's address may not be a tunnel's host: its requests would be taken for that tunnel's. */
+function checkNodeHost(nodeUrl: string | null, domain: string): void {
+  if (nodeUrl === null) return;
+  const host = new URL(nodeUrl).hostname.toLowerCase();
+  if (host.endsWith(`.${domain}`) && !host.slice(0, -domain.length - 1).includes('.')) {
+    throw new Error(`--node-url host "${host}" is a tunnel host (<id>.${domain}): give the node a name outside the tunnel domain, or its address`);
+  }
 }
 
 function tlsFromOptions(o: Opts): TlsConfig | null {

@@ -2,13 +2,15 @@
 // tunnel would cost gigabytes of client memory at 10k). Uses the same client library the CLI
 // uses (src/client/tunnel-client.ts); each TunnelClient is its own control connection, as each
 // `burrow http` would be.
-//   node burrow-farm.js <repoRoot> <serverUrl> <token> <originPort> <count>
+//   node burrow-farm.js <repoRoot> <serverUrl> <token> <originPort> <count> [--no-siblings]
 // Prints "registered N" as tunnels come up, "failed <reason>" on the first failure, and
 // "lost N" when tunnels drop (reconnecting or closed); stays up, holding them, until killed.
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 
-const [repoRoot, server, token, originPortText, countText] = process.argv.slice(2);
+const [repoRoot, server, token, originPortText, countText, flag] = process.argv.slice(2);
+/** the cluster scenario's tunnels live on one node only (no second connection on another) */
+const siblings = flag !== '--no-siblings';
 const originPort = Number(originPortText);
 const count = Number(countText);
 /** Concurrent registrations: enough to be quick, few enough not to look like a flood. */
@@ -23,6 +25,7 @@ type TunnelClientCtor = new (opts: {
   token: string;
   type: 'http' | 'tcp';
   local: { host: string; port: number };
+  siblings?: boolean;
 }) => TunnelClientLike;
 
 const mod = (await import(pathToFileURL(join(repoRoot!, 'dist', 'src', 'client', 'tunnel-client.js')).href)) as { TunnelClient: TunnelClientCtor };
@@ -36,7 +39,7 @@ let lostReported = 0;
 async function worker(): Promise<void> {
   while (next < count) {
     next++;
-    const c = new mod.TunnelClient({ server: server!, token: token!, type: 'http', local: { host: '127.0.0.1', port: originPort } });
+    const c = new mod.TunnelClient({ server: server!, token: token!, type: 'http', local: { host: '127.0.0.1', port: originPort }, siblings });
     c.on('error', () => undefined);
     // A tunnel that drops is no longer idle load; the harness refuses figures taken after one.
     c.on('reconnecting', () => lost++);

@@ -148,6 +148,8 @@ export interface RunFlags {
   inspect?: string | boolean;
   /** --no-lanes (false): one control connection, whatever the server's shard count */
   lanes?: boolean;
+  /** --no-siblings (false): no second connection on another node of a cluster */
+  siblings?: boolean;
 }
 
 /**
@@ -179,6 +181,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     token: target.token,
     ca: trustedCas(target.ca),
     lanes: ctx.opts.lanes !== false,
+    siblings: ctx.opts.siblings !== false,
     tunnels: specs.map((s) => {
       // The local side as the entry or flags asked: https verified unless upstream_insecure, Host
       // rewritten. Replays from the inspector go to this same target, the same way.
@@ -369,7 +372,9 @@ export function registerExpose(program: Command): void {
           .option('--pool', 'serve --id together with other clients of yours (or of the --team) started with --pool: visitors are spread over them, and it keeps serving while one leaves')
           // Hidden: it exists so the bench can weigh lanes against the server's cross-shard relay
           // (bench target burrow-mesh); a user gains nothing from it but one connection less.
-          .addOption(new Option('--no-lanes', 'hold one control connection, no lane per server shard').hideHelp()),
+          .addOption(new Option('--no-lanes', 'hold one control connection, no lane per server shard').hideHelp())
+          // Hidden, for the bench's cluster scenario: a visitor at another node then crosses a link.
+          .addOption(new Option('--no-siblings', 'no second connection on another node of a cluster').hideHelp()),
       ),
     ).action(exposeAction('http')),
     [

@@ -102,7 +102,7 @@ const RESOURCES: Record<string, { fields: string[]; nullable: string[] }> = {
   TeamMember: { fields: ['id', 'team_id', 'user_id', 'role', 'created_at'], nullable: [] },
   Reservation: { fields: ['id', 'user_id', 'team_id', 'created_at'], nullable: ['user_id', 'team_id'] },
   Tunnel: {
-    fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats', 'access', 'url', 'local_target', 'owner_name', 'owner_email', 'team_name'],
+    fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats', 'access', 'url', 'local_target', 'owner_name', 'owner_email', 'team_name', 'pool', 'connections'],
     nullable: ['team_id', 'remote_port', 'local_target', 'owner_name', 'owner_email', 'team_name'],
   },
   Error: { fields: ['type', 'title', 'status', 'detail'], nullable: [] },

@@ -38,21 +38,22 @@ export function freePortOn(address: string): Promise<number> {
 
 /** Starts node `i` of a cluster (again, after a kill: same address and port). `databaseUrl`: the
  *  node's own way to the database (a proxy the test controls), else the database's. */
-export async function startNode(db: TestDatabase, dataDir: string, i: number, port?: number, extra: string[] = [], databaseUrl?: string): Promise<ClusterNodeProc> {
+export async function startNode(db: TestDatabase, dataDir: string, i: number, port?: number, extra: string[] = [], databaseUrl?: string, workers = 1): Promise<ClusterNodeProc> {
   const address = `127.0.0.${i + 2}`;
   const p = port ?? (await freePortOn(address));
   const nodeUrl = `http://${address}:${p}`;
   // One data dir for all: the first node makes the seed key, the others read the same one.
-  const s = await startServer({ db: databaseUrl ? { ...db, url: databaseUrl } : db, dataDir, workers: 2, args: ['--host', address, '--port', String(p), '--node-url', nodeUrl, '--base-url', 'http://localhost:8080', ...extra] });
+  const s = await startServer({ db: databaseUrl ? { ...db, url: databaseUrl } : db, dataDir, workers, args: ['--host', address, '--port', String(p), '--node-url', nodeUrl, '--base-url', 'http://localhost:8080', ...extra] });
   return Object.assign(s, { nodeUrl, address, url: nodeUrl });
 }
 
-export async function startCluster(n: number, extra: string[] = [], opts: { db?: TestDatabase; databaseUrls?: (string | undefined)[] } = {}): Promise<TestCluster> {
+/** `workers`: shards per node (1 unless the test needs a node's own cross-shard path: the suite runs many nodes on few cores). */
+export async function startCluster(n: number, extra: string[] = [], opts: { db?: TestDatabase; databaseUrls?: (string | undefined)[]; workers?: number } = {}): Promise<TestCluster> {
   const db = opts.db ?? (await startDatabase());
   const dataDir = mkdtempSync(join(tmpdir(), 'burrow-cluster-'));
   const nodes: ClusterNodeProc[] = [];
   // One after another: the first creates the seed admin and its key file.
-  for (let i = 0; i < n; i++) nodes.push(await startNode(db, dataDir, i, undefined, extra, opts.databaseUrls?.[i]));
+  for (let i = 0; i < n; i++) nodes.push(await startNode(db, dataDir, i, undefined, extra, opts.databaseUrls?.[i], opts.workers ?? 1));
   return {
     nodes,
     db,

@@ -46,12 +46,12 @@ async function clientOn(cluster: TestCluster, nodeIndex: number, id: string, key
 }
 
 test('SIGKILL of a node: within seconds another node closes its sessions at their last counters and its routes disappear', async () => {
-  const cluster = await startCluster(3);
+  const cluster = await startCluster(2);
   try {
-    const [a, b, c] = cluster.nodes;
+    const [a, b] = cluster.nodes;
     const { client } = await clientOn(cluster, 0, 'k-dead');
     await eventually(async () => (await visitNode(b!, 'k-dead')).status === 200, 3_000, 'served at B');
-    for (let i = 0; i < 4; i++) assert.is((await visitNode(c!, 'k-dead')).status, 200);
+    for (let i = 0; i < 4; i++) assert.is((await visitNode(b!, 'k-dead')).status, 200);
     // The counters as flushed (every second) before the kill.
     const flushed = await eventually(
       async () => {
@@ -69,11 +69,9 @@ test('SIGKILL of a node: within seconds another node closes its sessions at thei
     assert.ok(s!.disconnected_at, 'its session closed');
     assert.is(s!.requests, flushed!.requests, 'at its last flushed counters');
     assert.is((await cluster.db.sql`select 1 from cluster_tunnels where id = 'k-dead'`).length, 0);
-    for (const n of [b!, c!]) {
-      await eventually(async () => (await visitNode(n, 'k-dead')).status === 404, 3_000, `route gone at ${n.nodeUrl}`);
-      const listed = await api(n, 'GET', '/tunnels', { key: cluster.adminKey });
-      assert.not.ok((listed.body as { id: string }[]).some((t) => t.id === 'k-dead'));
-    }
+    await eventually(async () => (await visitNode(b!, 'k-dead')).status === 404, 3_000, 'route gone at B');
+    const listed = await api(b!, 'GET', '/tunnels', { key: cluster.adminKey });
+    assert.not.ok((listed.body as { id: string }[]).some((t) => t.id === 'k-dead'));
     assert.ok(Date.now() - killedAt < LEASE_MS + 5_000, 'noticed within seconds');
     // The id is free again for its user on another node.
     await client.stop();
@@ -86,7 +84,7 @@ test('a node cut from the database ends its own tunnels within the fence bound; 
   const db = await (await import('../helpers/database.js')).startDatabase();
   const u = new URL(db.url);
   const proxy = await TcpProxy.start({ host: u.hostname, port: Number(u.port) });
-  const cluster = await startCluster(3, [], { db, databaseUrls: [proxy.urlFor(db.url)] });
+  const cluster = await startCluster(2, [], { db, databaseUrls: [proxy.urlFor(db.url)] });
   try {
     const [, b] = cluster.nodes;
     const { client, key } = await clientOn(cluster, 0, 'p-cut');

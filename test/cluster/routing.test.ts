@@ -20,7 +20,8 @@ let local: Local;
 const clients: TunnelClient[] = [];
 
 test.before(async () => {
-  cluster = await startCluster(3, ['--tcp-port-range', `${TCP.min}-${TCP.max}`]);
+  // Two shards a node: a link's stream may land on a shard that relays it over the shard mesh.
+  cluster = await startCluster(3, ['--tcp-port-range', `${TCP.min}-${TCP.max}`], { workers: 2 });
   const server = http.createServer((req, res) => {
     if (req.url === '/sse') {
       res.writeHead(200, { 'content-type': 'text/event-stream' });
