@@ -181,6 +181,7 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
       measurements: out.measurements,
       notMeasured: out.notMeasured,
       table: out.table,
+      tableNote: out.tableNote,
     };
     // A scenario that starts its own burrowd says how (weight: several --workers): its word
     // replaces the run-wide lines above, in place.

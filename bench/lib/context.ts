@@ -42,7 +42,7 @@ export interface Context {
   info: Partial<Record<TargetName, TargetInfo>>;
 }
 
-export type ScenarioOutput = Pick<ScenarioResult, 'measurements' | 'notMeasured' | 'table'> & { settings?: Record<string, unknown> };
+export type ScenarioOutput = Pick<ScenarioResult, 'measurements' | 'notMeasured' | 'table' | 'tableNote'> & { settings?: Record<string, unknown> };
 
 export interface Scenario {
   name: string;

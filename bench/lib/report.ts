@@ -41,6 +41,8 @@ export interface ScenarioResult {
    * rather than targets (weight); its figures are still in `measurements`.
    */
   table?: string;
+  /** The line above such a table (default: memory, lower is better). */
+  tableNote?: string;
 }
 
 const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'burrow-mesh': 'burrow, no lanes', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
@@ -139,7 +141,7 @@ export function markdown(r: ScenarioResult): string {
   return [
     `# bench: ${r.scenario} (${e.date})`,
     '',
-    r.table ? '↓ lower is better: every figure is memory.' : `↑ higher is better, ↓ lower is better. Ratios divide the left target's figure by the right one's.`,
+    r.table ? (r.tableNote ?? '↓ lower is better: every figure is memory.') : `↑ higher is better, ↓ lower is better. Ratios divide the left target's figure by the right one's.`,
     '',
     r.table ?? table(r),
     '',

@@ -67,7 +67,8 @@ async function runCluster(ctx: Context): Promise<ScenarioOutput> {
         '--log-level', 'warn', '--visitor-concurrency', '4096', '--max-connections-per-user', '20000', '--max-tunnels-per-user', '20000',
         '--max-registrations-per-minute', '20000', ...(seed ? ['--seed-api-key'] : []), ...(s.burrowWorkers ? ['--workers', String(s.burrowWorkers)] : []),
       ];
-      const proc = start(name, process.execPath, args, { env: { ...process.env, ...shebangEnv(serverJs) } });
+      const prof = s.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', join(s.cpuProfDir, name)] : [];
+      const proc = start(name, process.execPath, [...prof, ...args], { env: { ...process.env, ...shebangEnv(serverJs) } });
       procs.push(proc);
       await waitForOutput(proc, 'stdout', (t) => (/listening on/.test(t) ? true : null), START_TIMEOUT_MS, `${name} listening`);
       return { proc, url, port };
@@ -117,6 +118,8 @@ async function runCluster(ctx: Context): Promise<ScenarioOutput> {
       rows.push(`| ${body.label}, ${connections} conn | ${body.metric} | ${fmt(body.value(l))} | ${fmt(body.value(c))} | ${ratio.toFixed(2)}× (target ≥ ${TARGET_RATIO}×${ratio >= TARGET_RATIO ? ', met' : ', missed'}) | ${l.p50Ms.toFixed(2)} / ${c.p50Ms.toFixed(2)} | ${l.p99Ms.toFixed(2)} / ${c.p99Ms.toFixed(2)} |${errors ? ` ${errors} errors` : ''}`);
     }
     await stop(cli);
+    // --cpu-prof: the profiles of the throughput runs (a SIGKILLed node would write none).
+    if (s.cpuProfDir) return { measurements, table: rows.join('\n'), notMeasured: ['convergence: not run with --cpu-prof (the killed node writes no profile)'] };
 
     // Convergence: 1,000 tunnels on A only, then A dies.
     const farm = start('burrow-farm', process.execPath, [farmJs, ctx.repoRoot, a.url, key, String(origin.port), String(CONVERGE_TUNNELS), '--no-siblings'], { env: cliEnv });
@@ -144,7 +147,7 @@ async function runCluster(ctx: Context): Promise<ScenarioOutput> {
     await stop(farm);
     measurements.push({ case: `route convergence, ${CONVERGE_TUNNELS} tunnels, node SIGKILL`, metric: 's', higherIsBetter: false, values: { burrow: converged } });
     const table = [
-      `Two burrowd nodes (${s.burrowWorkers ?? 'default'} shards each) on one embedded PostgreSQL, on this machine's ${'cores'}; wrk ${connections} keep-alive connections, ${s.durationSecs} s × ${s.repeat} (median).`,
+      `Two burrowd nodes (${s.burrowWorkers ?? 'the default'} shards each) on one PostgreSQL the scenario starts, sharing this machine's cores with wrk, nginx and the client; wrk ${connections} keep-alive connections, ${s.durationSecs} s × ${s.repeat} (median).`,
       '',
       '| case | metric | visitor at the tunnel\'s node | visitor at the other node | other / tunnel\'s | p50 ms (A / B) | p99 ms (A / B) |',
       '|---|---|---|---|---|---|---|',
@@ -155,6 +158,7 @@ async function runCluster(ctx: Context): Promise<ScenarioOutput> {
     return {
       measurements,
       table,
+      tableNote: '↑ higher is better (req/s, Gbit/s), ↓ lower is better (latency, seconds to converge).',
       notMeasured: ['scaling: both nodes, the origin, wrk and the clients share this machine\'s cores, so a second node adds overhead, not capacity'],
       settings: { nodes: 2, database: 'embedded PostgreSQL (bench/scenarios/cluster.ts starts its own)', origin: origin.kind, connections },
     };

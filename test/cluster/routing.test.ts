@@ -8,6 +8,8 @@ import { api, createKeyFor, createUser, eventually, withDeadline } from '../help
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, type Local } from '../tunnel/helpers.js';
 import { lanePorts } from '../helpers/ports.js';
+import { startServer } from '../helpers/server.js';
+import { WsClient, WsRefused } from '../../src/client/ws-client.js';
 
 const TCP = lanePorts(20);
 
@@ -187,6 +189,27 @@ test('a TCP tunnel\'s port answers on every node, byte-exact both ways, with hal
     }
   } finally {
     await echo.close();
+  }
+});
+
+test('a link is refused without the cluster\'s token; a node without --node-url has no link endpoint', async () => {
+  const a = cluster.nodes[0]!;
+  for (const headers of [{}, { authorization: 'Bearer not-the-token' }] as Record<string, string>[]) {
+    const refused = await WsClient.connect(`${a.nodeUrl}/cluster/v1/link`, headers, 1024, 5_000).then(
+      (ws) => (ws.destroy(), 101),
+      (e: unknown) => (e instanceof WsRefused ? e.status : -1),
+    );
+    assert.is(refused, 401, JSON.stringify(headers));
+  }
+  const single = await startServer({ workers: 1 });
+  try {
+    const status = await WsClient.connect(`${single.url}/cluster/v1/link`, {}, 1024, 5_000).then(
+      (ws) => (ws.destroy(), 101),
+      (e: unknown) => (e instanceof WsRefused ? e.status : -1),
+    );
+    assert.is(status, 404);
+  } finally {
+    await single.stop();
   }
 });
 

@@ -46,13 +46,18 @@ const access = fc.record(
   { requiredKeys: [] },
 );
 
+const nodeUrl = fc.tuple(fc.constantFrom('http', 'https'), fc.stringMatching(/^[a-z][a-z0-9-]{0,20}(\.[a-z][a-z0-9]{0,10}){0,2}$/), fc.integer({ min: 1, max: 65535 })).map(([s, h, p]) => `${s}://${h}:${p}`);
+
 const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.record({ v: fc.nat(10), agent: str }).map((h): Frame => [F.Hello, h]),
-  fc.record({ v: fc.nat(10), heartbeatMs: fc.nat(), shard: fc.nat(1), shards: fc.integer({ min: 2, max: 256 }), version: fc.stringMatching(/^[\x21-\x7e]{1,64}$/) }, { requiredKeys: ['v', 'heartbeatMs'] }).map((w): Frame => [F.Welcome, w]),
+  fc.record({ v: fc.nat(10), heartbeatMs: fc.nat(), shard: fc.nat(1), shards: fc.integer({ min: 2, max: 256 }), version: fc.stringMatching(/^[\x21-\x7e]{1,64}$/), node: nodeUrl, nodes: fc.array(nodeUrl, { maxLength: 4 }) }, { requiredKeys: ['v', 'heartbeatMs'] }).map((w): Frame => [F.Welcome, w]),
+  // a cluster: a pool's Open, and a client's second connection joining with its member key
+  fc.tuple(sid, str, fc.boolean()).map(([r, id, pool]): Frame => [F.Open, r, { type: 'http', id, pool }]),
+  fc.tuple(sid, str, fc.base64String({ minLength: 4, maxLength: 40 })).map(([r, id, member]): Frame => [F.Open, r, { type: 'tcp', id, member }]),
   // a lane's Open: http with an id and the key
   fc.tuple(sid, str, fc.base64String({ minLength: 4, maxLength: 40 })).map(([r, id, lane]): Frame => [F.Open, r, { type: 'http', id, lane }]),
   fc.tuple(sid, fc.record({ type: fc.constantFrom('http' as const, 'tcp' as const), id: fc.option(str), teamId: fc.option(str), remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), access: fc.option(access), local: fc.option(fc.stringMatching(/^[\x21-\x7e]{0,60}$/)) }, { requiredKeys: ['type'] })).map(([r, o]): Frame => [F.Open, r, o]),
-  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), tookOver: fc.boolean(), laneKey: str }, { requiredKeys: ['id', 'url', 'remotePort'] })).map(([r, o]): Frame => [F.Opened, r, o]),
+  fc.tuple(sid, fc.record({ id: str, url: str, remotePort: fc.option(fc.integer({ min: 1, max: 65535 })), tookOver: fc.boolean(), laneKey: str, memberKey: str }, { requiredKeys: ['id', 'url', 'remotePort'] })).map(([r, o]): Frame => [F.Opened, r, o]),
   fc.tuple(sid, refusal).map(([r, x]): Frame => [F.Refused, r, x as never]),
   fc.tuple(str, refusal).map(([t, x]): Frame => [F.Closed, t, x as never]),
   str.map((t): Frame => [F.Close, t]),
@@ -199,6 +204,18 @@ test('wrong shapes are refused', () => {
     [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 0, shards: 0 }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 0, shards: 1000 }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, shard: 'a' }],
+    // cluster: the nodes a client may dial are http(s) URLs without credentials, bounded in count and length
+    [F.Welcome, { v: 1, heartbeatMs: 5000, node: 'ftp://a:1' }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, node: 'http://user:pw@a:1' }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, node: `http://${'a'.repeat(200)}` }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, nodes: 'http://a:1' }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, nodes: ['http://a:1', 7] }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, nodes: ['http://a\r\n:1'] }],
+    [F.Welcome, { v: 1, heartbeatMs: 5000, nodes: Array.from({ length: 65 }, (_, i) => `http://n${i}:1`) }],
+    [F.Open, 1, { type: 'http', id: 'a', pool: 'yes' }],
+    [F.Open, 1, { type: 'http', member: 'key' }],
+    [F.Open, 1, { type: 'http', id: 'a', member: 7 }],
+    [F.Opened, 1, { id: 'a', url: 'http://a', remotePort: null, memberKey: 7 }],
     // the server's version is printed on a terminal: short printable ASCII only
     [F.Welcome, { v: 1, heartbeatMs: 5000, version: '1.0\x1b[2J' }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, version: '' }],

@@ -1,0 +1,34 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import { parseClusterEvent } from '../../src/cluster/node.js';
+import { linkAuthorized, linkToken } from '../../src/cluster/node-links.js';
+
+// What a node accepts from the database's notifications and from another node's link, in-process.
+
+const U = '6f1c2b9e-4d1a-4c3b-9e2f-0a1b2c3d4e5f';
+
+test('notifications: each kind parsed with its fields; anything else is ignored, never thrown', () => {
+  assert.equal(parseClusterEvent(JSON.stringify({ t: 'route', id: 'web' })), { t: 'route', id: 'web' });
+  assert.equal(parseClusterEvent(JSON.stringify({ t: 'node', id: U, up: false })), { t: 'node', id: U, up: false });
+  assert.equal(parseClusterEvent(JSON.stringify({ t: 'key', id: U })), { t: 'key', id: U });
+  assert.equal(parseClusterEvent(JSON.stringify({ t: 'user', id: U, end: true })), { t: 'user', id: U, end: true });
+  assert.equal(parseClusterEvent(JSON.stringify({ t: 'member', team: U, user: U })), { t: 'member', team: U, user: U });
+  assert.equal(parseClusterEvent(JSON.stringify({ t: 'close', id: 'web', reason: 'x'.repeat(900) }))?.t, 'close');
+  assert.is((parseClusterEvent(JSON.stringify({ t: 'close', id: 'web', reason: 'x'.repeat(900) })) as { reason: string }).reason.length, 500, 'a reason is bounded');
+  for (const bad of ['', 'null', '[]', '"route"', '{', JSON.stringify({ t: 'route' }), JSON.stringify({ t: 'route', id: 'x'.repeat(201) }), JSON.stringify({ t: 'key', id: 'not-a-uuid' }),
+    JSON.stringify({ t: 'node', id: U, up: 'no' }), JSON.stringify({ t: 'user', id: U }), JSON.stringify({ t: 'member', team: U }), JSON.stringify({ t: 'nope' }), JSON.stringify(`{"t":"route","id":"web"}`)]) {
+    assert.is(parseClusterEvent(bad), null, bad);
+  }
+});
+
+test('link token: derived from the shared secret, compared whole', () => {
+  const token = linkToken(Buffer.alloc(32, 7));
+  assert.is(token, linkToken(Buffer.alloc(32, 7)), 'every node derives the same');
+  assert.is.not(token, linkToken(Buffer.alloc(32, 8)));
+  assert.ok(linkAuthorized(`Bearer ${token}`, token));
+  for (const bad of [undefined, '', token, `Bearer ${token.slice(0, -1)}`, `Bearer ${token}x`, `bearer ${token}`, `Bearer ${linkToken(Buffer.alloc(32, 8))}`]) {
+    assert.not.ok(linkAuthorized(bad, token), String(bad));
+  }
+});
+
+test.run();
