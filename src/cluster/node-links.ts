@@ -118,12 +118,14 @@ export class NodeLinks {
 
   private dial(url: string): { index: number; port: LinkPort } {
     const port = new LinkPort();
-    const link = this.attach(port);
-    this.dialled.set(url, link);
+    // Before attach's listener, which resets the link's streams: a visitor asked again must not
+    // find this link, nor its node, as a choice.
     port.once('close', () => {
       if (this.dialled.get(url) === link) this.dialled.delete(url);
       this.health(url, false);
     });
+    const link = this.attach(port);
+    this.dialled.set(url, link);
     const target = new URL(LINK_PATH, url).toString();
     WsClient.connect(target, { authorization: `Bearer ${this.token}` }, MAX_LINK_MESSAGE_BYTES, DIAL_TIMEOUT_MS).then(
       (ws) => {

@@ -53,6 +53,10 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   private readonly window: SendWindow;
   private readonly meter = new CreditMeter((n) => this.up?.credit(n));
   private readonly onDrain = (): void => this.meter.drained();
+  /** Set for a request that can be sent again (no body, no upgrade): opens it anew; false when it cannot. */
+  retry: (() => boolean) | null = null;
+  /** A response head came: the request is never sent again. */
+  private answered = false;
 
   constructor(
     private readonly conn: FrontConnection,
@@ -129,6 +133,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
 
   response(head: ResponseHead): void {
     if (this.over || this.res.started) return;
+    this.answered = true;
     // The head was parsed by llhttp in strict mode (TunnelStream): tokens, values and status are
     // checked there; what remains is what a visitor must not get from a tunnel.
     const filtered = tunnelResponseHeaders(head.headers, this.tunnelHost);
@@ -197,6 +202,9 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
 
   reset(code: ResetCode): void {
     if (this.over) return;
+    // The member it went to vanished before answering (its connection or node went, or it left):
+    // a request without a body is asked again, of another member if there is one.
+    if (!this.res.started && !this.answered && (code === 'closing' || code === 'no-tunnel') && this.retry?.()) return;
     if (!this.res.started) {
       // Codes are checked at decode; a code of a newer peer still answers 502.
       const [problem, detail] = RESET_STATUS[code] ?? RESET_STATUS.protocol;
@@ -243,7 +251,30 @@ export function serveVisitor(visitor: TunnelVisitor, request: RequestHead, clien
   const up = open(tunnelId, head, visitor);
   if (!up) return visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`, null);
   visitor.up = up;
+  if (head.end) {
+    let left = MAX_RETRIES;
+    visitor.retry = () => {
+      if (left-- <= 0) return false;
+      // The carrier of a new stream sets onDone afresh: what was chained to it (the visitor
+      // limit's release, a pool's load count) still runs once the stream is done.
+      const chained = visitor.onDone;
+      const again = open(tunnelId, head, visitor);
+      if (!again) return false;
+      const carrier = visitor.onDone;
+      if (carrier !== chained) {
+        visitor.onDone = () => {
+          carrier?.();
+          chained?.();
+        };
+      }
+      visitor.up = again;
+      return true;
+    };
+  }
 }
+
+/** How often a bodiless request whose member vanished before answering is sent again. */
+const MAX_RETRIES = 2;
 
 function withoutAuthorization(headers: readonly string[]): string[] {
   const out: string[] = [];

@@ -22,6 +22,8 @@ export interface RoutedTunnel {
   readonly spec: { readonly lane: boolean; readonly sessionId: string };
   /** streams open on it now (the pick's load); absent: 0 */
   readonly streams?: { readonly size: number };
+  /** closing (its streams are being ended): no new one is sent to it */
+  readonly closed?: boolean;
 }
 
 /** A tunnel-route broadcast: `shard` null and no `node` when the tunnel is gone. */
@@ -75,7 +77,7 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
 
   /** The least busy tunnel of `id` on this shard (one that is leaving only when no other is here). */
   local(id: string): T | undefined {
-    const list = this.tunnels.get(id) ?? this.leaving.get(id);
+    const list = (this.tunnels.get(id) ?? this.leaving.get(id))?.filter((t) => !t.closed);
     if (!list || list.length <= 1) return list?.[0];
     let best = list[0]!;
     for (const t of list) if ((t.streams?.size ?? 0) < (best.streams?.size ?? 0)) best = t;
@@ -199,7 +201,7 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
    */
   pick(id: string, self: number, cluster: boolean): Target<T> | null {
     const route = this.routes.get(id);
-    const here = this.tunnels.get(id) ?? [];
+    const here = (this.tunnels.get(id) ?? []).filter((t) => !t.closed);
     if (!route || route.members.length <= 1 || (here.length === 0 && this.leaving.has(id) && !cluster)) {
       // One member (the common case): no grouping, no load to compare.
       const t = this.local(id);

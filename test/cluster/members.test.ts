@@ -121,10 +121,8 @@ test('SIGKILL of the node holding a client\'s first connection: its second conne
   await eventually(async () => new Set((await connections('x-kill')).map((r) => r.node)).size === 2, 10_000, 'two connections again');
   stop = true;
   await load;
-  // Streams in flight on the killed node's links die with it: those, and only those, may fail.
-  const cut = failures.filter((f) => !/ 502 /.test(f));
-  assert.is(cut.length, 0, failures.join('\n'));
-  assert.ok(failures.length <= 2, `at most the requests in flight through A when it died: ${failures.join('\n')}`);
+  // Requests in flight through A when it died are asked again of the second connection.
+  assert.is(failures.length, 0, failures.join('\n'));
   // The session of the dead node's connection was written when it was admitted: the reaper closed it.
   const rows = await cluster.db.sql<{ disconnected_at: Date | null }[]>`select disconnected_at from sessions where tunnel_id = 'x-kill' and node_id = ${nodeA!.id}`;
   assert.is(rows.length, 1);

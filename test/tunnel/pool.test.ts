@@ -5,6 +5,11 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
 import { listen, visit, type Local } from './helpers.js';
+import { spawn } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { CLI } from '../helpers/server.js';
 
 // Pooled tunnels: several clients of one user (or team) serve one id (`burrow http --pool`).
 // Visitors are spread over the members, a member whose local service refuses is skipped until
@@ -140,6 +145,28 @@ test('a member that leaves gracefully cuts no visitor request; the id keeps serv
   assert.is(failed, 0, `no visitor request failed (${ok} served)`);
   const listed = await api(server, 'GET', '/tunnels/pool-leave', { key });
   assert.is(listed.body.connections, 1);
+});
+
+test('a member killed with requests in flight: those requests are asked again of another member', async () => {
+  const { key } = await userKey();
+  await member(key, 'pool-kill', await named('stay'));
+  // The other member is a real `burrow http --pool` process, killed while its service holds requests.
+  const slow = await named('dying', 2_000);
+  const cli = spawn(process.execPath, [CLI, 'http', `127.0.0.1:${slow.port}`, '--id', 'pool-kill', '--pool', '--quiet', '--no-inspect', '--server', server.url, '--token', key], {
+    env: { ...process.env, HOME: mkdtempSync(join(tmpdir(), 'burrow-pool-home-')), BURROW_SERVER: '', BURROW_TOKEN: '' },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  try {
+    await eventually(async () => (await api(server, 'GET', '/tunnels/pool-kill', { key })).body?.connections === 2, 10_000, 'two members');
+    const requests = Array.from({ length: 12 }, () => visit(server.port, 'pool-kill.localhost'));
+    // Some of them now wait on the dying member's service.
+    await new Promise((r) => setTimeout(r, 400));
+    cli.kill('SIGKILL');
+    const replies = await Promise.all(requests);
+    assert.equal(replies.map((r) => `${r.status} ${r.body}`), replies.map(() => '200 stay'), 'every request answered by the member that stays');
+  } finally {
+    cli.kill('SIGKILL');
+  }
 });
 
 test('members of a team pool may be different users of the team', async () => {
