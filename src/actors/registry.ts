@@ -150,7 +150,7 @@ export class RegistryActor {
   /** Start-up: sessions left open by a crash are closed at their last flush (in a cluster, the
    *  dead nodes' are the reaper's: other nodes' sessions are live). */
   async start(): Promise<void> {
-    if (!this.config.nodeUrl) await closeOrphanedSessions(this.sql);
+    await closeOrphanedSessions(this.sql, this.config.nodeUrl !== null);
     // A restart drops every connection at once: the holds survive it (read from the sessions).
     if (this.config.idGraceSecs > 0) {
       for (const r of await recentHolders(this.sql, this.config.idGraceSecs)) {

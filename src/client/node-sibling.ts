@@ -25,6 +25,8 @@ export interface SiblingHost {
   openStream: StreamOpener;
   /** Streams of `link` are over (the sibling is lost), or those of tunnel `id`. */
   dropStreams(link: Link, id?: string): void;
+  /** The node URLs among `urls` this client may send its key to. */
+  dialable(urls: string[]): string[];
 }
 
 const RETRY_MS = 1_000;
@@ -134,7 +136,7 @@ export class NodeSibling {
             clearTimeout(timer);
             ws.close(1000, 'nodes read');
             this.connecting = false;
-            if (nodes) this.nodes = nodes;
+            if (nodes) this.nodes = this.host.dialable(nodes);
             this.ensure();
           };
           const timer = setTimeout(() => done(undefined), PING_MS);
@@ -236,7 +238,7 @@ export class NodeSibling {
     switch (frame[0]) {
       case F.Welcome:
         // This node's view of the cluster: the main connection's may be out of date.
-        if (frame[1].nodes) this.nodes = [...new Set([...frame[1].nodes, ...(frame[1].node ? [frame[1].node] : [])])];
+        if (frame[1].nodes) this.nodes = this.host.dialable([...new Set([...frame[1].nodes, ...(frame[1].node ? [frame[1].node] : [])])]);
         return;
       case F.Opened: {
         const asked = this.pending.get(frame[1]);

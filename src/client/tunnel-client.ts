@@ -223,6 +223,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     memberTunnels: () => this.tunnels.filter((t) => !t.failed && t.memberKey && t.registered).map((t) => ({ id: t.registered!.id, key: t.memberKey!, open: t.openRequest() })),
     openStream: (link, sid, tunnelId, head) => this.openStream(link, sid, tunnelId, head),
     dropStreams: (link, id) => this.dropStreams(link, id),
+    dialable: (urls) => this.dialable(undefined, urls)[1] ?? [],
   });
   /** consecutive main-connection attempts that found no server: the next one tries another known node */
   private unreachable = 0;
@@ -317,6 +318,16 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     // The last Welcome's ticket: the server (restarted, or another shard) need not verify the key again.
     if (this.resumeTicket) headers[RESUME_HEADER] = this.resumeTicket;
     return WsClient.connect(this.wsUrl(server), headers, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
+  }
+
+  /**
+   * The nodes a Welcome names that this client may send its key to: over https only when the
+   * server was given as https (a node named http:// would take the key in clear).
+   */
+  private dialable(node: string | undefined, nodes: string[] | undefined): [string | undefined, string[] | undefined] {
+    if (new URL(this.opts.server).protocol !== 'https:') return [node, nodes];
+    const safe = (u: string): boolean => u.startsWith('https://');
+    return [node !== undefined && safe(node) ? node : undefined, nodes?.filter(safe)];
   }
 
   /** Where the main connection goes: the server, or, while it cannot be reached, the cluster's other nodes in turn. */
@@ -509,7 +520,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         const ms = frame[1].heartbeatMs;
         if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
-        if (this.opts.siblings !== false) this.sibling.want(frame[1].node, frame[1].nodes);
+        if (this.opts.siblings !== false) this.sibling.want(...this.dialable(frame[1].node, frame[1].nodes));
         this.welcomedVersion = frame[1].version ?? null;
         this.resumeTicket = frame[1].resume ?? null;
         // Measure the latency now, not one heartbeat interval later.

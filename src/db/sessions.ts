@@ -68,9 +68,14 @@ export async function upsertSessionTotals(sql: Sql, rows: SessionTotals[]): Prom
       last_flush_at = excluded.last_flush_at`;
 }
 
-/** Start-up: sessions left open by a crash are closed at their last flush. */
-export async function closeOrphanedSessions(sql: Sql): Promise<void> {
-  await sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null`;
+/**
+ * Start-up: sessions left open by a crash are closed at their last flush. `cluster`: only those
+ * no node holds (written before the database served a cluster): the live nodes' are theirs, a
+ * dead node's the reaper's.
+ */
+export async function closeOrphanedSessions(sql: Sql, cluster = false): Promise<void> {
+  if (cluster) await sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null and node_id is null`;
+  else await sql`update sessions set disconnected_at = last_flush_at where disconnected_at is null`;
 }
 
 /**

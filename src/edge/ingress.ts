@@ -57,6 +57,8 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   retry: (() => boolean) | null = null;
   /** A response head came: the request is never sent again. */
   private answered = false;
+  /** Why its first stream ended, when it was sent again. */
+  private vanishedWith: ResetCode | null = null;
 
   constructor(
     private readonly conn: FrontConnection,
@@ -200,11 +202,17 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     this.finish();
   }
 
-  reset(code: ResetCode): void {
+  reset(code: ResetCode, vanished = false): void {
     if (this.over) return;
     // The member it went to vanished before answering (its connection or node went, or it left):
-    // a request without a body is asked again, of another member if there is one.
-    if (!this.res.started && !this.answered && (code === 'closing' || code === 'no-tunnel') && this.retry?.()) return;
+    // a request without a body is sent again, of another member if there is one: always when no
+    // tunnel took it, else only when its method is idempotent (it may have reached the service).
+    if (vanished && !this.res.started && !this.answered && (code === 'no-tunnel' || IDEMPOTENT.has(this.request.method))) {
+      this.vanishedWith ??= code;
+      if (this.retry?.()) return;
+    }
+    // Sent again and found nothing: the visitor hears why the first attempt ended.
+    if (code === 'no-tunnel' && this.vanishedWith !== null) code = this.vanishedWith;
     if (!this.res.started) {
       // Codes are checked at decode; a code of a newer peer still answers 502.
       const [problem, detail] = RESET_STATUS[code] ?? RESET_STATUS.protocol;
@@ -275,6 +283,8 @@ export function serveVisitor(visitor: TunnelVisitor, request: RequestHead, clien
 
 /** How often a bodiless request whose member vanished before answering is sent again. */
 const MAX_RETRIES = 2;
+/** RFC 9110 section 9.2.2: sending these again has the effect of sending them once. */
+const IDEMPOTENT = new Set(['GET', 'HEAD', 'OPTIONS', 'TRACE', 'PUT', 'DELETE']);
 
 function withoutAuthorization(headers: readonly string[]): string[] {
   const out: string[] = [];

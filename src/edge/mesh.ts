@@ -54,9 +54,9 @@ class Incoming implements Downstream {
     this.peer.mailbox.tell({ type: 'x-end', xid: -this.xid });
     this.ends.settle();
   }
-  reset(code: ResetCode): void {
+  reset(code: ResetCode, vanished?: boolean): void {
     this.ends.finish();
-    this.peer.mailbox.tell({ type: 'x-reset', xid: -this.xid, code });
+    this.peer.mailbox.tell({ type: 'x-reset', xid: -this.xid, code, ...(vanished ? { vanished } : {}) });
   }
   credit(bytes: number): void {
     this.peer.mailbox.tell({ type: 'x-credit', xid: -this.xid, bytes });
@@ -136,7 +136,7 @@ export class Mesh {
     if (!old) return;
     this.peers.delete(shard);
     old.mailbox.close('peer shard restarted');
-    for (const d of old.outgoing.values()) d.reset('closing');
+    for (const d of old.outgoing.values()) d.reset('closing', true);
     for (const u of old.incoming.values()) u.up?.reset('visitor-gone');
     old.outgoing.clear();
     old.incoming.clear();
@@ -176,7 +176,7 @@ export class Mesh {
       const inc = new Incoming(peer, msg.xid);
       const up = this.openLocal(msg.tunnelId, msg.head, inc);
       if (!up) {
-        peer.mailbox.tell({ type: 'x-reset', xid: -msg.xid, code: 'no-tunnel' });
+        peer.mailbox.tell({ type: 'x-reset', xid: -msg.xid, code: 'no-tunnel', vanished: true });
         return;
       }
       inc.up = up;
@@ -197,7 +197,7 @@ export class Mesh {
           return out.end();
         case 'x-reset':
           peer.outgoing.delete(-msg.xid);
-          return out.reset(msg.code);
+          return out.reset(msg.code, msg.vanished === true);
         case 'x-credit':
           return out.credit(msg.bytes);
         default:

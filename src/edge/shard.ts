@@ -307,9 +307,9 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   const watchRefusals = (client: string, down: Downstream): void => {
     const reset = down.reset.bind(down);
     const response = down.response.bind(down);
-    down.reset = (code) => {
+    down.reset = (code, vanished) => {
       if (code === 'local-unreachable') routes.refused(client);
-      reset(code);
+      reset(code, vanished);
     };
     down.response = (head) => {
       routes.answered(client);

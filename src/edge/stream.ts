@@ -31,7 +31,12 @@ export interface Downstream {
   response(head: ResponseHead): void;
   data(bytes: Uint8Array): void;
   end(): void;
-  reset(code: ResetCode): void;
+  /**
+   * The stream is over. `vanished`: the edge ended it because its carrier went (the tunnel
+   * closed, its connection, a link or a node was lost, or no tunnel took it): not an answer of
+   * the client's, so a request that never reached a local service may be sent elsewhere.
+   */
+  reset(code: ResetCode, vanished?: boolean): void;
   /** the client consumed `bytes` of the request: the adapter may send that many more */
   credit(bytes: number): void;
 }

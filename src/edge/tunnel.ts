@@ -217,7 +217,7 @@ export class TunnelStream implements Upstream {
   /** The tunnel or its connection is going away. */
   abort(code: ResetCode): void {
     if (!this.ends.finish()) return;
-    this.down.reset(code);
+    this.down.reset(code, true);
   }
 }
 

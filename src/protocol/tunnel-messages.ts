@@ -237,7 +237,7 @@ export type TunnelMesh =
   | { type: 'x-data'; xid: number; bytes: Uint8Array }
   /** both: end of body in the sender's direction. */
   | { type: 'x-end'; xid: number }
-  /** both: the stream is aborted. */
-  | { type: 'x-reset'; xid: number; code: ResetCode }
+  /** both: the stream is aborted (`vanished`: by the edge, its carrier gone; Downstream.reset). */
+  | { type: 'x-reset'; xid: number; code: ResetCode; vanished?: boolean }
   /** both: the sender's side consumed `bytes` of what it received (end-to-end credit). */
   | { type: 'x-credit'; xid: number; bytes: number };

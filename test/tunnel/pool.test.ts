@@ -29,9 +29,14 @@ test.after(async () => {
   await server?.stop();
 });
 
-/** A local service answering with its name, each request held `delayMs`. */
-async function named(name: string, delayMs = 0): Promise<Local> {
-  const l = await listen(http.createServer((_req, res) => setTimeout(() => res.end(name), delayMs)));
+/** A local service answering with its name, each request held `delayMs`; `seen` gets each request's method and path. */
+async function named(name: string, delayMs = 0, seen: string[] = []): Promise<Local> {
+  const l = await listen(
+    http.createServer((req, res) => {
+      seen.push(`${req.method} ${req.url}`);
+      setTimeout(() => res.end(name), delayMs);
+    }),
+  );
   locals.push(l);
   return l;
 }
@@ -149,21 +154,32 @@ test('a member that leaves gracefully cuts no visitor request; the id keeps serv
 
 test('a member killed with requests in flight: those requests are asked again of another member', async () => {
   const { key } = await userKey();
-  await member(key, 'pool-kill', await named('stay'));
+  const stayed: string[] = [];
+  const died: string[] = [];
+  await member(key, 'pool-kill', await named('stay', 0, stayed));
   // The other member is a real `burrow http --pool` process, killed while its service holds requests.
-  const slow = await named('dying', 2_000);
+  const slow = await named('dying', 2_000, died);
   const cli = spawn(process.execPath, [CLI, 'http', `127.0.0.1:${slow.port}`, '--id', 'pool-kill', '--pool', '--quiet', '--no-inspect', '--server', server.url, '--token', key], {
     env: { ...process.env, HOME: mkdtempSync(join(tmpdir(), 'burrow-pool-home-')), BURROW_SERVER: '', BURROW_TOKEN: '' },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   try {
     await eventually(async () => (await api(server, 'GET', '/tunnels/pool-kill', { key })).body?.connections === 2, 10_000, 'two members');
-    const requests = Array.from({ length: 12 }, () => visit(server.port, 'pool-kill.localhost'));
+    const requests = Array.from({ length: 12 }, (_, i) => visit(server.port, 'pool-kill.localhost', { path: `/get${i}` }));
+    // A POST without a body is not idempotent: it may have reached the dying member's service, so it is never sent twice.
+    const posts = Array.from({ length: 6 }, (_, i) => visit(server.port, 'pool-kill.localhost', { method: 'POST', path: `/post${i}` }));
     // Some of them now wait on the dying member's service.
-    await new Promise((r) => setTimeout(r, 400));
+    await eventually(() => died.length >= 3, 5_000, 'requests held by the dying member');
     cli.kill('SIGKILL');
     const replies = await Promise.all(requests);
-    assert.equal(replies.map((r) => `${r.status} ${r.body}`), replies.map(() => '200 stay'), 'every request answered by the member that stays');
+    assert.equal(replies.map((r) => `${r.status} ${r.body}`), replies.map(() => '200 stay'), 'every GET answered by the member that stays');
+    assert.ok(died.some((d) => d.startsWith('GET ')), `GETs were in flight at the dying member: ${died.join(', ')}`);
+    const postReplies = await Promise.all(posts);
+    for (const [i, r] of postReplies.entries()) {
+      const there = died.includes(`POST /post${i}`);
+      assert.is(stayed.includes(`POST /post${i}`), !there, `POST /post${i} reached exactly one member (${there ? 'the dying one' : 'the one that stays'})`);
+      assert.is(r.status, there ? 502 : 200);
+    }
   } finally {
     cli.kill('SIGKILL');
   }
