@@ -4,7 +4,9 @@
 // Databases: every file runs on the embedded database (one PostgreSQL cluster the runner
 // starts for the whole run; each test server gets a database of its own on it, dropped
 // afterwards). When TEST_DATABASE_URL or DATABASE_URL names a reachable PostgreSQL, every file runs again
-// against it (each test server gets its own schema there, dropped afterwards).
+// against it (each test server gets its own schema there, dropped afterwards). The cluster
+// files (test/cluster/: several burrowd on one database) run once: on that PostgreSQL when
+// there is one, else on the embedded one.
 //
 // Order: the files that took longest last time start first (durations are kept in
 // $TMPDIR/burrow-test-durations.json; a file with none yet counts as long), so the run does not
@@ -137,12 +139,16 @@ async function main(): Promise<void> {
   // One cluster for all files instead of one per test server: saves a PostgreSQL start (~0.45 s
   // of CPU) for every server the suite starts.
   const embedded = await startSharedEmbedded();
-  const jobs: { file: string; db: string; env: NodeJS.ProcessEnv }[] = files.map((file) => ({ file, db: 'embedded', env: { ...baseEnv, TEST_EMBEDDED_URL: embedded.url } }));
-  if (pgUrl && (await pgReachable(pgUrl))) {
-    for (const file of files) jobs.push({ file, db: 'postgres', env: { ...baseEnv, TEST_DATABASE_URL: pgUrl } });
-  } else if (pgUrl) {
-    console.log(`PostgreSQL at ${pgUrl} does not answer: running on the embedded database only`);
-  }
+  const pgUp = pgUrl !== '' && (await pgReachable(pgUrl));
+  if (pgUrl && !pgUp) console.log(`PostgreSQL at ${pgUrl} does not answer: running on the embedded database only`);
+  // A cluster's nodes reach their database by URL, as every node of a real one does: the
+  // runner's embedded cluster is such a PostgreSQL server too, so the cluster files run once,
+  // on the external PostgreSQL when there is one, else on the embedded one.
+  const once = (file: string): boolean => relative(root, file).startsWith('cluster/');
+  const jobs: { file: string; db: string; env: NodeJS.ProcessEnv }[] = files
+    .filter((file) => !(pgUp && once(file)))
+    .map((file) => ({ file, db: 'embedded', env: { ...baseEnv, TEST_EMBEDDED_URL: embedded.url } }));
+  if (pgUp) for (const file of files) jobs.push({ file, db: 'postgres', env: { ...baseEnv, TEST_DATABASE_URL: pgUrl } });
   const known = readDurations();
   const expected = (j: { file: string; db: string }) => known[`${j.db} ${relative(root, j.file)}`] ?? Infinity;
   // Stable: files with no duration yet keep their order, first.
