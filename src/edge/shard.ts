@@ -267,7 +267,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     .ask({ type: 'tunnel-routes' }, ADMIT_TIMEOUT_MS)
     .then((list) => {
       routes.load(list);
-      for (const r of list) followRemoteTcp(r.id, routes.onlyElsewhere(r.id) ? routes.pick(r.id, ctx.index, true) : null, r.port, r.access);
+      for (const r of list) followRemoteTcp(r.id, routes.onlyElsewhere(r.id), r.port, r.access);
     })
     .catch((err: unknown) => log.warn({ err }, 'could not load tunnel routes'));
 
@@ -331,9 +331,9 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   /** cluster: listeners of TCP tunnels held on other nodes (every node answers on the port), by id */
   const remoteTcp = new Map<string, { port: number; close: () => void }>();
   /** A TCP tunnel served only by other nodes answers on its port here too: bound by one shard of this node (port mod shards). */
-  const followRemoteTcp = (id: string, elsewhere: unknown, port: number | null | undefined, access: AccessWire | null | undefined): void => {
+  const followRemoteTcp = (id: string, onlyElsewhere: boolean, port: number | null | undefined, access: AccessWire | null | undefined): void => {
     const held = remoteTcp.get(id);
-    const wanted = elsewhere !== null && typeof port === 'number' && port % ctx.config.workers === ctx.index;
+    const wanted = onlyElsewhere && typeof port === 'number' && port % ctx.config.workers === ctx.index;
     if (held && (!wanted || held.port !== port)) {
       remoteTcp.delete(id);
       held.close();
@@ -403,7 +403,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         case 'tunnel-route':
           routes.route(msg);
           lanes.closeStale(msg.id);
-          followRemoteTcp(msg.id, routes.onlyElsewhere(msg.id) ? routes.pick(msg.id, ctx.index, true) : null, msg.port, msg.access);
+          followRemoteTcp(msg.id, routes.onlyElsewhere(msg.id), msg.port, msg.access);
           return undefined;
         case 'tunnel-counts': {
           let streams = 0;
