@@ -471,10 +471,11 @@ export class RegistryActor {
     const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type } : null;
     const sameOwner = held !== null && (held.teamId !== null ? held.teamId === teamId : held.userId === m.userId && teamId === null);
     const joinsPool = held !== null && held.pool && m.pool && sameOwner && held.type === m.tunnelType;
-    if (held && !joinsPool) {
-      if (held.pool && sameOwner) throw new ApiError('conflict', `tunnel id "${id}" is a pool: open it with --pool to join it`);
-      if (held.userId !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+    if (held?.pool && !joinsPool) {
+      // A pool is joined, never taken over: its members may be other users of its team.
+      throw new ApiError('conflict', sameOwner && !m.pool ? `tunnel id "${id}" is a pool: open it with --pool to join it` : `tunnel id "${id}" is in use by another user`);
     }
+    if (held && !held.pool && held.userId !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
     // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
     // reservation and the grace hold decide.
     if (!held && claimProblem !== null) throw new ApiError('conflict', claimProblem);

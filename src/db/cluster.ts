@@ -150,24 +150,31 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
       await addMember();
       return joined(held);
     }
-    const sameOwner = held !== undefined && (held.user_id === c.userId || (held.team_id !== null && held.team_id === c.teamId));
-    if (held && held.tunnel_type !== c.tunnelType) {
-      if (held.user_id !== c.userId) return { ok: false, why: 'other-user' } as const;
-    } else if (held && 'pool' in c.mode && held.pool && sameOwner) {
+    const sameOwner = held !== undefined && (held.team_id !== null ? held.team_id === c.teamId : held.user_id === c.userId && c.teamId === null);
+    // A new client of the user (a registration, or one more client of a pool) counts toward the limit.
+    const overLimit = async (): Promise<number | null> => {
+      const [count] = await tx<{ n: number }[]>`select count(distinct (tunnel_id, client))::int as n from cluster_members where user_id = ${c.userId}`;
+      return count!.n >= c.maxPerUser ? count!.n : null;
+    };
+    if (held?.pool) {
+      // A pool is joined, never taken over: its members may be other users of its team.
+      if (!('pool' in c.mode) || !sameOwner || held.tunnel_type !== c.tunnelType) return { ok: false, why: sameOwner && !('pool' in c.mode) ? 'pool' : 'other-user' } as const;
+      const n = await overLimit();
+      if (n !== null) return { ok: false, why: 'limit', held: n } as const;
       await addMember();
       return joined(held);
     }
     if (held && held.user_id !== c.userId) return { ok: false, why: 'other-user' } as const;
-    if (held && held.pool && !('pool' in c.mode)) return { ok: false, why: 'pool' } as const;
     if (!held) {
-      const [count] = await tx<{ n: number }[]>`select count(distinct (tunnel_id, client))::int as n from cluster_members where user_id = ${c.userId}`;
-      if (count!.n >= c.maxPerUser) return { ok: false, why: 'limit', held: count!.n } as const;
+      const n = await overLimit();
+      if (n !== null) return { ok: false, why: 'limit', held: n } as const;
     }
-    if (held) await tx`delete from cluster_tunnels where id = ${c.id}`;
+    // Checked before anything is written: a refusal commits nothing.
     if (c.port !== null) {
-      const [taken] = await tx`select 1 from cluster_tunnels where port = ${c.port}`;
+      const [taken] = await tx`select 1 from cluster_tunnels where port = ${c.port} and id <> ${c.id}`;
       if (taken) return { ok: false, why: 'port' } as const;
     }
+    if (held) await tx`delete from cluster_tunnels where id = ${c.id}`;
     await tx`
       insert into cluster_tunnels (id, user_id, team_id, tunnel_type, pool, port, url, local_target, access)
       values (${c.id}, ${c.userId}, ${c.teamId}, ${c.tunnelType}, ${'pool' in c.mode}, ${c.port}, ${c.url}, ${c.local}, ${c.access === null ? null : JSON.stringify(accessToJson(c.access))}::text::jsonb)`;

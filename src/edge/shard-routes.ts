@@ -77,10 +77,11 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
 
   /** The least busy tunnel of `id` on this shard (one that is leaving only when no other is here). */
   local(id: string): T | undefined {
-    const list = (this.tunnels.get(id) ?? this.leaving.get(id))?.filter((t) => !t.closed);
-    if (!list || list.length <= 1) return list?.[0];
-    let best = list[0]!;
-    for (const t of list) if ((t.streams?.size ?? 0) < (best.streams?.size ?? 0)) best = t;
+    const list = this.tunnels.get(id) ?? this.leaving.get(id);
+    if (!list) return undefined;
+    // The hot path (every visitor request): no allocation; a closing tunnel is never chosen.
+    let best: T | undefined;
+    for (const t of list) if (!t.closed && (best === undefined || (t.streams?.size ?? 0) < (best.streams?.size ?? 0))) best = t;
     return best;
   }
 
