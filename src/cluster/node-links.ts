@@ -26,6 +26,9 @@ export const LINK_PATH = '/cluster/v1/link';
 /** A mesh batch: tells flush early at 64 KiB, plus one message's bytes. */
 const MAX_LINK_MESSAGE_BYTES = 8 * 1024 * 1024;
 const DIAL_TIMEOUT_MS = 5_000;
+/** Both ends ping a link this often; one silent for LINK_SILENT_MS is lost. */
+const LINK_PING_MS = 2_000;
+const LINK_SILENT_MS = 6_000;
 
 /** What a node presents on a link: derived from the cluster's shared secret (server_secrets). */
 export function linkToken(secret: Buffer): string {
@@ -47,6 +50,7 @@ class LinkPort extends EventEmitter implements PortLike {
   private ws: WsConnection | null = null;
   private waiting: Uint8Array[] = [];
   private closed = false;
+  private heartbeat: NodeJS.Timeout | null = null;
 
   postMessage(value: unknown): void {
     if (this.closed || !(value instanceof Uint8Array)) return;
@@ -68,9 +72,17 @@ class LinkPort extends EventEmitter implements PortLike {
     ws.once('close', () => this.lost());
     for (const m of this.waiting) ws.send(m);
     this.waiting = [];
+    // A partition sends no FIN: a link silent for LINK_SILENT_MS is lost (its streams are reset
+    // and sent again elsewhere where they can be, and its node is avoided).
+    this.heartbeat = setInterval(() => {
+      if (Date.now() - ws.lastSeenMs > LINK_SILENT_MS) ws.destroy();
+      else ws.ping();
+    }, LINK_PING_MS);
+    this.heartbeat.unref();
   }
 
   lost(): void {
+    if (this.heartbeat) clearInterval(this.heartbeat);
     if (this.closed) return;
     this.closed = true;
     this.waiting = [];

@@ -10,6 +10,7 @@ import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsH
 
 /** How long a closed connection waits for the peer to close its side. */
 const CLOSE_LINGER_MS = 2_000;
+const NO_PAYLOAD = new Uint8Array(0);
 
 const WS_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 
@@ -29,6 +30,8 @@ export class WsConnection extends EventEmitter<WsEvents> {
   private fragments: Buffer[] = [];
   private fragmentBytes = 0;
   private closed = false;
+  /** When the peer was last heard (any bytes): a link's heartbeat (src/cluster/node-links.ts) reads it. */
+  lastSeenMs = Date.now();
 
   /** Our frames are masked exactly when we are the client end (RFC 6455 §5.1). */
   private readonly masked: boolean;
@@ -135,7 +138,15 @@ export class WsConnection extends EventEmitter<WsEvents> {
     this.emit('close', code, reason);
   }
 
+  /** A Ping frame (the peer answers Pong, which refreshes lastSeenMs). */
+  ping(): void {
+    if (this.closed) return;
+    this.corkTick();
+    this.writeFrame(WS_OP.Ping, NO_PAYLOAD);
+  }
+
   private onData(d: Buffer): void {
+    this.lastSeenMs = Date.now();
     this.decoder.push(d);
     try {
       while (!this.closed && this.handleOne());
