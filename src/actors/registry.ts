@@ -482,8 +482,9 @@ export class RegistryActor {
     const client = randomBytes(18).toString('base64url');
     const sessionId = randomUUID();
     const url = this.publicUrl(m.tunnelType, id, m.remotePort);
-    if (this.cluster) await this.claimInCluster({ id, sessionId, url, teamId, client, mode: m.pool ? { pool: true } : { plain: true } }, m);
-    else if (!old || joinsPool) {
+    // In a cluster the database's answer is the registration (a pool another node just started, say).
+    const reg = this.cluster ? await this.claimInCluster({ id, sessionId, url, teamId, client, mode: m.pool ? { pool: true } : { plain: true } }, m) : null;
+    if (!reg && (!old || joinsPool)) {
       // A takeover replaces a tunnel of the user's; anything else adds a client.
       const max = this.config.maxTunnelsPerUser;
       let n = 0;
@@ -504,9 +505,9 @@ export class RegistryActor {
     const entry: Entry = joinsPool && current
       ? current
       : {
-          info: { id, owner_id: m.userId, team_id: teamId, remote_port: m.remotePort, tunnel_type: m.tunnelType, url, local_target: m.local },
-          access: joinsPool && remote ? remote.access : m.access,
-          pool: m.pool,
+          info: { id, owner_id: reg?.userId ?? m.userId, team_id: reg ? reg.teamId : teamId, remote_port: reg ? reg.port : m.remotePort, tunnel_type: m.tunnelType, url: reg?.url ?? url, local_target: m.local },
+          access: reg ? reg.access : m.access,
+          pool: reg?.pool ?? m.pool,
           registeredAtMs: Date.now(),
           members: [],
         };
