@@ -11,8 +11,8 @@ import type { WsClient } from './ws-client.js';
 //            → Open{…, id, member: memberKey} per tunnel: one more member of the same client
 //   the server sends each visitor's stream to the client's nearest member, so both connections
 //   carry streams; each answers on its own connection (link.ts)
-//   sibling lost: its streams die (those visitors get 502) and another node is tried after
-//            RETRY_MS; main lost: the sibling serves on while the main connection comes back
+//   sibling lost: its streams die (the edge sends a bodiless idempotent request again through
+//            the other connection; others get 502) and another node is tried after RETRY_MS; main lost: the sibling serves on while the main connection comes back
 //            (and joins with the same memberKey, src/client/tunnel-client.ts)
 //   the sibling on the main connection's own node (the load balancer sent the main there):
 //            it moves to another node.
