@@ -2,7 +2,9 @@
 // burrowd, any program) stops the start; the start-up line names the real bind address; on a
 // terminal stderr explains the seed key while stdout keeps the key alone.
 import { spawn, spawnSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { createServer, type Server } from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -135,10 +137,13 @@ test('on a terminal, stderr says what the key is and how to use it; stdout stays
     console.log('skipped: util-linux script(1) is not installed');
     return;
   }
-  const cmd = [process.execPath, MAIN, '--port', '0', '--host', '127.0.0.1', '--workers', '1', '--seed-api-key', '--data-dir', 'memory://', '--database-url', db.url, '--log-level', 'error']
+  // script(1) runs the command in a session of its own (the terminal's): killing script's group
+  // leaves burrowd behind, and the terminal's hangup is SIGHUP, which burrowd takes as "reload
+  // the certificates". So the shell writes its pid and becomes burrowd (exec): the test stops it.
+  const pidFile = join(mkdtempSync(join(tmpdir(), 'burrow-tty-')), 'pid');
+  const cmd = `echo $$ > '${pidFile}'; exec ` + [process.execPath, MAIN, '--port', '0', '--host', '127.0.0.1', '--workers', '1', '--seed-api-key', '--data-dir', 'memory://', '--database-url', db.url, '--log-level', 'error']
     .map((a) => `'${a}'`)
     .join(' ');
-  // Own process group: the terminal's session (script, its shell, burrowd) ends with one kill.
   const p = spawn('script', ['-qefc', cmd, '/dev/null'], { stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   let tty = '';
   p.stdout.on('data', (d) => (tty += d));
@@ -152,8 +157,29 @@ test('on a terminal, stderr says what the key is and how to use it; stdout stays
     assert.match(tty, /burrow context create local --server http:\/\/localhost:\d+ --token /);
     assert.not.ok(lines.slice(1).some((l) => l.includes(lines[0]!)), 'the plaintext is not repeated on stderr');
   } finally {
-    process.kill(-p.pid!, 'SIGTERM');
-    await withDeadline(exited, 20_000, 'script exit').catch(() => process.kill(-p.pid!, 'SIGKILL'));
+    const pid = Number(readFileSync(pidFile, 'utf8').trim());
+    const alive = (): boolean => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    if (pid > 0 && alive()) process.kill(pid, 'SIGTERM');
+    for (let waited = 0; pid > 0 && alive() && waited < 20_000; waited += 100) await new Promise((r) => setTimeout(r, 100));
+    if (pid > 0 && alive()) process.kill(pid, 'SIGKILL');
+    // script ends with its command; if not, its group goes too.
+    const killScript = (sig: NodeJS.Signals): void => {
+      try {
+        process.kill(-p.pid!, sig);
+      } catch {
+        // gone already
+      }
+    };
+    killScript('SIGTERM');
+    await withDeadline(exited, 20_000, 'script exit').catch(() => killScript('SIGKILL'));
+    rmSync(dirname(pidFile), { recursive: true, force: true });
   }
 });
 
