@@ -47,6 +47,8 @@ export type Target<T> =
 interface Route {
   members: RouteMember[];
   gate: AccessGate | null;
+  /** several clients serve it (a pool): worked out once per route, read on every request */
+  pooled: boolean;
 }
 
 /** A client whose local service refused a stream is skipped this long, doubling, until it answers again. */
@@ -143,7 +145,7 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
       this.routes.delete(r.id);
       return;
     }
-    this.routes.set(r.id, { members, gate: AccessGate.of(r.access ?? null) });
+    this.routes.set(r.id, { members, gate: AccessGate.of(r.access ?? null), pooled: new Set(members.map((m) => m.client)).size > 1 });
   }
 
   /** An old-form route: one member, whose session a later route may leave out (kept). */
@@ -202,8 +204,7 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
    */
   pick(id: string, self: number, cluster: boolean): Target<T> | null {
     const route = this.routes.get(id);
-    const here = (this.tunnels.get(id) ?? []).filter((t) => !t.closed);
-    if (!route || route.members.length <= 1 || (here.length === 0 && this.leaving.has(id) && !cluster)) {
+    if (!route || route.members.length <= 1) {
       // One member (the common case): no grouping, no load to compare.
       const t = this.local(id);
       if (t) return { kind: 'here', tunnel: t, client: t.spec.sessionId };
@@ -212,6 +213,7 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
       if (m.shard !== undefined) return m.shard === self ? null : { kind: 'shard', shard: m.shard, session: m.session, client: m.client };
       return cluster && m.node !== undefined ? { kind: 'node', url: m.node, session: m.session, client: m.client } : null;
     }
+    const here = (this.tunnels.get(id) ?? []).filter((t) => !t.closed);
     const nearest = new Map<string, { target: Target<T>; rank: number; load: number }>();
     const offer = (client: string, target: Target<T>, rank: number, load: number): void => {
       const had = nearest.get(client);
@@ -248,8 +250,7 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
 
   /** Whether `id` has several clients (a pool): only then are loads and refusals kept. */
   pooled(id: string): boolean {
-    const members = this.routes.get(id)?.members;
-    return members !== undefined && new Set(members.map((m) => m.client)).size > 1;
+    return this.routes.get(id)?.pooled ?? false;
   }
 
   /** A stream to a member elsewhere began / ended (the pick's load). */
