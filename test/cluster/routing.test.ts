@@ -10,6 +10,8 @@ import { listen, type Local } from '../tunnel/helpers.js';
 import { lanePorts } from '../helpers/ports.js';
 import { startServer } from '../helpers/server.js';
 import { WsClient, WsRefused } from '../../src/client/ws-client.js';
+import { linkToken } from '../../src/cluster/node-links.js';
+import { decodeEach, encode } from '../../src/protocol/codec.js';
 
 const TCP = lanePorts(20);
 
@@ -211,6 +213,33 @@ test('a link is refused without the cluster\'s token; a node without --node-url 
   } finally {
     await single.stop();
   }
+});
+
+test('a node holding the token but sending malformed link messages loses its link; the node it dialled serves on', async () => {
+  await tunnelOnA('xlinkabuse');
+  await routedEverywhere('xlinkabuse');
+  const a = cluster.nodes[0]!;
+  const [row] = await cluster.db.sql<{ secret: Buffer }[]>`select secret from server_secrets where name = 'cluster-link'`;
+  const token = linkToken(Buffer.from(row!.secret));
+  // Envelopes of the right shape with nonsense inside: each is answered or dropped, the link stays.
+  const ws = await WsClient.connect(`${a.nodeUrl}/cluster/v1/link`, { authorization: `Bearer ${token}` }, 1 << 20, 5_000);
+  const answers: unknown[] = [];
+  ws.on('message', (m) => decodeEach(m, (v) => answers.push(v)));
+  for (const m of [
+    { type: 'x-open', xid: 'one', tunnelId: 7, head: null },
+    { type: 'x-open', xid: 2, tunnelId: 'xlinkabuse', head: { kind: 'udp' } },
+    { type: 'x-open', xid: 3, tunnelId: 'nobody', head: { kind: 'http', method: 'GET', target: '/', headers: [], upgrade: false, end: true } },
+    { type: 'x-data', xid: 99, bytes: 'not bytes' },
+    { type: 'x-credit', xid: -5, bytes: -1 },
+    { type: 'no-such-type', xid: 1 },
+  ]) ws.send(encode({ k: 't', m }));
+  await eventually(() => answers.some((v) => JSON.stringify(v).includes('no-tunnel')), 3_000, 'the unknown tunnel answered no-tunnel');
+  assert.not.ok(ws.isClosed, 'well-framed nonsense costs the link nothing');
+  // Bytes that are no envelope at all: the link goes.
+  const closed = new Promise<void>((r) => ws.once('close', () => r()));
+  ws.send(Buffer.from([0x92, 0x01])); // an array of two that ends after one
+  await withDeadline(closed, 5_000, 'a link sending garbage is closed');
+  for (const node of cluster.nodes) assert.is((await visitNode(node, 'xlinkabuse', { path: '/ping' })).status, 200, `${node.nodeUrl} serves on`);
 });
 
 test('GET /tunnels answers for the whole cluster, through any node', async () => {
