@@ -176,6 +176,9 @@ test('a TCP tunnel\'s port answers on every node, byte-exact both ways, with hal
           new Promise<Buffer | null>((resolve) => {
             const sock = net.connect({ host: node.address, port, allowHalfOpen: true });
             const parts: Buffer[] = [];
+            // An attempt that hears nothing for 5 s fails (and the next one tries), instead of waiting forever.
+            const stall = setTimeout(() => (sock.destroy(), resolve(null)), 5_000);
+            sock.on('close', () => clearTimeout(stall));
             sock.on('error', () => resolve(null));
             sock.on('data', (d: Buffer) => parts.push(d));
             sock.on('end', () => {
@@ -184,7 +187,7 @@ test('a TCP tunnel\'s port answers on every node, byte-exact both ways, with hal
             });
             sock.on('connect', () => sock.end(payload));
           }),
-        5_000,
+        15_000,
         `port ${port} at ${node.nodeUrl}`,
       );
       assert.ok(got!.equals(payload), `echo through ${node.nodeUrl} byte-exact (${got!.length} of ${payload.length})`);
