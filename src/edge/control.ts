@@ -2,6 +2,7 @@ import type { Socket } from 'node:net';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
 import { WsConnection, websocketAccept } from '../protocol/ws-connection.js';
+import { WS_CLOSE } from '../protocol/ws-frames.js';
 import { headerOf, type Exchange, type FrontConnection } from './front-connection.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import type { VisitorResponse } from './visitor-response.js';
@@ -10,6 +11,7 @@ import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
 import { burrowVersion } from '../version.js';
 import type { HandshakeGate } from './handshake-gate.js';
+import { TokenBucket } from '../protocol/token-bucket.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, RESUME_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
@@ -41,6 +43,8 @@ export interface ControlHost {
   /** The client gave a tunnel up while streams were open: no new stream reaches it; ended() follows when they are done. */
   leaving(actor: TunnelActor): void;
   connections: Set<ControlConnection>;
+  /** The same connections by user id, for the per-user bound on unread output. */
+  connectionsByUser: Map<string, Set<ControlConnection>>;
   /** True once the shard drains (shutdown): new control connections are refused. */
   draining?: () => boolean;
   /** Bounds the handshakes in progress: a reconnect storm is shed with 503 (handshake-gate.ts). */
@@ -63,15 +67,31 @@ const LEAVE_TIMEOUT_MS = 30_000;
 /** How long the registry may take to count a new control connection. */
 const ADMIT_TIMEOUT_MS = 10_000;
 /**
- * Frames the client has not read yet. Each stream's request bytes are bounded by its 2 MiB
- * window, so a slow but reading client may hold several windows (16 concurrent 1 MiB uploads
- * over TLS must pass); one that stopped reading must not keep what visitors send for it. Past
- * STALLED_UNREAD_BYTES the socket must drain within STALL_MS, past MAX_UNREAD_BYTES at once,
- * or the connection is closed: long before the heartbeat (3 intervals) would notice.
+ * Frames the client has not read yet, counted as ws.unreadCost (bytes and a cost per queued
+ * chunk). Each stream's request bytes are bounded by its 2 MiB window, so a slow but reading
+ * client may hold several windows (16 concurrent 1 MiB uploads over TLS must pass); one that
+ * stopped reading must not keep what visitors send for it. Past STALLED_UNREAD_BYTES the edge
+ * stops reading the connection (whatever the client sends then waits in its kernel buffers),
+ * and the client must read half of it within STALL_MS; past MAX_UNREAD_BYTES the connection is
+ * closed at once: long before the heartbeat (3 intervals) would notice.
  */
 const STALLED_UNREAD_BYTES = 4 * 1024 * 1024;
 const STALL_MS = 2_000;
 const MAX_UNREAD_BYTES = 24 * 1024 * 1024;
+/**
+ * All the control connections of one user on this shard together: 32 connections of one user
+ * that each stay under the per-connection bounds must not hold 32 of them. Summed only for a
+ * connection that already holds USER_CHECK_FROM_BYTES, so the common write pays one comparison.
+ */
+const MAX_USER_UNREAD_BYTES = 32 * 1024 * 1024;
+const USER_CHECK_FROM_BYTES = 1024 * 1024;
+/**
+ * Frames that cost the edge an answer (Ping, Open, Close, and WebSocket Pings): a client sends a
+ * Ping every few seconds and one Open per tunnel when it connects (at most 64). A peer that
+ * sends them faster is closed: each answer is output a non-reading peer makes the edge keep.
+ */
+const ANSWERED_FRAMES_BURST = 256;
+const ANSWERED_FRAMES_PER_S = 32;
 
 export class ControlConnection implements StreamCarrier {
   readonly tunnels = new Map<string, TunnelActor>();
@@ -88,25 +108,31 @@ export class ControlConnection implements StreamCarrier {
   private counted = true;
   lastSeenMs = Date.now();
   private readonly helloTimer: NodeJS.Timeout;
-  /** One frame to the socket (WsConnection joins a loop turn's frames in one send). */
+  /** One frame to the socket (WsConnection joins a loop turn's frames in one write). */
   private write(bytes: Uint8Array): boolean {
     this.ws.send(bytes);
-    const unread = this.ws.bufferedBytes;
+    const unread = this.ws.unreadCost;
+    if (unread < USER_CHECK_FROM_BYTES) return true;
     if (unread > MAX_UNREAD_BYTES) {
       this.fail('the client does not read its control connection');
       return false;
     }
-    if (unread > STALLED_UNREAD_BYTES && this.stallTimer === null) {
-      this.stallTimer = setTimeout(() => {
-        this.stallTimer = null;
-        if (this.ws.bufferedBytes > STALLED_UNREAD_BYTES) this.fail('the client does not read its control connection');
-      }, STALL_MS);
-      this.stallTimer.unref();
+    if (this.userUnreadCost() > MAX_USER_UNREAD_BYTES) {
+      this.fail(`the user's clients do not read their control connections (over ${MAX_USER_UNREAD_BYTES >> 20} MiB unread on this server thread)`);
+      return false;
     }
     return true;
   }
-  /** Armed while more than STALLED_UNREAD_BYTES wait; a drain disarms it. */
+
+  private userUnreadCost(): number {
+    let sum = 0;
+    for (const c of this.host.connectionsByUser.get(this.principal.userId) ?? []) sum += c.ws.unreadCost;
+    return sum;
+  }
+
+  /** Armed while the edge stops reading (reads paused); reading again disarms it. */
   private stallTimer: NodeJS.Timeout | null = null;
+  private readonly answerBudget: TokenBucket;
 
   constructor(
     readonly ws: WsConnection,
@@ -115,12 +141,23 @@ export class ControlConnection implements StreamCarrier {
     readonly ip: string,
     /** Handed to the client in Welcome, for its next handshake. */
     private readonly resumeTicket: string | null,
+    /** Shared with the WebSocket, which spends it on Pings (answeredFramesBudget()). */
+    budget: TokenBucket = answeredFramesBudget(),
   ) {
     this.helloTimer = setTimeout(() => {
       if (!this.helloDone) this.fatal({ code: 'bad-request', message: `no hello within ${HELLO_TIMEOUT_MS} ms`, permanent: false });
     }, HELLO_TIMEOUT_MS);
     this.armExpiry();
-    ws.on('drain', () => {
+    this.answerBudget = budget;
+    ws.on('readsPaused', () => {
+      if (this.stallTimer) return;
+      this.stallTimer = setTimeout(() => {
+        this.stallTimer = null;
+        this.fail('the client does not read its control connection');
+      }, STALL_MS);
+      this.stallTimer.unref();
+    });
+    ws.on('readsResumed', () => {
       if (this.stallTimer) clearTimeout(this.stallTimer);
       this.stallTimer = null;
     });
@@ -228,7 +265,8 @@ export class ControlConnection implements StreamCarrier {
   onMessage(message: Buffer): void {
     // What arrived in the same read as the frame that ended us may still be delivered.
     if (this.closed) return;
-    this.lastSeenMs = Date.now();
+    const now = Date.now();
+    this.lastSeenMs = now;
     let frame: Frame;
     try {
       frame = decodeFrame(message);
@@ -239,6 +277,13 @@ export class ControlConnection implements StreamCarrier {
     }
     if (!this.helloDone && frame[0] !== F.Hello) {
       this.fatal({ code: 'bad-request', message: 'the first frame must be a hello', permanent: true }, WS_PROTOCOL_ERROR);
+      return;
+    }
+    const type = frame[0];
+    if ((type === F.Ping || type === F.Open || type === F.Close) && !this.answerBudget.take(now)) {
+      this.host.log.warn({ ip: this.ip, user: this.principal.userId }, 'control connection sends Ping, Open and Close frames too fast: closing it');
+      const message = `more than ${ANSWERED_FRAMES_BURST} Ping, Open and Close frames at once (${ANSWERED_FRAMES_PER_S}/s on average)`;
+      this.fatal({ code: 'bad-request', message, permanent: false }, WS_POLICY);
       return;
     }
     switch (frame[0]) {
@@ -416,6 +461,11 @@ export class ControlConnection implements StreamCarrier {
   }
 }
 
+/** The budget of one control connection's answered frames (its protocol and its WebSocket's Pings). */
+export function answeredFramesBudget(): TokenBucket {
+  return new TokenBucket(ANSWERED_FRAMES_BURST, ANSWERED_FRAMES_PER_S);
+}
+
 export function refusalOf(err: unknown): Refusal {
   if (err instanceof ApiError && err.code !== 'internal') {
     const transient = err.code === 'unavailable';
@@ -453,12 +503,19 @@ export function isControlRequest(head: RequestHead): boolean {
 function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: string, principal: Principal, ip: string, ticket: string | null): void {
   const accept = websocketAccept(key);
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
-  const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');
-  const control = new ControlConnection(ws, host, principal, ip, ticket);
+  const budget = answeredFramesBudget();
+  const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server', { pauseReadsOverBytes: STALLED_UNREAD_BYTES, answerBudget: budget });
+  const control = new ControlConnection(ws, host, principal, ip, ticket, budget);
   host.connections.add(control);
+  const mine = host.connectionsByUser.get(principal.userId) ?? new Set<ControlConnection>();
+  host.connectionsByUser.set(principal.userId, mine.add(control));
   ws.on('message', (m) => control.receive(m));
-  ws.on('close', () => {
+  ws.on('close', (code, reason) => {
+    // Closed by the WebSocket layer itself (a frame it refused, too many Pings): say why.
+    if (!control.isClosed && code !== WS_CLOSE.Abnormal) host.log.warn({ ip, user: principal.userId, code, reason }, 'closing control connection');
     host.connections.delete(control);
+    mine.delete(control);
+    if (mine.size === 0 && host.connectionsByUser.get(principal.userId) === mine) host.connectionsByUser.delete(principal.userId);
     try {
       control.onClosed();
     } catch (err) {

@@ -155,6 +155,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     ctx,
     log,
     connections,
+    connectionsByUser: new Map(),
     revocations: () => revocations,
     draining: () => draining,
     handshakes: new HandshakeGate(handshakeBound(ctx.config.workers)),

@@ -1,16 +1,31 @@
 import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { EventEmitter } from 'node:events';
+import type { TokenBucket } from './token-bucket.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsHeader, parseClosePayload } from './ws-frames.js';
 
 // One end of a WebSocket on a raw socket (binary messages): the tunnel client's control socket
 // (client/ws-client.ts, role 'client') and the edge's end of it (edge/control-socket.ts, role
 // 'server'). Framing is ws-frames.ts; this adds message reassembly (bounded), ping/pong, the
-// close handshake and one writev per loop turn.
+// close handshake and one write per loop turn.
 
 /** How long a closed connection waits for the peer to close its side. */
 const CLOSE_LINGER_MS = 2_000;
 const NO_PAYLOAD = new Uint8Array(0);
+/**
+ * Frames and payloads smaller than this are copied into one buffer per loop turn; larger
+ * payloads are written as they are (no copy), each a chunk of the socket's queue.
+ */
+const JOIN_BELOW_BYTES = 4096;
+/**
+ * What one chunk waiting in a socket's write queue holds beyond its bytes: its Buffer and the
+ * stream's queue entry (measured: ~170 B of heap, ~270 B of RSS for a 6-byte chunk). Tiny
+ * frames counted by their bytes alone let a peer that never reads grow the process by 400 MiB
+ * while the count said a few MiB.
+ */
+export const CHUNK_OVERHEAD_BYTES = 256;
+/** What a closed connection still reads (and drops) while it waits for the peer's FIN. */
+const READ_AFTER_CLOSE_BYTES = 64 * 1024;
 
 const WS_GUID = '258EAFA5-E914-47DA-95CA-C5AB0DC85B11';
 
@@ -23,6 +38,22 @@ export interface WsEvents {
   message: [Buffer];
   close: [number, string];
   drain: [];
+  /** Reading stopped: more than `pauseReadsOverBytes` of output waits for the peer. */
+  readsPaused: [];
+  /** Reading went on: the peer read half of it. */
+  readsResumed: [];
+}
+
+export interface WsOptions {
+  /**
+   * Stop reading while this much output (unreadCost) waits for the peer, and go on once half of
+   * it left: whatever a peer sends that costs an answer then waits in its own kernel buffers, not
+   * in ours. Only one end of a connection may set it (the server's), or two ends that both
+   * write much and read little would wait for each other.
+   */
+  pauseReadsOverBytes?: number;
+  /** Every Ping the peer sends spends a token; a peer that runs out is closed (1008). */
+  answerBudget?: TokenBucket;
 }
 
 export class WsConnection extends EventEmitter<WsEvents> {
@@ -41,8 +72,11 @@ export class WsConnection extends EventEmitter<WsEvents> {
     head: Buffer,
     private readonly maxMessageBytes: number,
     role: 'client' | 'server',
+    opts: WsOptions = {},
   ) {
     super();
+    this.pauseReadsOver = opts.pauseReadsOverBytes ?? Infinity;
+    this.answerBudget = opts.answerBudget ?? null;
     this.masked = role === 'client';
     this.decoder = new WsDecoder({ maxPayloadBytes: maxMessageBytes, expectMasked: role === 'server' });
     socket.setNoDelay(true);
@@ -58,29 +92,47 @@ export class WsConnection extends EventEmitter<WsEvents> {
   /** Sends one binary message; false when the socket's buffer is over its high-water mark. */
   send(payload: Uint8Array): boolean {
     if (this.closed) return false;
-    this.corkTick();
-    return this.writeFrame(WS_OP.Binary, payload);
+    this.writeFrame(WS_OP.Binary, payload);
+    return this.bufferedBytes < this.socket.writableHighWaterMark;
   }
 
-  /** Sends one binary message made of two buffers (a frame head and a payload), no copy. */
+  /** Sends one binary message made of two buffers (a frame head and a payload); a large payload is not copied. */
   sendParts(head: Uint8Array, payload: Uint8Array): boolean {
     if (this.closed) return false;
-    this.corkTick();
-    this.writeHeader(WS_OP.Binary, head.byteLength + payload.byteLength);
-    this.socket.write(head);
-    return this.socket.write(payload);
+    this.put(encodeWsHeader(WS_OP.Binary, head.byteLength + payload.byteLength, this.masked));
+    this.put(head);
+    this.put(payload);
+    return this.bufferedBytes < this.socket.writableHighWaterMark;
   }
 
   /**
-   * Frames written in one loop turn leave in one writev: the socket stays corked until
-   * setImmediate (libuv's check phase, after every socket read of this turn). With nextTick,
-   * each local response read was its own write; per turn, 64 concurrent requests measured
-   * 12.4k -> 15.9k req/s and a small request beside a bulk download 10.5 -> 5.2 ms p50.
+   * Frames written in one loop turn leave in one write, at setImmediate (libuv's check phase,
+   * after every socket read of this turn): the small ones joined into one buffer, large payloads
+   * beside it in the same writev (the socket is corked meanwhile). With nextTick, each local
+   * response read was its own write; per turn, 64 concurrent requests measured 12.4k -> 15.9k
+   * req/s and a small request beside a bulk download 10.5 -> 5.2 ms p50. Joined, a turn of many
+   * small frames is one chunk in the socket's queue, not two per frame.
    */
   private corked = false;
+  private joined: Uint8Array[] = [];
+  private joinedBytes = 0;
+  /** Chunks handed to the socket whose write has not completed (each costs CHUNK_OVERHEAD_BYTES). */
+  private chunksQueued = 0;
+  /** A Ping's answer, sent once per turn for the latest Ping (RFC 6455 section 5.5.3 allows it). */
+  private pendingPong: Buffer | null = null;
+  private readonly pauseReadsOver: number;
+  private readonly answerBudget: TokenBucket | null;
+  private readsPaused = false;
+  private readAfterClose = 0;
   private readonly uncork = (): void => {
+    if (!this.corked) return;
     this.corked = false;
+    this.flushJoined();
     this.socket.uncork();
+  };
+  private readonly written = (): void => {
+    this.chunksQueued--;
+    if (this.readsPaused && this.unreadCost <= this.pauseReadsOver / 2) this.resumeReads();
   };
   private corkTick(): void {
     if (this.corked) return;
@@ -89,11 +141,41 @@ export class WsConnection extends EventEmitter<WsEvents> {
     setImmediate(this.uncork);
   }
 
+  /** Queues a piece of this turn's output (corking the socket until the turn ends). */
+  private put(piece: Uint8Array): void {
+    this.corkTick();
+    if (piece.byteLength < JOIN_BELOW_BYTES) {
+      this.joined.push(piece);
+      this.joinedBytes += piece.byteLength;
+      return;
+    }
+    this.flushJoined();
+    this.writeChunk(piece);
+  }
+
+  private flushJoined(): void {
+    if (this.pendingPong) {
+      const pong = this.pendingPong;
+      this.pendingPong = null;
+      this.joined.push(encodeWsHeader(WS_OP.Pong, pong.byteLength, this.masked), pong);
+      this.joinedBytes += pong.byteLength + 2;
+    }
+    const n = this.joined.length;
+    if (n === 0) return;
+    const chunk = n === 1 ? this.joined[0]! : Buffer.concat(this.joined, this.joinedBytes);
+    this.joined = [];
+    this.joinedBytes = 0;
+    this.writeChunk(chunk);
+  }
+
+  private writeChunk(chunk: Uint8Array): void {
+    this.chunksQueued++;
+    this.socket.write(chunk, this.written);
+  }
+
   /** Sends what this turn corked now: for a frame that must leave before something else answers. */
   flush(): void {
-    if (!this.corked) return;
-    this.corked = false;
-    this.socket.uncork(); // the pending setImmediate finds nothing corked, or this turn's next cork
+    this.uncork(); // the pending setImmediate finds nothing corked, or this turn's next cork
   }
 
   /** The connection ended (a close frame either way, or the socket went). */
@@ -101,26 +183,34 @@ export class WsConnection extends EventEmitter<WsEvents> {
     return this.closed;
   }
 
+  /** Bytes written and not yet taken by the kernel (this turn's included). */
   get bufferedBytes(): number {
-    return this.socket.writableLength;
+    return this.socket.writableLength + this.joinedBytes;
   }
 
-  private writeFrame(op: number, payload: Uint8Array): boolean {
-    const n = payload.byteLength;
-    this.writeHeader(op, n);
-    if (n === 0) return !this.socket.writableNeedDrain;
-    return this.socket.write(payload);
+  /** What the output waiting for the peer holds in memory: its bytes and a cost per queued chunk. */
+  get unreadCost(): number {
+    return this.socket.writableLength + this.joinedBytes + this.chunksQueued * CHUNK_OVERHEAD_BYTES;
   }
 
-  private writeHeader(op: number, n: number): void {
-    this.socket.write(encodeWsHeader(op, n, this.masked));
+  private writeFrame(op: number, payload: Uint8Array): void {
+    this.put(encodeWsHeader(op, payload.byteLength, this.masked));
+    if (payload.byteLength > 0) this.put(payload);
   }
 
   close(code = 1000, reason = ''): void {
     if (this.closed) return;
     this.writeFrame(WS_OP.Close, encodeClosePayload(code, reason));
+    this.flush();
     this.socket.end();
     this.finish(code, reason);
+  }
+
+  private resumeReads(): void {
+    this.readsPaused = false;
+    if (this.closed) return;
+    this.socket.resume();
+    this.emit('readsResumed');
   }
 
   destroy(): void {
@@ -131,6 +221,9 @@ export class WsConnection extends EventEmitter<WsEvents> {
   private finish(code: number, reason: string): void {
     if (this.closed) return;
     this.closed = true;
+    this.joined = [];
+    this.joinedBytes = 0;
+    this.pendingPong = null;
     // After a close frame the socket ends gracefully, so what was written (the close, and the
     // frames before it) still leaves; a peer that never closes its side is cut after a while.
     if (this.socket.writableEnded) setTimeout(() => this.socket.destroy(), CLOSE_LINGER_MS).unref();
@@ -141,11 +234,17 @@ export class WsConnection extends EventEmitter<WsEvents> {
   /** A Ping frame (the peer answers Pong, which refreshes lastSeenMs). */
   ping(): void {
     if (this.closed) return;
-    this.corkTick();
     this.writeFrame(WS_OP.Ping, NO_PAYLOAD);
   }
 
   private onData(d: Buffer): void {
+    if (this.closed) {
+      // After our close frame only the peer's close and FIN are awaited: a little more is read
+      // and dropped; a peer that keeps sending is not read at all (CLOSE_LINGER_MS cuts it).
+      this.readAfterClose += d.length;
+      if (this.readAfterClose > READ_AFTER_CLOSE_BYTES) this.socket.pause();
+      return;
+    }
     this.lastSeenMs = Date.now();
     this.decoder.push(d);
     try {
@@ -153,6 +252,11 @@ export class WsConnection extends EventEmitter<WsEvents> {
     } catch (err) {
       if (!(err instanceof WsFrameError)) throw err;
       this.close(err.closeCode, err.message);
+    }
+    if (!this.closed && !this.readsPaused && this.unreadCost > this.pauseReadsOver) {
+      this.readsPaused = true;
+      this.socket.pause();
+      this.emit('readsPaused');
     }
   }
 
@@ -162,13 +266,19 @@ export class WsConnection extends EventEmitter<WsEvents> {
     const { op, fin, payload } = frame;
     switch (op) {
       case WS_OP.Ping:
-        this.writeFrame(WS_OP.Pong, payload);
+        if (this.answerBudget && !this.answerBudget.take(this.lastSeenMs)) {
+          throw new WsFrameError(WS_CLOSE.Policy, `more than ${this.answerBudget.burst} frames that need an answer at once (${this.answerBudget.perSecond}/s)`);
+        }
+        // A flood of Pings costs one Pong a turn, not one each.
+        this.pendingPong = Buffer.from(payload);
+        this.corkTick();
         return true;
       case WS_OP.Pong:
         return true;
       case WS_OP.Close: {
         const { code, reason } = parseClosePayload(payload);
         this.writeFrame(WS_OP.Close, payload.subarray(0, 2));
+        this.flush();
         this.socket.end();
         this.finish(code, reason);
         return false;

@@ -25,6 +25,7 @@ export const WS_CLOSE = {
   /** Only ever reported locally: the connection dropped without a close frame. */
   Abnormal: 1006,
   InvalidPayload: 1007,
+  Policy: 1008,
   TooBig: 1009,
 } as const;
 
