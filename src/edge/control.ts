@@ -121,7 +121,23 @@ export class ControlConnection implements StreamCarrier {
       this.fail(`the user's clients do not read their control connections (over ${MAX_USER_UNREAD_BYTES >> 20} MiB unread on this server thread)`);
       return false;
     }
+    if (unread > STALLED_UNREAD_BYTES) this.armStall();
     return true;
+  }
+
+  /** The client must read half of what waits within STALL_MS, or the connection ends. */
+  private armStall(): void {
+    if (this.stallTimer) return;
+    this.stallTimer = setTimeout(() => {
+      this.stallTimer = null;
+      if (this.ws.unreadCost > STALLED_UNREAD_BYTES / 2) this.fail('the client does not read its control connection');
+    }, STALL_MS);
+    this.stallTimer.unref();
+  }
+
+  private disarmStall(): void {
+    if (this.stallTimer) clearTimeout(this.stallTimer);
+    this.stallTimer = null;
   }
 
   private userUnreadCost(): number {
@@ -130,7 +146,7 @@ export class ControlConnection implements StreamCarrier {
     return sum;
   }
 
-  /** Armed while the edge stops reading (reads paused); reading again disarms it. */
+  /** Armed while over STALLED_UNREAD_BYTES wait (or reads are paused); reading half of it disarms it. */
   private stallTimer: NodeJS.Timeout | null = null;
   private readonly answerBudget: TokenBucket;
 
@@ -149,18 +165,9 @@ export class ControlConnection implements StreamCarrier {
     }, HELLO_TIMEOUT_MS);
     this.armExpiry();
     this.answerBudget = budget;
-    ws.on('readsPaused', () => {
-      if (this.stallTimer) return;
-      this.stallTimer = setTimeout(() => {
-        this.stallTimer = null;
-        this.fail('the client does not read its control connection');
-      }, STALL_MS);
-      this.stallTimer.unref();
-    });
-    ws.on('readsResumed', () => {
-      if (this.stallTimer) clearTimeout(this.stallTimer);
-      this.stallTimer = null;
-    });
+    ws.on('readsPaused', () => this.armStall());
+    ws.on('readsResumed', () => this.disarmStall());
+    ws.on('drain', () => this.disarmStall());
   }
 
   get isClosed(): boolean {
