@@ -502,6 +502,9 @@ export function isControlRequest(head: RequestHead): boolean {
   return (q < 0 ? head.target : head.target.slice(0, q)) === '/tunnel/v1/connect';
 }
 
+/** The close codes of a WebSocket that failed (ws-connection.ts closes with them). */
+const WS_ERRORS = new Set<number>([WS_CLOSE.ProtocolError, WS_CLOSE.InvalidPayload, WS_CLOSE.Policy, WS_CLOSE.TooBig]);
+
 /**
  * The 101 and the ControlConnection on an admitted handshake's socket. A function of its own,
  * so the listeners it leaves on the connection close over these values only, not over the
@@ -519,7 +522,7 @@ function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: strin
   ws.on('message', (m) => control.receive(m));
   ws.on('close', (code, reason) => {
     // Closed by the WebSocket layer itself (a frame it refused, too many Pings): say why.
-    if (!control.isClosed && code !== WS_CLOSE.Abnormal) host.log.warn({ ip, user: principal.userId, code, reason }, 'closing control connection');
+    if (!control.isClosed && WS_ERRORS.has(code)) host.log.warn({ ip, user: principal.userId, code, reason }, 'closing control connection');
     host.connections.delete(control);
     mine.delete(control);
     if (mine.size === 0 && host.connectionsByUser.get(principal.userId) === mine) host.connectionsByUser.delete(principal.userId);

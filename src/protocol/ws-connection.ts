@@ -157,8 +157,9 @@ export class WsConnection extends EventEmitter<WsEvents> {
     if (this.pendingPong) {
       const pong = this.pendingPong;
       this.pendingPong = null;
-      this.joined.push(encodeWsHeader(WS_OP.Pong, pong.byteLength, this.masked), pong);
-      this.joinedBytes += pong.byteLength + 2;
+      const head = encodeWsHeader(WS_OP.Pong, pong.byteLength, this.masked);
+      this.joined.push(head, pong);
+      this.joinedBytes += head.byteLength + pong.byteLength;
     }
     const n = this.joined.length;
     if (n === 0) return;

@@ -52,6 +52,39 @@ test('1,000 Pings in one read get one Pong, for the latest Ping', async () => {
   }
 });
 
+test('Pongs either way leave the stream whole: messages around them arrive intact', async () => {
+  let resolveServer!: (ws: WsConnection) => void;
+  const accepted = new Promise<WsConnection>((r) => (resolveServer = r));
+  const srv = net.createServer((s) => resolveServer(new WsConnection(s, Buffer.alloc(0), 1 << 20, 'server')));
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const sock = net.connect((srv.address() as net.AddressInfo).port, '127.0.0.1');
+  await new Promise<void>((r) => sock.once('connect', () => r()));
+  // The client end masks its frames (a 6-byte head for a Pong), the server end does not.
+  const client = new WsConnection(sock, Buffer.alloc(0), 1 << 20, 'client');
+  const server = await accepted;
+  const got: { client: string[]; server: string[] } = { client: [], server: [] };
+  client.on('message', (m) => got.client.push(m.toString()));
+  server.on('message', (m) => got.server.push(m.toString()));
+  try {
+    for (let i = 0; i < 20; i++) {
+      client.ping();
+      server.ping();
+      client.send(Buffer.from(`c${i}`));
+      server.send(Buffer.from(`s${i}`));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    const want = (p: string): string[] => Array.from({ length: 20 }, (_, i) => `${p}${i}`);
+    await eventually(() => got.client.length === 20 && got.server.length === 20, 3_000, 'every message');
+    assert.equal(got.client, want('s'));
+    assert.equal(got.server, want('c'));
+    assert.not.ok(client.isClosed || server.isClosed, 'both ends open');
+  } finally {
+    client.destroy();
+    server.destroy();
+    srv.close();
+  }
+});
+
 test('a peer that spends its answer budget on Pings is closed with 1008', async () => {
   const { server, raw, close } = await serverAnd({ answerBudget: new TokenBucket(50, 1) });
   const frames = framesOf(raw);

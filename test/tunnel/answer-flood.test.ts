@@ -112,16 +112,23 @@ for (const [name, bytes] of Object.entries(FLOODS)) {
   });
 }
 
-test('after the floods, a client connects again and SIGTERM ends burrowd with exit 0', async () => {
+test('after the floods a client connects again, and SIGTERM in the middle of another flood ends burrowd with exit 0', async () => {
   // Another user: the flooded Opens spent the attacker's registrations of this minute.
   const user = await createUser(server);
   const peer = await rawPeer(server.url, await createKeyFor(server, user.id, { scopes: ['tunnels'] }));
   const opened = await peer.open({ type: 'http', id: 'after-flood' });
   assert.is(opened[0], F.Opened, JSON.stringify(opened));
-  peer.ws.destroy();
+  // The attacker's connections, not read, some holding unread output the edge wrote them.
+  const attackers = await Promise.all(Array.from({ length: CONNECTIONS }, () => rawPeer(server.url, server.adminKey)));
+  for (const p of attackers) p.ws.socket.pause();
+  const floods = Promise.all(attackers.map((p, i) => flood(p, i % 2 ? FLOODS['websocket ping']! : FLOODS.ping!, Date.now() + 10_000)));
+  await new Promise((r) => setTimeout(r, 200));
   victim.stop();
   const code = await withDeadline(server.stop(), 20_000, 'burrowd stops');
   assert.is(code, 0);
+  for (const p of attackers) p.ws.destroy();
+  peer.ws.destroy();
+  await floods;
 });
 
 test.run();
