@@ -30,6 +30,11 @@ test.before(async () => {
         return 'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\n\r\n';
       case '/chunked':
         return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n${head ? '' : '5\r\nhello\r\n0\r\n\r\n'}`;
+      case '/ws-cookies':
+        // A WebSocket origin that tosses cookies at the base domain and at another tunnel.
+        return 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n'
+          + 'Set-Cookie: base=1; Domain=localhost; Path=/\r\nSet-Cookie: dotted=2; domain=.localhost\r\nSet-Cookie: other=3; Path=/; Domain=victim.localhost\r\n'
+          + `Set-Cookie: own=4; Domain=${host.split(':')[0]}\r\n\r\n`;
       case '/len':
         return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n${head ? '' : 'hello'}`;
       default:
@@ -97,6 +102,16 @@ test('Connection naming Host or Content-Length never strips them; X-Real-IP come
   assert.not.ok(lines.some((l) => l.startsWith('x-drop:')), got[0]!.head);
   assert.equal(lines.filter((l) => l.startsWith('x-real-ip:')), ['x-real-ip: 127.0.0.1']);
   assert.not.ok(got[0]!.head.includes('6.6.6.6'));
+});
+
+test('Set-Cookie on a WebSocket 101 follows the host-only rule: no Domain of the base domain or another tunnel', async () => {
+  const upgrade = `GET /ws-cookies HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`;
+  const x = await exchange(server.port, upgrade, { until: (t) => t.includes('\r\n\r\n') });
+  assert.match(x.text, /^HTTP\/1\.1 101 /, x.text);
+  const head = x.text.slice(0, x.text.indexOf('\r\n\r\n'));
+  const cookies = head.split('\r\n').filter((l) => /^set-cookie:/i.test(l)).map((l) => l.slice(l.indexOf(':') + 1).trim());
+  assert.equal(cookies, ['base=1; Path=/', 'dotted=2', 'other=3; Path=/', `own=4; Domain=${host.split(':')[0]}`]);
+  assert.match(head, /\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=/i, 'the rest of the 101 goes out as sent');
 });
 
 test('Content-Length past 2^53: 413 problem+json, nothing reaches the origin; 10 digits stream on', async () => {
