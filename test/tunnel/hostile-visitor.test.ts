@@ -35,6 +35,9 @@ test.before(async () => {
         return 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n'
           + 'Set-Cookie: base=1; Domain=localhost; Path=/\r\nSet-Cookie: dotted=2; domain=.localhost\r\nSet-Cookie: other=3; Path=/; Domain=victim.localhost\r\n'
           + `Set-Cookie: own=4; Domain=${host.split(':')[0]}\r\n\r\n`;
+      case '/h2c':
+        // As an h2c server does: it switches when asked, then reads HTTP/2 from the visitor.
+        return /\r\nupgrade:[^\r]*h2c/i.test(req.head) ? 'HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n' : 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain';
       case '/len':
         return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n${head ? '' : 'hello'}`;
       default:
@@ -112,6 +115,34 @@ test('Set-Cookie on a WebSocket 101 follows the host-only rule: no Domain of the
   const cookies = head.split('\r\n').filter((l) => /^set-cookie:/i.test(l)).map((l) => l.slice(l.indexOf(':') + 1).trim());
   assert.equal(cookies, ['base=1; Path=/', 'dotted=2', 'other=3; Path=/', `own=4; Domain=${host.split(':')[0]}`]);
   assert.match(head, /\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=/i, 'the rest of the 101 goes out as sent');
+});
+
+test('Upgrade: h2c never reaches the origin: the request is plain HTTP/1.1 and the connection goes on', async () => {
+  const before = origin.seen.length;
+  const h2c = 'Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n';
+  const x = await sequence(server.port, [{ bytes: req('GET', '/h2c', h2c) }, { bytes: req('GET', '/len') }]);
+  assert.is(x.responses[0]!.status, 200, x.text);
+  assert.is(x.responses[0]!.body.toString(), 'plain');
+  assert.is(x.responses[1]!.status, 200, 'the connection serves the next request');
+  const got = origin.seen.slice(before);
+  const lines = got[0]!.head.split('\r\n').map((l) => l.toLowerCase());
+  assert.not.ok(lines.some((l) => /^(upgrade|http2-settings|connection):/.test(l)), got[0]!.head);
+  // Offered beside a WebSocket: the WebSocket alone is passed on.
+  const both = await exchange(server.port, req('GET', '/h2c', 'Connection: Upgrade\r\nUpgrade: websocket, h2c\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n'));
+  assert.is(both.responses[0]?.status, 200, both.text);
+  const head = origin.seen[origin.seen.length - 1]!.head.toLowerCase();
+  assert.match(head, /\r\nupgrade: websocket\r\n/, head);
+  assert.not.match(head, /upgrade:[^\r]*h2c/, head);
+});
+
+test('client-address headers a CDN would set (True-Client-IP, CF-Connecting-IP, ...) never reach the origin from a visitor', async () => {
+  const before = origin.seen.length;
+  const forged = ['True-Client-IP', 'CF-Connecting-IP', 'Fastly-Client-IP', 'X-Client-IP', 'X-Cluster-Client-IP', 'X-Forwarded-Port', 'X-Forwarded-Ssl'];
+  const x = await exchange(server.port, req('GET', '/forged', forged.map((h) => `${h}: 6.6.6.6\r\n`).join('')));
+  assert.is(x.responses[0]!.status, 200, x.text);
+  const head = origin.seen.slice(before)[0]!.head;
+  assert.not.ok(head.includes('6.6.6.6'), head);
+  assert.match(head.toLowerCase(), /\r\nx-real-ip: 127\.0\.0\.1\r\n/, head);
 });
 
 test('Content-Length past 2^53: 413 problem+json, nothing reaches the origin; 10 digits stream on', async () => {
