@@ -127,6 +127,9 @@ test('Upgrade: h2c never reaches the origin: the request is plain HTTP/1.1 and t
   const got = origin.seen.slice(before);
   const lines = got[0]!.head.split('\r\n').map((l) => l.toLowerCase());
   assert.not.ok(lines.some((l) => /^(upgrade|http2-settings|connection):/.test(l)), got[0]!.head);
+  // Pipelined behind it, in the same packet, the next request is served too.
+  const piped = await exchange(server.port, req('GET', '/h2c', h2c) + req('GET', '/len'), { expect: 2 });
+  assert.equal(piped.responses.map((r) => r.body.toString()), ['plain', 'hello'], piped.text);
   // Offered beside a WebSocket: the WebSocket alone is passed on.
   const both = await exchange(server.port, req('GET', '/h2c', 'Connection: Upgrade\r\nUpgrade: websocket, h2c\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n'));
   assert.is(both.responses[0]?.status, 200, both.text);
