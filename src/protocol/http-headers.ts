@@ -24,15 +24,16 @@ const FORWARDED = new Set([
 
 /**
  * The protocols of a visitor's Upgrade header the edge passes on, comma-separated ('' when
- * none). An upgrade to another HTTP (h2c, h2, HTTP/2.0) is dropped: after its 101 the local service
- * would read the visitor's requests itself, with whatever forwarding headers the visitor wrote,
- * which the edge never sees to replace. Such a request is served as plain HTTP/1.1.
+ * none). An upgrade to another HTTP (h2c, h2, HTTP/2.0, or TLS/1.0 with HTTP inside, RFC 2817)
+ * is dropped: after its 101 the local service would read the visitor's requests itself, with
+ * whatever forwarding headers the visitor wrote, which the edge never sees to replace. A request
+ * offering nothing else is served as plain HTTP/1.1 (RequestParser).
  */
 export function forwardedUpgrade(value: string): string {
   return value
     .split(',')
     .map((t) => t.trim())
-    .filter((t) => t !== '' && !/^(?:h2c?|https?(?:\/.*)?)$/i.test(t))
+    .filter((t) => t !== '' && !/^(?:h2c?|https?(?:\/.*)?|tls(?:\/.*)?)$/i.test(t))
     .join(', ');
 }
 
