@@ -458,9 +458,10 @@ export class RegistryActor {
       while (this.tunnels.has(id) || this.remote.has(id) || this.holds.has(id) || this.reservations.has(id) || tunnelIdProblem(id, this.config.domain));
     }
     const old = this.tunnels.get(id);
-    // Read before addMember ends the hold: a reconnect keeps counting from the first connection.
-    const usedSinceMs = (old?.info.owner_id === m.userId ? old.usedSinceMs : null) ?? this.holds.heldSince(id, m.userId) ?? Date.now();
     const remote = this.remote.get(id);
+    // Read before addMember ends the hold: a reconnect or takeover (here or on another node)
+    // keeps counting from the user's first connection.
+    const usedSinceMs = (old?.info.owner_id === m.userId ? old.usedSinceMs : null) ?? (remote?.user_id === m.userId ? remote.registered_at.getTime() : null) ?? this.holds.heldSince(id, m.userId) ?? Date.now();
     const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type } : null;
     const sameOwner = held !== null && (held.teamId !== null ? held.teamId === teamId : held.userId === m.userId && teamId === null);
     const joinsPool = held !== null && held.pool && m.pool && sameOwner && held.type === m.tunnelType;
