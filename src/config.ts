@@ -81,6 +81,10 @@ export interface Config {
   proxyProtocolFrom: Cidr[];
   /** Seconds an id stays reserved for the user who last held it (0: none). */
   idGraceSecs: number;
+  /** A tunnel's id is held (--id-grace) only once its user has used it this long. */
+  idGraceMinLifetimeSecs: number;
+  /** Ids one user may hold through --id-grace; past it their oldest hold ends. */
+  idGraceMaxPerUser: number;
   /** Live tunnels one user may hold over every connection and shard. */
   maxTunnelsPerUser: number;
   /** Control connections one user may hold over every shard (lanes excluded). */
@@ -189,6 +193,8 @@ export function buildServerCommand(): Command {
     .addOption(opt('--max-connections-per-user <n>', 'tunnel control connections one user may hold over every shard (lanes excluded)').argParser(int('--max-connections-per-user', 1, 1_000_000)).default(32))
     .addOption(opt('--max-registrations-per-minute <n>', 'tunnel Opens one user may make per minute; more are refused (the client retries later)').argParser(int('--max-registrations-per-minute', 1, 1_000_000)).default(120))
     .addOption(opt('--id-grace <duration>', 'a tunnel id stays reserved this long for the user who last held it (0: not at all); another user is refused').argParser(duration).default(86400, '24h'))
+    .addOption(opt('--id-grace-min-lifetime <duration>', 'only an id its user kept this long (over reconnects) is held for --id-grace; a shorter-lived one is free at once').argParser(duration).default(120, '2m'))
+    .addOption(opt('--id-grace-max-per-user <n>', 'ids one user may hold through --id-grace; past it the oldest hold ends and anyone may take that id').argParser(int('--id-grace-max-per-user', 1, 1_000_000)).default(100))
     .addOption(opt('--session-retention <duration|off>', 'closed sessions older than this are deleted, in batches; off keeps them').argParser(durationOrOff).default(90 * 86400, '90d'))
     .addOption(opt('--signup <mode>', 'a new user at browser login: open (created active), deactivated (created deactivated until an admin reactivates them), closed (refused: only users an admin created may log in)').choices(['open', 'deactivated', 'closed']).default('open'))
     .addOption(opt('--github-allowed-orgs <orgs>', 'ORG[,ORG...]: only members of these GitHub organisations may log in through GitHub (asks for the read:org scope)').argParser(nameList('a GitHub organisation name', /^[a-z0-9](?:[a-z0-9-]{0,38})$/)))
@@ -324,6 +330,8 @@ export function configFromOptions(o: Opts): Config {
     proxyProtocol,
     proxyProtocolFrom: (o.proxyProtocolFrom as Cidr[] | undefined) ?? [],
     idGraceSecs: o.idGrace as number,
+    idGraceMinLifetimeSecs: o.idGraceMinLifetime as number,
+    idGraceMaxPerUser: o.idGraceMaxPerUser as number,
     maxTunnelsPerUser: o.maxTunnelsPerUser as number,
     maxConnectionsPerUser: o.maxConnectionsPerUser as number,
     maxRegistrationsPerMinute: o.maxRegistrationsPerMinute as number,

@@ -17,7 +17,7 @@ import { migrate } from './db/migrate.js';
 import { Jobs } from './workers/jobs.js';
 import { ShardSupervisor } from './main-thread/shards.js';
 import { ServerMetrics } from './main-thread/metrics.js';
-import { listenMetrics, type MetricsListener } from './main-thread/metrics-listener.js';
+import { listenMetrics, metricsHostNames, type MetricsListener } from './main-thread/metrics-listener.js';
 import { RegistryActor } from './actors/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
 import { addressGroup } from './protocol/cidr.js';
@@ -161,7 +161,7 @@ await registry.start();
 let metricsListener: MetricsListener | null = null;
 if (config.metricsAddr) {
   try {
-    metricsListener = await listenMetrics(config.metricsAddr.host, config.metricsAddr.port, () => metrics.render(), log);
+    metricsListener = await listenMetrics(config.metricsAddr.host, config.metricsAddr.port, () => metrics.render(), log, metricsHostNames(config));
   } catch (err) {
     // Checked before the data was touched; only a race with another program gets here.
     metricsAddrUnusable(err as NodeJS.ErrnoException);

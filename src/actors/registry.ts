@@ -6,6 +6,7 @@ import { keyLabel } from '../db/api-keys.js';
 import { getMembership, getTeam, memberTeamIdByName } from '../db/teams.js';
 import { getUser } from '../db/users.js';
 import { deleteReservation, listReservations, putReservation, recentHolders } from '../db/tunnel-reservations.js';
+import { IdHolds } from './id-holds.js';
 import type { Reservation } from '../api/schemas.js';
 import type { Config } from '../config.js';
 import type { HandlerAnswer, TunnelInfo, Principal } from '../protocol/messages.js';
@@ -78,12 +79,6 @@ const COUNTS_TIMEOUT_MS = 2_000;
 const ROUTE_ACK_TIMEOUT_MS = 2_000;
 const UUID_RE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-/** The user who last held an id, and until when (ms) it stays theirs (--id-grace). */
-interface Hold {
-  userId: string;
-  untilMs: number;
-}
-
 /** One control connection serving a registration (a pool has several clients; a client of a
  *  cluster has a connection on two nodes: each one a member, with a session of its own). */
 interface Member {
@@ -107,6 +102,8 @@ interface Entry {
   /** several clients may serve it (--pool) */
   pool: boolean;
   registeredAtMs: number;
+  /** since when its owner has used the id (a reconnect within --id-grace carries it on): its hold's lifetime */
+  usedSinceMs: number;
   members: Member[];
 }
 
@@ -114,7 +111,7 @@ type Admit = Extract<TunnelShardToMain, { type: 'tunnel-admit' }>;
 
 export class RegistryActor {
   private readonly tunnels = new Map<string, Entry>();
-  private readonly holds = new Map<string, Hold>();
+  private readonly holds: IdHolds;
   private readonly reservations = new Map<string, Reservation>();
   /** Per user, when their recent Opens were admitted or refused (--max-registrations-per-minute). */
   private readonly opens = new Map<string, number[]>();
@@ -145,6 +142,7 @@ export class RegistryActor {
     private readonly config: Config,
   ) {
     this.stats = new StatsActor(log.child({ actor: 'stats' }), sql);
+    this.holds = new IdHolds({ graceMs: config.idGraceSecs * 1000, minLifetimeMs: config.idGraceMinLifetimeSecs * 1000, maxPerUser: config.idGraceMaxPerUser });
   }
 
   /** Start-up: sessions left open by a crash are closed at their last flush (in a cluster, the
@@ -153,9 +151,10 @@ export class RegistryActor {
     await closeOrphanedSessions(this.sql, this.config.nodeUrl !== null);
     // A restart drops every connection at once: the holds survive it (read from the sessions).
     if (this.config.idGraceSecs > 0) {
-      for (const r of await recentHolders(this.sql, this.config.idGraceSecs)) {
-        this.holds.set(r.tunnel_id, { userId: r.user_id, untilMs: r.disconnected_at.getTime() + this.config.idGraceSecs * 1000 });
+      for (const r of await recentHolders(this.sql, this.config.idGraceSecs, this.config.idGraceMinLifetimeSecs, this.config.idGraceMaxPerUser)) {
+        this.holds.restore(r.tunnel_id, { userId: r.user_id, sinceMs: r.connected_at.getTime(), untilMs: r.disconnected_at.getTime() + this.config.idGraceSecs * 1000 });
       }
+      this.holds.start();
     }
     for (const r of await listReservations(this.sql)) this.reservations.set(r.id, r);
     this.stats.start();
@@ -200,6 +199,7 @@ export class RegistryActor {
   /** Shutdown: every session ends; final flush of counters. */
   async stop(): Promise<void> {
     if (this.pruneTimer) clearInterval(this.pruneTimer);
+    this.holds.stop();
     this.tunnels.clear();
     await this.stats.stop();
   }
@@ -258,10 +258,6 @@ export class RegistryActor {
     }
   }
 
-  private hold(id: string, userId: string): void {
-    if (this.config.idGraceSecs > 0) this.holds.set(id, { userId, untilMs: Date.now() + this.config.idGraceSecs * 1000 });
-  }
-
   /** Who else holds `id` against user `userId`, as a refusal, or null when they may take it. */
   private async claimProblem(id: string, userId: string): Promise<string | null> {
     const r = this.reservations.get(id);
@@ -271,12 +267,7 @@ export class RegistryActor {
       return `tunnel id "${id}" is reserved for a team you are not in`;
     }
     const h = this.holds.get(id);
-    if (!h) return null;
-    if (h.untilMs <= Date.now()) {
-      this.holds.delete(id);
-      return null;
-    }
-    if (h.userId === userId) return null;
+    if (!h || h.userId === userId) return null;
     return `tunnel id "${id}" is held for the user who last used it until ${new Date(h.untilMs).toISOString()} (id grace); an admin can release it`;
   }
 
@@ -468,6 +459,9 @@ export class RegistryActor {
     }
     const old = this.tunnels.get(id);
     const remote = this.remote.get(id);
+    // Read before addMember ends the hold: a reconnect or takeover (here or on another node)
+    // keeps counting from the user's first connection.
+    const usedSinceMs = (old?.info.owner_id === m.userId ? old.usedSinceMs : null) ?? (remote?.user_id === m.userId ? remote.registered_at.getTime() : null) ?? this.holds.heldSince(id, m.userId) ?? Date.now();
     const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type } : null;
     const sameOwner = held !== null && (held.teamId !== null ? held.teamId === teamId : held.userId === m.userId && teamId === null);
     const joinsPool = held !== null && held.pool && m.pool && sameOwner && held.type === m.tunnelType;
@@ -509,6 +503,7 @@ export class RegistryActor {
           access: reg ? reg.access : m.access,
           pool: reg?.pool ?? m.pool,
           registeredAtMs: Date.now(),
+          usedSinceMs,
           members: [],
         };
     this.tunnels.set(id, entry);
@@ -536,7 +531,7 @@ export class RegistryActor {
     const reg = await this.claimInCluster({ id, sessionId, url: '', teamId: null, client: m.member!, mode: { join: m.member! } }, m);
     let entry = this.tunnels.get(id);
     if (!entry) {
-      entry = { info: { id, owner_id: reg.userId, team_id: reg.teamId, remote_port: reg.port, tunnel_type: m.tunnelType, url: reg.url, local_target: m.local }, access: reg.access, pool: reg.pool, registeredAtMs: Date.now(), members: [] };
+      entry = { info: { id, owner_id: reg.userId, team_id: reg.teamId, remote_port: reg.port, tunnel_type: m.tunnelType, url: reg.url, local_target: m.local }, access: reg.access, pool: reg.pool, registeredAtMs: Date.now(), usedSinceMs: this.holds.heldSince(id, reg.userId) ?? Date.now(), members: [] };
       this.tunnels.set(id, entry);
     }
     const laneKey = this.addMember(id, entry, shard, m, sessionId, m.member!);
@@ -643,7 +638,7 @@ export class RegistryActor {
     e.members.splice(i, 1);
     if (e.members.length === 0) {
       this.tunnels.delete(id);
-      this.hold(id, e.info.owner_id);
+      this.holds.ended(id, e.info.owner_id, e.usedSinceMs);
     }
     if (this.cluster) {
       this.touch(id);
@@ -845,7 +840,7 @@ export class RegistryActor {
       }
       if (e.members.length === 0) {
         this.tunnels.delete(id);
-        this.hold(id, e.info.owner_id);
+        this.holds.ended(id, e.info.owner_id, e.usedSinceMs);
       }
     }
     const had = this.remote.get(id);
@@ -854,7 +849,7 @@ export class RegistryActor {
       this.holds.delete(id);
     } else if (had) {
       this.remote.delete(id);
-      if (!this.tunnels.has(id)) this.hold(id, had.user_id);
+      if (!this.tunnels.has(id)) this.holds.ended(id, had.user_id, had.registered_at.getTime());
     }
     this.broadcastRoute(id);
   }

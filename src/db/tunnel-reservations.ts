@@ -31,10 +31,27 @@ export async function deleteReservation(sql: Sql, id: string): Promise<boolean> 
   return (await sql`delete from tunnel_reservations where id = ${id}`).count > 0;
 }
 
-/** Per id, the user of its latest session that ended within `graceSecs`, and when it ended. */
-export async function recentHolders(sql: Sql, graceSecs: number): Promise<{ tunnel_id: string; user_id: string; disconnected_at: Date }[]> {
-  return sql<{ tunnel_id: string; user_id: string; disconnected_at: Date }[]>`
-    select distinct on (tunnel_id) tunnel_id, user_id, disconnected_at from sessions
-    where disconnected_at is not null and disconnected_at > now() - make_interval(secs => ${graceSecs})
-    order by tunnel_id, disconnected_at desc`;
+/**
+ * The --id-grace holds to restore at start-up: per id, the user of its latest session that ended
+ * within `graceSecs`, when it ended, and since when that user used the id (their earliest session
+ * of it that ended within the grace). Only ids used at least `minLifetimeSecs`, and per user the
+ * `maxPerUser` that ended last, as IdHolds keeps them; oldest end first.
+ */
+export async function recentHolders(sql: Sql, graceSecs: number, minLifetimeSecs: number, maxPerUser: number): Promise<{ tunnel_id: string; user_id: string; connected_at: Date; disconnected_at: Date }[]> {
+  return sql<{ tunnel_id: string; user_id: string; connected_at: Date; disconnected_at: Date }[]>`
+    with latest as (
+      select distinct on (tunnel_id) tunnel_id, user_id, disconnected_at from sessions
+      where disconnected_at is not null and disconnected_at > now() - make_interval(secs => ${graceSecs})
+      order by tunnel_id, disconnected_at desc
+    ), used as (
+      select l.tunnel_id, l.user_id, l.disconnected_at, min(s.connected_at) as connected_at
+      from latest l join sessions s on s.tunnel_id = l.tunnel_id and s.user_id = l.user_id
+        and s.disconnected_at > now() - make_interval(secs => ${graceSecs})
+      group by l.tunnel_id, l.user_id, l.disconnected_at
+    ), ranked as (
+      select used.*, row_number() over (partition by user_id order by disconnected_at desc) as n from used
+      where disconnected_at - connected_at >= make_interval(secs => ${minLifetimeSecs})
+    )
+    select tunnel_id, user_id, connected_at, disconnected_at from ranked where n <= ${maxPerUser}
+    order by disconnected_at`;
 }

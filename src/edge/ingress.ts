@@ -1,7 +1,7 @@
 import type { ProblemCode } from '../errors.js';
 import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
-import { requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
+import { hostOnlyCookie, requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
 import type { ClientAddress } from '../http/client-address.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import type { Exchange, FrontConnection } from './front-connection.js';
@@ -155,12 +155,20 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     if (this.res.finished) this.finish();
   }
 
-  /** 101: the origin's own head goes out as sent (Upgrade, Sec-WebSocket-Accept…), then raw bytes. */
+  /**
+   * 101: the origin's own head goes out (Upgrade, Sec-WebSocket-Accept…), then raw bytes. Its
+   * Set-Cookie follows the same host-only rule as any other answer's: a Domain of the base
+   * domain would reach every tunnel and the API host.
+   */
   private switchProtocols(headers: string[]): void {
     countHttpAnswer(101);
     const socket = this.conn.socket;
     let text = 'HTTP/1.1 101 Switching Protocols\r\n';
-    for (let i = 0; i < headers.length; i += 2) text += `${headers[i]}: ${headers[i + 1]}\r\n`;
+    for (let i = 0; i < headers.length; i += 2) {
+      const name = headers[i]!;
+      const value = name.length === 10 && name.toLowerCase() === 'set-cookie' ? hostOnlyCookie(headers[i + 1]!, this.tunnelHost) : headers[i + 1]!;
+      text += `${name}: ${value}\r\n`;
+    }
     this.res.started = true;
     this.relaying = true;
     this.conn.corkTurn();

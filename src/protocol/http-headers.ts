@@ -1,13 +1,41 @@
 // Header rules of the public HTTP ingress (ARCHITECTURE.md "A visitor's HTTP request").
 
-/** Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never forwarded. */
+/**
+ * Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never forwarded.
+ * HTTP2-Settings belongs to an h2c upgrade (RFC 7540 §3.2.1), which is never forwarded.
+ */
 const HOP_BY_HOP = new Set([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
-  'te', 'trailer', 'transfer-encoding', 'upgrade',
+  'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings',
 ]);
 
-/** Forwarding headers the edge sets itself: a visitor's own values are dropped (a trusted proxy's are folded into `ForwardedFrom`). */
-const FORWARDED = new Set(['x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-real-ip', 'forwarded']);
+/**
+ * Headers that say who the client is or how it came: the edge sets the first five itself, and a
+ * visitor's own values of all of them are dropped (a trusted proxy's X-Forwarded-For/-Proto are
+ * folded into `ForwardedFrom`). The others are what CDNs and balancers send, which local
+ * services and their frameworks often believe: from a visitor they would be a forged address.
+ */
+const FORWARDED = new Set([
+  'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-real-ip', 'forwarded',
+  'true-client-ip', 'cf-connecting-ip', 'fastly-client-ip', 'x-client-ip', 'x-cluster-client-ip',
+  'x-original-forwarded-for', 'x-forwarded', 'forwarded-for', 'x-forwarded-port', 'x-forwarded-scheme',
+  'x-forwarded-ssl', 'front-end-https', 'x-url-scheme',
+]);
+
+/**
+ * The protocols of a visitor's Upgrade header the edge passes on, comma-separated ('' when
+ * none). An upgrade to another HTTP (h2c, h2, HTTP/2.0, or TLS/1.0 with HTTP inside, RFC 2817)
+ * is dropped: after its 101 the local service would read the visitor's requests itself, with
+ * whatever forwarding headers the visitor wrote, which the edge never sees to replace. A request
+ * offering nothing else is served as plain HTTP/1.1 (RequestParser).
+ */
+export function forwardedUpgrade(value: string): string {
+  return value
+    .split(',')
+    .map((t) => t.trim())
+    .filter((t) => t !== '' && !/^(?:h2c?|https?(?:\/.*)?|tls(?:\/.*)?)$/i.test(t))
+    .join(', ');
+}
 
 /**
  * End-to-end headers a Connection header may not strip: `Connection: host` would otherwise
@@ -52,7 +80,7 @@ export function requestHeaders(raw: readonly string[], client: ForwardedFrom, up
       continue;
     }
     if (upgrade && (lower === 'connection' || lower === 'upgrade')) {
-      out.push(name, raw[i + 1]!);
+      out.push(name, lower === 'upgrade' ? forwardedUpgrade(raw[i + 1]!) : raw[i + 1]!);
       continue;
     }
     if (HOP_BY_HOP.has(lower) || (listed?.has(lower) && !NOT_DROPPABLE.has(lower))) continue;

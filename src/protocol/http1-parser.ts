@@ -28,6 +28,7 @@
 // chunk (which also saves the copy Node makes of every body chunk it reports).
 
 import { createRequire } from 'node:module';
+import { forwardedUpgrade } from './http-headers.js';
 
 export const MAX_REQUEST_LINE_BYTES = 8 * 1024;
 export const MAX_HEAD_BYTES = 32 * 1024;
@@ -44,7 +45,7 @@ export interface RequestHead {
   /** the absolute-form authority (RFC 9112 §3.2.2: it overrides Host), else the Host value, else null */
   host: string | null;
   keepAlive: boolean;
-  /** an upgrade to take over the connection ('upgrade' result); false when the request has a body (the Upgrade is then ignored, RFC 9110 §7.8) */
+  /** an upgrade to take over the connection ('upgrade' result); false when the request has a body (the Upgrade is then ignored, RFC 9110 §7.8) or offers only another HTTP (h2c: http-headers.ts `forwardedUpgrade`) */
   upgrade: boolean;
   expectContinue: boolean;
   chunked: boolean;
@@ -620,9 +621,13 @@ export class RequestParser extends Http1Parser {
     let te: string | null = null;
     let tes = 0;
     let expectContinue = false;
+    let upgradeTo = '';
     for (let i = 0; i < headers.length; i += 2) {
       const name = headers[i];
       switch (name.length) {
+        case 7:
+          if (named(name, 'upgrade', 'Upgrade')) upgradeTo = upgradeTo === '' ? headers[i + 1] : `${upgradeTo}, ${headers[i + 1]}`;
+          break;
         case 4:
           if (named(name, 'host', 'Host')) {
             host = headers[i + 1];
@@ -697,8 +702,9 @@ export class RequestParser extends Http1Parser {
       headers,
       host: authority ?? host,
       keepAlive,
-      // with a body, the Upgrade is ignored (RFC 9110 §7.8): the request is served as it is
-      upgrade: upgrade && !hasBody,
+      // with a body, the Upgrade is ignored (RFC 9110 §7.8): the request is served as it is;
+      // so is one that offers only another HTTP (h2c), which is never passed on
+      upgrade: upgrade && !hasBody && forwardedUpgrade(upgradeTo) !== '',
       expectContinue,
       chunked,
       contentLength,

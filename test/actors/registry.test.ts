@@ -184,11 +184,26 @@ test('reserved ids: for a user, or for a team’s members; release frees them', 
 });
 
 test('id grace: an ended tunnel’s id stays its user’s; another user gets conflict', async () => {
-  const { r } = await registry(['--id-grace', '1h']);
+  const { r } = await registry(['--id-grace', '1h', '--id-grace-min-lifetime', '0']);
   const a = await admit(r, 0, admitMsg(users.alice, 'graced'));
   r.handle(0, { type: 'tunnel-down', id: 'graced', sessionId: a.sessionId, last: null });
   await refused(admit(r, 0, admitMsg(users.bob, 'graced')), 'conflict', /held for the user who last used it/);
   assert.is((await admit(r, 1, admitMsg(users.alice, 'graced'))).id, 'graced');
+  await r.stop();
+});
+
+test('id grace after a restart: per user only the most recent --id-grace-max-per-user holds come back, and none of a short-lived tunnel', async () => {
+  const ended = [50, 40, 30, 20].map((minsAgo, i) => ({ id: `restore-${i + 1}`, minsAgo }));
+  for (const e of ended) {
+    await db.sql`insert into sessions (user_id, tunnel_id, tunnel_type, connected_at, disconnected_at)
+      values (${users.carol}, ${e.id}, 'http', now() - interval '2 hours', now() - make_interval(mins => ${e.minsAgo}))`;
+  }
+  // The most recent of all, but it lived 5 s: no hold.
+  await db.sql`insert into sessions (user_id, tunnel_id, tunnel_type, connected_at, disconnected_at)
+    values (${users.carol}, 'restore-brief', 'http', now() - interval '10 seconds', now() - interval '5 seconds')`;
+  const { r } = await registry(['--id-grace', '1h', '--id-grace-max-per-user', '2']);
+  for (const id of ['restore-1', 'restore-2', 'restore-brief']) assert.is((await admit(r, 0, admitMsg(users.bob, id))).id, id, `${id} is free`);
+  for (const id of ['restore-3', 'restore-4']) await refused(admit(r, 0, admitMsg(users.bob, id)), 'conflict', /held for the user who last used it/);
   await r.stop();
 });
 

@@ -12,6 +12,7 @@ import { WsClient } from '../../src/client/ws-client.js';
 import { listen, visit, type Local } from '../tunnel/helpers.js';
 import { parseExposition, sampleNames, valueOf, type Family } from './exposition.js';
 import { lanePorts } from '../helpers/ports.js';
+import { exchange } from '../tunnel/raw-http.js';
 
 // GET /metrics after known traffic through real tunnels (HTTP and TCP, two shards): exact
 // counter values, who may read them on the main port, the open --metrics-addr listener, the
@@ -249,6 +250,21 @@ test('--metrics-addr serves /metrics alone, without a key', async () => {
   const head = await scrapeOpen('/metrics', 'HEAD');
   assert.is(head.status, 200);
   assert.is(await head.text(), '');
+});
+
+test('--metrics-addr answers only for its IP address, localhost and the configured names: a rebound name gets 404 and no metrics', async () => {
+  const get = async (host: string) => (await exchange(metricsPort, `GET /metrics HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`, { untilClose: true })).responses[0]!;
+  for (const host of ['attacker.example', `attacker.example:${metricsPort}`, `127.0.0.1.nip.io:${metricsPort}`, 'localhost.attacker.example']) {
+    const r = await get(host);
+    assert.is(r.status, 404, host);
+    assert.equal(r.header('content-type'), ['application/problem+json'], host);
+    assert.not.match(r.body.toString(), /burrow_/, host);
+  }
+  for (const host of [`127.0.0.1:${metricsPort}`, '127.0.0.1', `localhost:${metricsPort}`, 'LOCALHOST.', `[::1]:${metricsPort}`, '10.1.2.3:9100']) {
+    const r = await get(host);
+    assert.is(r.status, 200, host);
+    assert.match(r.body.toString(), /burrow_/, host);
+  }
 });
 
 interface Panel {

@@ -251,6 +251,19 @@ test('an Upgrade on a request with a body is ignored: served as a plain request,
   assert.equal(request(good + b).results, [{ kind: 'paused', consumed: good.length }, { kind: 'paused', consumed: b.length }]);
 });
 
+test('an Upgrade that offers only another HTTP (h2c, HTTP/2.0, TLS/1.0) is no upgrade: served as plain HTTP/1.1, the next one follows', () => {
+  const b = 'GET /next HTTP/1.1\r\nHost: x\r\n\r\n';
+  for (const offer of ['h2c', 'H2C', 'HTTP/2.0', 'h2c, HTTP/2.0', 'TLS/1.0, HTTP/1.1']) {
+    const a = `GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: ${offer}\r\nHTTP2-Settings: AAMAAABk\r\n\r\n`;
+    const { events, results } = request(a + b);
+    assert.equal(results, [{ kind: 'paused', consumed: a.length }, { kind: 'paused', consumed: b.length }], offer);
+    assert.is((events[0][1] as RequestHead).upgrade, false, offer);
+    assert.is((events[2][1] as RequestHead).target, '/next', offer);
+  }
+  const ws = 'GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: h2c, websocket\r\n\r\n';
+  assert.equal(request(ws).results, [{ kind: 'upgrade', consumed: ws.length }], 'a WebSocket offered beside it still upgrades');
+});
+
 test('empty lines before a request are skipped (RFC 9112 §2.2)', () => {
   const raw = '\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n';
   for (const at of [undefined, everyByte(raw)]) {

@@ -30,6 +30,14 @@ test.before(async () => {
         return 'HTTP/1.1 304 Not Modified\r\nETag: "v1"\r\n\r\n';
       case '/chunked':
         return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n${head ? '' : '5\r\nhello\r\n0\r\n\r\n'}`;
+      case '/ws-cookies':
+        // A WebSocket origin that tosses cookies at the base domain and at another tunnel.
+        return 'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n'
+          + 'Set-Cookie: base=1; Domain=localhost; Path=/\r\nSet-Cookie: dotted=2; domain=.localhost\r\nSet-Cookie: other=3; Path=/; Domain=victim.localhost\r\n'
+          + `Set-Cookie: own=4; Domain=${host.split(':')[0]}\r\n\r\n`;
+      case '/h2c':
+        // As an h2c server does: it switches when asked, then reads HTTP/2 from the visitor.
+        return /\r\nupgrade:[^\r]*h2c/i.test(req.head) ? 'HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n' : 'HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nplain';
       case '/len':
         return `HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n${head ? '' : 'hello'}`;
       default:
@@ -97,6 +105,47 @@ test('Connection naming Host or Content-Length never strips them; X-Real-IP come
   assert.not.ok(lines.some((l) => l.startsWith('x-drop:')), got[0]!.head);
   assert.equal(lines.filter((l) => l.startsWith('x-real-ip:')), ['x-real-ip: 127.0.0.1']);
   assert.not.ok(got[0]!.head.includes('6.6.6.6'));
+});
+
+test('Set-Cookie on a WebSocket 101 follows the host-only rule: no Domain of the base domain or another tunnel', async () => {
+  const upgrade = `GET /ws-cookies HTTP/1.1\r\nHost: ${host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`;
+  const x = await exchange(server.port, upgrade, { until: (t) => t.includes('\r\n\r\n') });
+  assert.match(x.text, /^HTTP\/1\.1 101 /, x.text);
+  const head = x.text.slice(0, x.text.indexOf('\r\n\r\n'));
+  const cookies = head.split('\r\n').filter((l) => /^set-cookie:/i.test(l)).map((l) => l.slice(l.indexOf(':') + 1).trim());
+  assert.equal(cookies, ['base=1; Path=/', 'dotted=2', 'other=3; Path=/', `own=4; Domain=${host.split(':')[0]}`]);
+  assert.match(head, /\r\nSec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK\+xOo=/i, 'the rest of the 101 goes out as sent');
+});
+
+test('Upgrade: h2c never reaches the origin: the request is plain HTTP/1.1 and the connection goes on', async () => {
+  const before = origin.seen.length;
+  const h2c = 'Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n';
+  const x = await sequence(server.port, [{ bytes: req('GET', '/h2c', h2c) }, { bytes: req('GET', '/len') }]);
+  assert.is(x.responses[0]!.status, 200, x.text);
+  assert.is(x.responses[0]!.body.toString(), 'plain');
+  assert.is(x.responses[1]!.status, 200, 'the connection serves the next request');
+  const got = origin.seen.slice(before);
+  const lines = got[0]!.head.split('\r\n').map((l) => l.toLowerCase());
+  assert.not.ok(lines.some((l) => /^(upgrade|http2-settings|connection):/.test(l)), got[0]!.head);
+  // Pipelined behind it, in the same packet, the next request is served too.
+  const piped = await exchange(server.port, req('GET', '/h2c', h2c) + req('GET', '/len'), { expect: 2 });
+  assert.equal(piped.responses.map((r) => r.body.toString()), ['plain', 'hello'], piped.text);
+  // Offered beside a WebSocket: the WebSocket alone is passed on.
+  const both = await exchange(server.port, req('GET', '/h2c', 'Connection: Upgrade\r\nUpgrade: websocket, h2c\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n'));
+  assert.is(both.responses[0]?.status, 200, both.text);
+  const head = origin.seen[origin.seen.length - 1]!.head.toLowerCase();
+  assert.match(head, /\r\nupgrade: websocket\r\n/, head);
+  assert.not.match(head, /upgrade:[^\r]*h2c/, head);
+});
+
+test('client-address headers a CDN would set (True-Client-IP, CF-Connecting-IP, ...) never reach the origin from a visitor', async () => {
+  const before = origin.seen.length;
+  const forged = ['True-Client-IP', 'CF-Connecting-IP', 'Fastly-Client-IP', 'X-Client-IP', 'X-Cluster-Client-IP', 'X-Forwarded-Port', 'X-Forwarded-Ssl'];
+  const x = await exchange(server.port, req('GET', '/forged', forged.map((h) => `${h}: 6.6.6.6\r\n`).join('')));
+  assert.is(x.responses[0]!.status, 200, x.text);
+  const head = origin.seen.slice(before)[0]!.head;
+  assert.not.ok(head.includes('6.6.6.6'), head);
+  assert.match(head.toLowerCase(), /\r\nx-real-ip: 127\.0\.0\.1\r\n/, head);
 });
 
 test('Content-Length past 2^53: 413 problem+json, nothing reaches the origin; 10 digits stream on', async () => {

@@ -17,7 +17,7 @@ const peers: RawPeer[] = [];
 const clients: TunnelClient[] = [];
 
 test.before(async () => {
-  server = await startServer({ args: ['--id-grace', '1h'] });
+  server = await startServer({ args: ['--id-grace', '1h', '--id-grace-min-lifetime', '0'] });
 });
 
 test.after(async () => {
