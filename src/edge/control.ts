@@ -10,6 +10,7 @@ import type { StatsDelta } from '../protocol/tunnel-messages.js';
 import type { Logger } from '../log.js';
 import { burrowVersion } from '../version.js';
 import type { HandshakeGate } from './handshake-gate.js';
+import { addressGroup } from '../protocol/cidr.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, RESUME_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
@@ -504,9 +505,24 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       const authorization = headerOf(head.headers, 'authorization') ?? '';
       const ticket = headerOf(head.headers, RESUME_HEADER) ?? undefined;
       // Before any key lookup: shedding must cost less than the work it spares. A key that is
-      // cached, or already being verified, costs next to nothing and is never shed.
-      const gated = !host.ctx.authIsCheap(authorization || undefined, ip, ticket);
-      if (gated && !host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
+      // cached, already being verified or resumed, or an address that is blocked (429 at
+      // once), costs next to nothing and is never shed. A shed counts as a failed
+      // authentication of its address, as main's full argon2 queue does: a flood that only
+      // ever gets 503 still reaches --auth-failure-limit and 429.
+      const shed = (): ApiError => {
+        host.ctx.main.tell({ type: 'auth-failure', ip });
+        return new ApiError('unavailable', 'too many clients are connecting at once; retry shortly', undefined, { 'retry-after': '1' });
+      };
+      const cheap = host.ctx.authIsCheap(authorization || undefined, ip, ticket);
+      const slot = cheap ? null : host.handshakes.tryEnter(addressGroup(ip));
+      if (!cheap && slot === null) {
+        const err = shed();
+        return refuse(err.code, err.detail, err.headers);
+      }
+      // Once the key's row is read: a real key's class has places a flood of guesses cannot take.
+      const admit = slot === null ? undefined : (known: boolean): void => {
+        if (!slot.verify(known)) throw shed();
+      };
       // A revoke that lands while the key is being verified, or while main grants the seat,
       // finds no connection to end yet, and the verification may have read the row before it:
       // start again (a fresh read) then. From the last check to the connection's registration
@@ -514,7 +530,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       const admitted = async (): Promise<Principal> => {
         for (let attempt = 0; attempt < 3; attempt++) {
           const seen = host.revocations();
-          const principal = await host.ctx.authenticate(authorization || undefined, ip, ticket);
+          const principal = await host.ctx.authenticate(authorization || undefined, ip, ticket, admit);
           if (host.revocations() !== seen) continue;
           if (!scopeAllows('tunnels', principal.scopes)) throw new ApiError('forbidden', 'this key lacks the "tunnels" scope');
           const seat = await host.ctx.main.ask({ type: 'control-connect', userId: principal.userId }, ADMIT_TIMEOUT_MS);
@@ -530,7 +546,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
         }
         throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
       };
-      admitted().finally(() => gated && host.handshakes.leave()).then(
+      admitted().finally(() => slot?.leave()).then(
         (principal) => {
           if (host.draining?.()) {
             host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });

@@ -72,7 +72,7 @@ const auth = new Authenticator({
 const ctx: ShardContext = {
   index, config, log, sql, uws, app, http, main,
   linkToken: config.nodeUrl === null ? null : linkToken(await serverSecret(sql, 'cluster-link')),
-  authenticate: (a, ip, ticket) => auth.authenticate(a, ip, ticket),
+  authenticate: (a, ip, ticket, admit) => auth.authenticate(a, ip, ticket, admit),
   authIsCheap: (a, ip, ticket) => auth.isCheap(a, ip, ticket),
   resumeTicket: (a, principal) => auth.resumeTicket(a, principal),
 };
