@@ -23,7 +23,12 @@ export interface AuthDeps {
   /** A failure main did not see (missing or malformed key, a resumed key no longer usable). */
   reportFailure(ip: string): void;
   tickets: TicketBox;
+  /** How long a ticket lives (TICKET_TTL_MS unless a test shortens it). */
+  ticketTtlMs?: number;
 }
+
+/** A fresh resumption ticket and when it runs out (epoch ms). */
+export type TicketMinter = () => { ticket: string; untilMs: number };
 
 /** Whether a key whose row was read (`known`: its prefix exists and is usable) may be verified now; throws to refuse. */
 export type Admit = (known: boolean) => void;
@@ -151,13 +156,21 @@ export class Authenticator {
     return principal;
   }
 
-  /** A resumption ticket for the key in `authorization` (which authenticated as `principal`). */
-  resumeTicket(authorization: string, principal: Principal): string | null {
+  /**
+   * Issues resumption tickets for the key in `authorization` (which authenticated as
+   * `principal`), a fresh one each call: Welcome's, then the refreshes of a long-lived
+   * connection. It keeps the key's prefix and digest, not the key.
+   */
+  resumeTickets(authorization: string, principal: Principal): TicketMinter | null {
     const token = bearerToken(authorization);
     const prefix = token ? keyPrefixOf(token) : null;
     if (!token || !prefix) return null;
-    const untilMs = Math.min(Date.now() + TICKET_TTL_MS, principal.keyExpiresAtMs ?? Infinity);
-    return this.deps.tickets.issue(prefix, keyDigest(token), untilMs);
+    const digest = keyDigest(token);
+    const ttlMs = this.deps.ticketTtlMs ?? TICKET_TTL_MS;
+    return () => {
+      const untilMs = Math.min(Date.now() + ttlMs, principal.keyExpiresAtMs ?? Infinity);
+      return { ticket: this.deps.tickets.issue(prefix, digest, untilMs), untilMs };
+    };
   }
 
   /**

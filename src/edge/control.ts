@@ -13,11 +13,12 @@ import type { HandshakeGate } from './handshake-gate.js';
 import { addressGroup } from '../protocol/cidr.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
-  HELLO_TIMEOUT_MS, RESUME_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
+  HELLO_TIMEOUT_MS, RESUME_HEADER, TICKET_REFRESH_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
 import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
 import type { ShardContext } from './shard-context.js';
+import type { TicketMinter } from '../auth/authenticate.js';
 
 // The control WebSocket `GET /tunnel/v1/connect` (one per `burrow` client), upgraded by the
 // front itself (protocol/ws-connection.ts on the visitor socket).
@@ -285,6 +286,7 @@ export class ControlConnection implements StreamCarrier {
       case F.StreamOpen:
       case F.Fatal:
       case F.GoAway:
+      case F.Ticket:
         this.fatal({ code: 'bad-request', message: `frame type ${frame[0]} is server-to-client only`, permanent: false }, WS_PROTOCOL_ERROR);
         return;
       default:
@@ -451,14 +453,17 @@ export function isControlRequest(head: RequestHead): boolean {
  * so the listeners it leaves on the connection close over these values only, not over the
  * handshake's scope (its request head, its Authorization header, the FrontConnection).
  */
-function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: string, principal: Principal, ip: string, ticket: string | null): void {
+function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: string, principal: Principal, ip: string, tickets: TicketMinter | null, refresh: boolean): void {
   const accept = websocketAccept(key);
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
   const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server');
-  const control = new ControlConnection(ws, host, principal, ip, ticket);
+  const first = tickets?.() ?? null;
+  const control = new ControlConnection(ws, host, principal, ip, first?.ticket ?? null);
   host.connections.add(control);
+  const refresher = tickets && first && refresh ? refreshTickets(control, tickets, first.untilMs) : null;
   ws.on('message', (m) => control.receive(m));
   ws.on('close', () => {
+    refresher?.stop();
     host.connections.delete(control);
     try {
       control.onClosed();
@@ -467,6 +472,27 @@ function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: strin
     }
   });
   socket.resume();
+}
+
+/**
+ * A fresh ticket in a Ticket frame once half of the last one's life is gone: a connection that
+ * outlives its Welcome's ticket (a day) would otherwise come back after a restart with an
+ * expired one, and wait for an argon2 verification with every other client. A ticket already
+ * bound by its key's expiry is not renewed (the connection ends then anyway).
+ */
+function refreshTickets(control: ControlConnection, tickets: TicketMinter, firstUntilMs: number): { stop(): void } {
+  let timer: NodeJS.Timeout | null = null;
+  const arm = (untilMs: number): void => {
+    timer = setTimeout(() => {
+      const next = tickets();
+      if (control.isClosed || Math.floor(next.untilMs / 1000) <= Math.floor(untilMs / 1000)) return;
+      control.send([F.Ticket, { resume: next.ticket }]);
+      arm(next.untilMs);
+    }, Math.min(Math.max(1_000, (untilMs - Date.now()) / 2), MAX_TIMER_MS));
+    timer.unref();
+  };
+  arm(firstUntilMs);
+  return { stop: () => timer && clearTimeout(timer) };
 }
 
 /**
@@ -504,6 +530,8 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
       const authorization = headerOf(head.headers, 'authorization') ?? '';
       const ticket = headerOf(head.headers, RESUME_HEADER) ?? undefined;
+      // A client that takes Ticket frames says so; an older one would close on one.
+      const refresh = headerOf(head.headers, TICKET_REFRESH_HEADER) === '1';
       // Before any key lookup: shedding must cost less than the work it spares. A key that is
       // cached, already being verified or resumed, or an address that is blocked (429 at
       // once), costs next to nothing and is never shed. A shed counts as a failed
@@ -556,7 +584,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
           // FrontConnection would otherwise stay reachable for the connection's whole life.
           socket.off('close', left);
           conn.release();
-          openControl(host, socket, rest, key, principal, ip, host.ctx.resumeTicket(authorization, principal));
+          openControl(host, socket, rest, key, principal, ip, host.ctx.resumeTickets(authorization, principal), refresh);
         },
         (err: unknown) => {
           // An 'internal' ApiError carries another thread's exception text: logged, not shown.

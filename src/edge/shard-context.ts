@@ -6,7 +6,7 @@ import type { Mailbox } from '../actors/actor.js';
 import type { MainToShard, ShardToMain, Principal } from '../protocol/messages.js';
 import type { HttpServer } from '../http/uws.js';
 import type { Uws } from '../http/uws-loader.js';
-import type { Admit } from '../auth/authenticate.js';
+import type { Admit, TicketMinter } from '../auth/authenticate.js';
 
 /** Everything a feature installed on a shard may use. One per shard worker thread. */
 export interface ShardContext {
@@ -28,6 +28,6 @@ export interface ShardContext {
   authenticate(authorization: string | undefined, ip: string, ticket?: string, admit?: Admit): Promise<Principal>;
   /** True when authenticate() would run no new key verification (cached, joining one, or resumed). */
   authIsCheap(authorization: string | undefined, ip: string, ticket?: string): boolean;
-  /** The resumption ticket Welcome hands a control connection that authenticated as `principal`. */
-  resumeTicket(authorization: string, principal: Principal): string | null;
+  /** Issues the resumption tickets of a control connection that authenticated as `principal` (Welcome's, then Ticket's). */
+  resumeTickets(authorization: string, principal: Principal): TicketMinter | null;
 }
