@@ -8,6 +8,7 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
 import { WsClient } from '../../src/client/ws-client.js';
+import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, RESUME_HEADER, TICKET_REFRESH_HEADER, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
 
 const TTL_MS = 8_000;
@@ -44,6 +45,23 @@ async function connection(s: TestServer, key: string, headers: Record<string, st
 }
 
 const expiryOf = (ticket: string): number => Number(ticket.split('.')[1]);
+
+test("burrow's client asks for fresh tickets on its main connection and takes each one", async () => {
+  const key = await createKeyFor(first, (await createUser(first)).id, { scopes: ['tunnels'] });
+  const c = new TunnelClient({ server: first.url, token: key, type: 'tcp', local: { host: '127.0.0.1', port: 9 } });
+  const tickets: string[] = [];
+  c.on('ticket', (t) => tickets.push(t));
+  try {
+    await c.start();
+    const two = async (): Promise<void> => {
+      while (tickets.length < 2) await new Promise((r) => setTimeout(r, 20));
+    };
+    await withDeadline(two(), TTL_MS, 'a refreshed ticket');
+    assert.ok(expiryOf(tickets[1]!) > expiryOf(tickets[0]!), `Welcome's, then a later one: ${tickets.join(' → ')}`);
+  } finally {
+    await c.stop();
+  }
+});
 
 test('a connection that asked for them gets a fresh ticket before its ticket runs out; one that did not gets none', async () => {
   const key = await createKeyFor(first, (await createUser(first)).id, { scopes: ['tunnels'] });
