@@ -67,6 +67,8 @@ export interface Config {
   visitorConcurrency: number;
   /** --metrics-addr: a listener of its own serving GET /metrics without a key (null: off). */
   metricsAddr: { host: string; port: number } | null;
+  /** Tests only: how long a control connection's resumption ticket lives (a day). */
+  resumeTicketTtlMs: number;
   /** Tests only: enables the route that crashes a shard. */
   faultInjection: boolean;
   /** null: the port speaks plain HTTP. */
@@ -231,6 +233,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol header (v1 or v2) on every connection, from a load balancer; works with --tls-cert').default(false))
     .addOption(opt('--proxy-protocol-from <cidrs>', 'with --proxy-protocol: the load balancers (CIDR[,CIDR...]) allowed to send the header; connections from anyone else are closed').argParser(cidrList))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
+    .addOption(opt('--resume-ticket-ttl <ms>', 'tests only: how long a resumption ticket lives').argParser(int('--resume-ticket-ttl', 2_000, 86_400_000)).default(86_400_000).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .version(burrowVersion(), '-V, --version', 'print the burrow version')
     .showHelpAfterError('(burrowd --help lists every flag)')
@@ -324,6 +327,7 @@ export function configFromOptions(o: Opts): Config {
     visitorConcurrency: o.visitorConcurrency as number,
     metricsAddr: o.metricsAddr === undefined || o.metricsAddr === 'off' ? null : (o.metricsAddr as Config['metricsAddr']),
     faultInjection: Boolean(o.faultInjection),
+    resumeTicketTtlMs: o.resumeTicketTtl as number,
     tls,
     httpPort,
     trustProxy: (o.trustProxy as Cidr[] | undefined) ?? [],

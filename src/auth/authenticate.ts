@@ -23,7 +23,15 @@ export interface AuthDeps {
   /** A failure main did not see (missing or malformed key, a resumed key no longer usable). */
   reportFailure(ip: string): void;
   tickets: TicketBox;
+  /** How long a ticket lives (TICKET_TTL_MS unless a test shortens it). */
+  ticketTtlMs?: number;
 }
+
+/** A fresh resumption ticket and when it runs out (epoch ms). */
+export type TicketMinter = () => { ticket: string; untilMs: number };
+
+/** Whether a key whose row was read (`known`: its prefix exists and is usable) may be verified now; throws to refuse. */
+export type Admit = (known: boolean) => void;
 
 interface CachedKey {
   principal: Principal;
@@ -65,8 +73,13 @@ export class Authenticator {
 
   constructor(private readonly deps: AuthDeps) {}
 
-  /** `ticket`: a resumption ticket the client was given in Welcome (control connections only). */
-  async authenticate(authorization: string | undefined, ip: string, ticket?: string): Promise<Principal> {
+  /**
+   * `ticket`: a resumption ticket the client was given in Welcome (control connections only).
+   * `admit`: asked once the key's row is read, before its verification, whether the key (its
+   * prefix existing and usable: `known`) may be verified now; it throws to refuse (the handshake
+   * gate, edge/handshake-gate.ts).
+   */
+  async authenticate(authorization: string | undefined, ip: string, ticket?: string, admit?: Admit): Promise<Principal> {
     const token = bearerToken(authorization);
     const digest = token ? keyDigest(token) : null;
     const hit = digest ? this.cache.get(digest) : undefined;
@@ -90,7 +103,7 @@ export class Authenticator {
     let pending = this.verifying.get(joinKey);
     if (!pending) {
       const resumed = ticket !== undefined && this.deps.tickets.check(ticket, prefix, digest!);
-      pending = (resumed ? this.resume(ip, prefix, digest!) : this.verify(ip, prefix, token, digest!)).finally(() => {
+      pending = (resumed ? this.resume(ip, prefix, digest!) : this.verify(ip, prefix, token, digest!, admit)).finally(() => {
         if (this.verifying.get(joinKey) === pending) this.verifying.delete(joinKey);
       });
       this.verifying.set(joinKey, pending);
@@ -113,10 +126,11 @@ export class Authenticator {
   }
 
   /** Reads the key's row and argon2-verifies it; caches and returns the principal, or null. */
-  private async verify(ip: string, prefix: string, token: string, digest: string): Promise<Principal | null> {
+  private async verify(ip: string, prefix: string, token: string, digest: string, admit?: Admit): Promise<Principal | null> {
     const epoch = this.epoch;
     const row = await findKeyForAuth(this.deps.sql, prefix);
     const ok = row !== undefined && usable(row);
+    admit?.(ok);
     const answer = await this.deps.verify({ ip, prefix, hash: ok ? row.key_hash : null, secret: token });
     switch (answer.verdict) {
       case 'limited':
@@ -142,21 +156,32 @@ export class Authenticator {
     return principal;
   }
 
-  /** A resumption ticket for the key in `authorization` (which authenticated as `principal`). */
-  resumeTicket(authorization: string, principal: Principal): string | null {
+  /**
+   * Issues resumption tickets for the key in `authorization` (which authenticated as
+   * `principal`), a fresh one each call: Welcome's, then the refreshes of a long-lived
+   * connection. It keeps the key's prefix and digest, not the key.
+   */
+  resumeTickets(authorization: string, principal: Principal): TicketMinter | null {
     const token = bearerToken(authorization);
     const prefix = token ? keyPrefixOf(token) : null;
     if (!token || !prefix) return null;
-    const untilMs = Math.min(Date.now() + TICKET_TTL_MS, principal.keyExpiresAtMs ?? Infinity);
-    return this.deps.tickets.issue(prefix, keyDigest(token), untilMs);
+    const digest = keyDigest(token);
+    const ttlMs = this.deps.ticketTtlMs ?? TICKET_TTL_MS;
+    return () => {
+      const untilMs = Math.min(Date.now() + ttlMs, principal.keyExpiresAtMs ?? Infinity);
+      return { ticket: this.deps.tickets.issue(prefix, digest, untilMs), untilMs };
+    };
   }
 
   /**
    * True when authenticating this header costs no new argon2 verification: the key is cached,
-   * or a verification of it for this address is under way (the request would join it). What
-   * a reconnect storm sheds first is the rest (edge/handshake-gate.ts).
+   * or a verification of it for this address is under way (the request would join it), or the
+   * address is blocked (answered 429 at once). What a reconnect storm sheds first is the rest
+   * (edge/handshake-gate.ts).
    */
   isCheap(authorization: string | undefined, ip: string, ticket?: string): boolean {
+    const until = this.blockedUntil.get(addressGroup(ip));
+    if (until !== undefined && until > Date.now()) return true;
     const token = bearerToken(authorization);
     if (!token) return false;
     const digest = keyDigest(token);

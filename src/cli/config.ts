@@ -13,6 +13,12 @@ export interface CliContext {
   token: string | null;
   /** PEM file of a CA to trust besides the system's (absolute path). */
   ca?: string | null;
+  /**
+   * The last resumption ticket burrowd gave this context's key (src/cli/ticket-store.ts): a
+   * `burrow` started again soon after is taken back without its key's verification. Worth
+   * nothing without the key, and kept in the same 0600 file.
+   */
+  resume?: string;
 }
 
 export interface CliConfig {
@@ -32,6 +38,9 @@ export function configPath(): string {
 export function emptyConfig(): CliConfig {
   return { currentContext: null, contexts: {} };
 }
+
+/** What a ticket may hold: it is sent back as a header value (as protocol/frames.ts checks Welcome's). */
+const RESUME_TICKET_RE = /^[A-Za-z0-9._-]{1,128}$/;
 
 export function loadConfig(): CliConfig {
   const path = configPath();
@@ -61,7 +70,12 @@ function normalize(raw: unknown): CliConfig {
     if (!v || typeof v !== 'object') continue;
     const c = v as Record<string, unknown>;
     if (typeof c.server !== 'string') continue;
-    cfg.contexts[name] = { server: c.server, token: typeof c.token === 'string' ? c.token : null, ...(typeof c.ca === 'string' ? { ca: c.ca } : {}) };
+    cfg.contexts[name] = {
+      server: c.server,
+      token: typeof c.token === 'string' ? c.token : null,
+      ...(typeof c.ca === 'string' ? { ca: c.ca } : {}),
+      ...(typeof c.resume === 'string' && RESUME_TICKET_RE.test(c.resume) ? { resume: c.resume } : {}),
+    };
   }
   const current = typeof r.currentContext === 'string' ? r.currentContext : null;
   cfg.currentContext = current && cfg.contexts[current] ? current : null;
@@ -162,6 +176,7 @@ export function setContextToken(contextName: string | null, server: string, toke
   if (name !== null && cfg.contexts[name]) {
     const ctx = cfg.contexts[name];
     ctx.server = url;
+    if (ctx.token !== token) delete ctx.resume; // the ticket stood for the old key
     ctx.token = token;
     if (ca !== undefined) ctx.ca = ca;
     if (!cfg.currentContext) cfg.currentContext = name;

@@ -1,6 +1,7 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { ApiClient, unreachable } from './client.js';
 import { trustedCas } from './tls-trust.js';
+import { storedTicket, ticketKeeper } from './ticket-store.js';
 import { act, examples, positiveInt, UUID_RE, type ActionContext } from './common.js';
 import type { Target } from './config.js';
 import { detachIfAsked, detachOptions, tellParent } from './detach.js';
@@ -182,6 +183,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     ca: trustedCas(target.ca),
     lanes: ctx.opts.lanes !== false,
     siblings: ctx.opts.siblings !== false,
+    resumeTicket: storedTicket(target),
     tunnels: specs.map((s) => {
       // The local side as the entry or flags asked: https verified unless upstream_insecure, Host
       // rewritten. Replays from the inspector go to this same target, the same way.
@@ -232,6 +234,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   /** The exit code a tunnel refused or closed for good leaves for the end of a named run. */
   let laterCode: ExitCode = EXIT.ok;
 
+  client.on('ticket', ticketKeeper(target));
   client.on('registered', (r) => {
     ids.set(r.tunnel, r.id);
     const again = registered.has(r.tunnel);

@@ -1,7 +1,7 @@
 import { EventEmitter } from 'node:events';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
-  RESPONSE_HEAD_TIMEOUT_MS, RESUME_HEADER,
+  RESPONSE_HEAD_TIMEOUT_MS, RESUME_HEADER, TICKET_REFRESH_HEADER,
   type Frame, type HttpHead, type OpenRequest, type Refusal, type TcpHead,
 } from '../protocol/frames.js';
 import type { AccessRules } from '../protocol/access.js';
@@ -64,6 +64,8 @@ export interface TunnelClientOptions {
   pool?: boolean;
   /** In a cluster, keep a second connection on another node (node-sibling.ts); default true. */
   siblings?: boolean;
+  /** A resumption ticket kept from an earlier run (the CLI's context file): the first handshake spares the key's verification. */
+  resumeTicket?: string | null;
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
@@ -128,6 +130,8 @@ export interface TunnelClientEvents {
   closed: [{ permanent: boolean; code: string; reason: string; tunnel?: string }];
   /** The server is shutting down: open streams finish, then the connection closes and we reconnect. */
   draining: [{ timeoutMs: number }];
+  /** A new resumption ticket (Welcome's, or a refresh): worth keeping for the next run. */
+  ticket: [string];
 }
 
 /** How start() saw each tunnel: its URL, or why it was refused for good. */
@@ -246,6 +250,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     const list = opts.tunnels ?? (opts.type && opts.local ? [{ name: opts.name, type: opts.type, local: opts.local, id: opts.id, teamId: opts.teamId, remotePort: opts.remotePort, access: opts.access, localLabel: opts.localLabel, observer: opts.observer, pool: opts.pool }] : []);
     if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
     this.tunnels = list.map((t) => new Tunnel(t));
+    this.resumeTicket = opts.resumeTicket ?? null;
     if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
   }
 
@@ -313,10 +318,12 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   }
 
   /** A new authenticated control WebSocket (the main connection, a lane, or the sibling at `server`). */
-  private dial(server = this.opts.server): Promise<WsClient> {
+  private dial(server = this.opts.server, main = false): Promise<WsClient> {
     const headers: Record<string, string> = { authorization: `Bearer ${this.opts.token}`, 'user-agent': AGENT };
     // The last Welcome's ticket: the server (restarted, or another shard) need not verify the key again.
     if (this.resumeTicket) headers[RESUME_HEADER] = this.resumeTicket;
+    // The main connection lives long: it takes fresh tickets (Ticket frames) before Welcome's runs out.
+    if (main) headers[TICKET_REFRESH_HEADER] = '1';
     return WsClient.connect(this.wsUrl(server), headers, MAX_FRAME_BYTES, CONNECT_TIMEOUT_MS, this.opts.ca);
   }
 
@@ -342,7 +349,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     let ws: WsClient;
     const server = this.mainServer();
     try {
-      ws = await this.dial(server);
+      ws = await this.dial(server, true);
       this.unreachable = 0;
     } catch (err) {
       if (this.stopped) return;
@@ -511,6 +518,11 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.first = null;
   }
 
+  private takeTicket(ticket: string | null): void {
+    this.resumeTicket = ticket;
+    if (ticket) this.emit('ticket', ticket);
+  }
+
   private onMessage(link: Link, m: Buffer): void {
     const frame = link.receive(m, this.openStream);
     if (!frame) return;
@@ -522,7 +534,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
         if (this.opts.siblings !== false) this.sibling.want(...this.dialable(frame[1].node, frame[1].nodes));
         this.welcomedVersion = frame[1].version ?? null;
-        this.resumeTicket = frame[1].resume ?? null;
+        this.takeTicket(frame[1].resume ?? null);
         // Measure the latency now, not one heartbeat interval later.
         this.send([F.Ping, Date.now()]);
         return;
@@ -568,6 +580,8 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         this.goingAway = true;
         this.emit('draining', { timeoutMs: frame[1].timeoutMs });
         return;
+      case F.Ticket:
+        return this.takeTicket(frame[1].resume);
       case F.Hello:
       case F.Open:
       case F.Close:

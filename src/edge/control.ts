@@ -12,13 +12,15 @@ import type { Logger } from '../log.js';
 import { burrowVersion } from '../version.js';
 import type { HandshakeGate } from './handshake-gate.js';
 import { TokenBucket } from '../protocol/token-bucket.js';
+import { addressGroup } from '../protocol/cidr.js';
 import {
   F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
-  HELLO_TIMEOUT_MS, RESUME_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
+  HELLO_TIMEOUT_MS, RESUME_HEADER, TICKET_REFRESH_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
 import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
 import type { ShardContext } from './shard-context.js';
+import type { TicketMinter } from '../auth/authenticate.js';
 
 // The control WebSocket `GET /tunnel/v1/connect` (one per `burrow` client), upgraded by the
 // front itself (protocol/ws-connection.ts on the visitor socket).
@@ -336,6 +338,7 @@ export class ControlConnection implements StreamCarrier {
       case F.StreamOpen:
       case F.Fatal:
       case F.GoAway:
+      case F.Ticket:
         this.fatal({ code: 'bad-request', message: `frame type ${frame[0]} is server-to-client only`, permanent: false }, WS_PROTOCOL_ERROR);
         return;
       default:
@@ -510,17 +513,20 @@ const WS_ERRORS = new Set<number>([WS_CLOSE.ProtocolError, WS_CLOSE.InvalidPaylo
  * so the listeners it leaves on the connection close over these values only, not over the
  * handshake's scope (its request head, its Authorization header, the FrontConnection).
  */
-function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: string, principal: Principal, ip: string, ticket: string | null): void {
+function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: string, principal: Principal, ip: string, tickets: TicketMinter | null, refresh: boolean): void {
   const accept = websocketAccept(key);
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
   const budget = answeredFramesBudget();
   const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server', { pauseReadsOverBytes: STALLED_UNREAD_BYTES, answerBudget: budget });
-  const control = new ControlConnection(ws, host, principal, ip, ticket, budget);
+  const first = tickets?.() ?? null;
+  const control = new ControlConnection(ws, host, principal, ip, first?.ticket ?? null, budget);
   host.connections.add(control);
   const mine = host.connectionsByUser.get(principal.userId) ?? new Set<ControlConnection>();
   host.connectionsByUser.set(principal.userId, mine.add(control));
+  const refresher = tickets && first && refresh ? refreshTickets(control, tickets, first.untilMs) : null;
   ws.on('message', (m) => control.receive(m));
   ws.on('close', (code, reason) => {
+    refresher?.stop();
     // Closed by the WebSocket layer itself (a frame it refused, too many Pings): say why.
     if (!control.isClosed && WS_ERRORS.has(code)) host.log.warn({ ip, user: principal.userId, code, reason }, 'closing control connection');
     host.connections.delete(control);
@@ -533,6 +539,27 @@ function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: strin
     }
   });
   socket.resume();
+}
+
+/**
+ * A fresh ticket in a Ticket frame once half of the last one's life is gone: a connection that
+ * outlives its Welcome's ticket (a day) would otherwise come back after a restart with an
+ * expired one, and wait for an argon2 verification with every other client. A ticket already
+ * bound by its key's expiry is not renewed (the connection ends then anyway).
+ */
+function refreshTickets(control: ControlConnection, tickets: TicketMinter, firstUntilMs: number): { stop(): void } {
+  let timer: NodeJS.Timeout | null = null;
+  const arm = (untilMs: number): void => {
+    timer = setTimeout(() => {
+      const next = tickets();
+      if (control.isClosed || Math.floor(next.untilMs / 1000) <= Math.floor(untilMs / 1000)) return;
+      control.send([F.Ticket, { resume: next.ticket }]);
+      arm(next.untilMs);
+    }, Math.min(Math.max(1_000, (untilMs - Date.now()) / 2), MAX_TIMER_MS));
+    timer.unref();
+  };
+  arm(firstUntilMs);
+  return { stop: () => timer && clearTimeout(timer) };
 }
 
 /**
@@ -570,10 +597,27 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       if (host.draining?.()) return refuse('unavailable', 'the server is shutting down; connect again shortly', { 'retry-after': '1' });
       const authorization = headerOf(head.headers, 'authorization') ?? '';
       const ticket = headerOf(head.headers, RESUME_HEADER) ?? undefined;
+      // A client that takes Ticket frames says so; an older one would close on one.
+      const refresh = headerOf(head.headers, TICKET_REFRESH_HEADER) === '1';
       // Before any key lookup: shedding must cost less than the work it spares. A key that is
-      // cached, or already being verified, costs next to nothing and is never shed.
-      const gated = !host.ctx.authIsCheap(authorization || undefined, ip, ticket);
-      if (gated && !host.handshakes.tryEnter()) return refuse('unavailable', 'too many clients are connecting at once; retry shortly', { 'retry-after': '1' });
+      // cached, already being verified or resumed, or an address that is blocked (429 at
+      // once), costs next to nothing and is never shed. A shed counts as a failed
+      // authentication of its address, as main's full argon2 queue does: a flood that only
+      // ever gets 503 still reaches --auth-failure-limit and 429.
+      const shed = (): ApiError => {
+        host.ctx.main.tell({ type: 'auth-failure', ip });
+        return new ApiError('unavailable', 'too many clients are connecting at once; retry shortly', undefined, { 'retry-after': '1' });
+      };
+      const cheap = host.ctx.authIsCheap(authorization || undefined, ip, ticket);
+      const slot = cheap ? null : host.handshakes.tryEnter(addressGroup(ip));
+      if (!cheap && slot === null) {
+        const err = shed();
+        return refuse(err.code, err.detail, err.headers);
+      }
+      // Once the key's row is read: a real key's class has places a flood of guesses cannot take.
+      const admit = slot === null ? undefined : (known: boolean): void => {
+        if (!slot.verify(known)) throw shed();
+      };
       // A revoke that lands while the key is being verified, or while main grants the seat,
       // finds no connection to end yet, and the verification may have read the row before it:
       // start again (a fresh read) then. From the last check to the connection's registration
@@ -581,7 +625,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
       const admitted = async (): Promise<Principal> => {
         for (let attempt = 0; attempt < 3; attempt++) {
           const seen = host.revocations();
-          const principal = await host.ctx.authenticate(authorization || undefined, ip, ticket);
+          const principal = await host.ctx.authenticate(authorization || undefined, ip, ticket, admit);
           if (host.revocations() !== seen) continue;
           if (!scopeAllows('tunnels', principal.scopes)) throw new ApiError('forbidden', 'this key lacks the "tunnels" scope');
           const seat = await host.ctx.main.ask({ type: 'control-connect', userId: principal.userId }, ADMIT_TIMEOUT_MS);
@@ -597,7 +641,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
         }
         throw new ApiError('unavailable', 'keys are being revoked on this server right now; try again');
       };
-      admitted().finally(() => gated && host.handshakes.leave()).then(
+      admitted().finally(() => slot?.leave()).then(
         (principal) => {
           if (host.draining?.()) {
             host.ctx.main.tell({ type: 'control-disconnect', userId: principal.userId });
@@ -607,7 +651,7 @@ export function acceptControl(host: ControlHost, conn: FrontConnection, head: Re
           // FrontConnection would otherwise stay reachable for the connection's whole life.
           socket.off('close', left);
           conn.release();
-          openControl(host, socket, rest, key, principal, ip, host.ctx.resumeTicket(authorization, principal));
+          openControl(host, socket, rest, key, principal, ip, host.ctx.resumeTickets(authorization, principal), refresh);
         },
         (err: unknown) => {
           // An 'internal' ApiError carries another thread's exception text: logged, not shown.

@@ -6,6 +6,7 @@ import type { Mailbox } from '../actors/actor.js';
 import type { MainToShard, ShardToMain, Principal } from '../protocol/messages.js';
 import type { HttpServer } from '../http/uws.js';
 import type { Uws } from '../http/uws-loader.js';
+import type { Admit, TicketMinter } from '../auth/authenticate.js';
 
 /** Everything a feature installed on a shard may use. One per shard worker thread. */
 export interface ShardContext {
@@ -21,11 +22,12 @@ export interface ShardContext {
   linkToken: string | null;
   /**
    * Resolves `Authorization` to a principal or throws ApiError(401/429); `ip` counts failures.
-   * `ticket`: a control connection's resumption ticket (src/auth/resume-ticket.ts).
+   * `ticket`: a control connection's resumption ticket (src/auth/resume-ticket.ts); `admit`:
+   * the handshake gate's say before a verification (Authenticator.authenticate).
    */
-  authenticate(authorization: string | undefined, ip: string, ticket?: string): Promise<Principal>;
+  authenticate(authorization: string | undefined, ip: string, ticket?: string, admit?: Admit): Promise<Principal>;
   /** True when authenticate() would run no new key verification (cached, joining one, or resumed). */
   authIsCheap(authorization: string | undefined, ip: string, ticket?: string): boolean;
-  /** The resumption ticket Welcome hands a control connection that authenticated as `principal`. */
-  resumeTicket(authorization: string, principal: Principal): string | null;
+  /** Issues the resumption tickets of a control connection that authenticated as `principal` (Welcome's, then Ticket's). */
+  resumeTickets(authorization: string, principal: Principal): TicketMinter | null;
 }

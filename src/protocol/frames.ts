@@ -14,6 +14,7 @@ import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRule
 //   ◀─▶ Ping n / Pong n                                     (heartbeats, both ways)
 //   ◀── Closed tunnelId {code,reason,permanent}            (deleted by an admin, taken over, ...)
 //   ◀── GoAway {timeoutMs}                                  (shutdown: open streams finish, then close)
+//   ◀── Ticket {resume}                                     (a fresh resumption ticket, to clients that asked)
 //
 // Every WebSocket message is exactly one frame: a msgpack array whose first element is the
 // frame type. Arrays (not maps) keep the hot Data frame at 3 bytes of overhead plus the
@@ -75,6 +76,12 @@ export const F = {
   Fatal: 16,
   /** s→c [17, GoAway] the server drains: no new streams here; it closes once open ones end (≤ timeoutMs), then reconnect. */
   GoAway: 17,
+  /**
+   * s→c [18, {resume}] a fresh resumption ticket before Welcome's runs out, so a connection that
+   * lives for days still comes back without a verification. Sent only on a connection whose
+   * handshake carried TICKET_REFRESH_HEADER (an older client would close on an unknown frame).
+   */
+  Ticket: 18,
 } as const;
 
 /** Why a stream was reset; the server maps them to public status codes. */
@@ -124,6 +131,12 @@ export interface Welcome {
 }
 /** The control handshake's request header that carries Welcome's resumption ticket. */
 export const RESUME_HEADER = 'burrow-resume';
+/** The control handshake's request header saying the client takes Ticket frames ("1"). */
+export const TICKET_REFRESH_HEADER = 'burrow-resume-refresh';
+export interface Ticket {
+  /** the next handshake's RESUME_HEADER, as Welcome.resume */
+  resume: string;
+}
 /** Longest resumption ticket either side accepts (src/auth/resume-ticket.ts makes 59 characters). */
 export const MAX_RESUME_TICKET_CHARS = 128;
 export interface OpenRequest {
@@ -204,7 +217,8 @@ export type Frame =
   | [typeof F.Ping, number]
   | [typeof F.Pong, number]
   | [typeof F.Fatal, Refusal]
-  | [typeof F.GoAway, GoAway];
+  | [typeof F.GoAway, GoAway]
+  | [typeof F.Ticket, Ticket];
 
 // ---- limits ---------------------------------------------------------------------------
 
@@ -369,6 +383,11 @@ class Fields {
 
 const FRAME_NAMES = Object.fromEntries(Object.entries(F).map(([k, v]) => [v, k])) as Record<number, string>;
 
+/** Sent back as a header value: a token's characters only, short. */
+function checkTicket(c: Fields, x: unknown, field: string): void {
+  if (!(typeof x === 'string' && x.length <= MAX_RESUME_TICKET_CHARS && /^[A-Za-z0-9._-]+$/.test(x))) c.fail(field, `at most ${MAX_RESUME_TICKET_CHARS} characters of [A-Za-z0-9._-]`, x);
+}
+
 function checkRefusal(c: Fields, x: unknown, field: string): void {
   const r = c.map(x, field);
   c.oneOf(r.code, `${field}.code`, REFUSAL_CODES);
@@ -452,8 +471,7 @@ function checkFrame(a: unknown[]): void {
       if (w.shard !== undefined) c.int(w.shard, 'welcome.shard', 0, (typeof w.shards === 'number' ? w.shards : MAX_SHARDS) - 1);
       // Printed on the user's terminal: printable ASCII only (no escape sequences), short.
       if (w.version !== undefined && !(typeof w.version === 'string' && /^[\x21-\x7e]{1,64}$/.test(w.version))) c.fail('welcome.version', 'at most 64 printable ASCII characters', w.version);
-      // Sent back as a header value: a token's characters only.
-      if (w.resume !== undefined && !(typeof w.resume === 'string' && w.resume.length <= MAX_RESUME_TICKET_CHARS && /^[A-Za-z0-9._-]+$/.test(w.resume))) c.fail('welcome.resume', `at most ${MAX_RESUME_TICKET_CHARS} characters of [A-Za-z0-9._-]`, w.resume);
+      if (w.resume !== undefined) checkTicket(c, w.resume, 'welcome.resume');
       if (w.node !== undefined) checkNodeUrl(c, w.node, 'welcome.node');
       if (w.nodes !== undefined) {
         if (!Array.isArray(w.nodes) || w.nodes.length > MAX_CLUSTER_NODES) c.fail('welcome.nodes', `an array of at most ${MAX_CLUSTER_NODES} URLs`, w.nodes);
@@ -524,6 +542,9 @@ function checkFrame(a: unknown[]): void {
       c.int(g.timeoutMs, 'goAway.timeoutMs', 0, MAX_UINT32);
       return;
     }
+    case F.Ticket:
+      c.length(a, 2);
+      return checkTicket(c, c.map(a[1], 'ticket').resume, 'ticket.resume');
     default:
       throw new FrameError(`unknown frame type ${shown(type)}`);
   }

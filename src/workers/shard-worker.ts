@@ -68,13 +68,14 @@ const auth = new Authenticator({
   verify: (req) => main.ask({ type: 'verify-key', ...req }, VERIFY_TIMEOUT_MS),
   reportFailure: (ip) => main.tell({ type: 'auth-failure', ip }),
   tickets: new TicketBox(await serverSecret(sql, 'resume-ticket')),
+  ticketTtlMs: config.resumeTicketTtlMs,
 });
 const ctx: ShardContext = {
   index, config, log, sql, uws, app, http, main,
   linkToken: config.nodeUrl === null ? null : linkToken(await serverSecret(sql, 'cluster-link')),
-  authenticate: (a, ip, ticket) => auth.authenticate(a, ip, ticket),
+  authenticate: (a, ip, ticket, admit) => auth.authenticate(a, ip, ticket, admit),
   authIsCheap: (a, ip, ticket) => auth.isCheap(a, ip, ticket),
-  resumeTicket: (a, principal) => auth.resumeTicket(a, principal),
+  resumeTickets: (a, principal) => auth.resumeTickets(a, principal),
 };
 
 const tunnels = installTunnels(ctx);

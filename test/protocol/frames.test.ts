@@ -70,6 +70,7 @@ const frame: fc.Arbitrary<Frame> = fc.oneof(
   fc.oneof(fc.nat(), fc.constant(Date.now())).map((n): Frame => [F.Ping, n]),
   fc.nat().map((n): Frame => [F.Pong, n]),
   refusal.map((r): Frame => [F.Fatal, r as never]),
+  fc.stringMatching(/^[A-Za-z0-9._-]{1,128}$/).map((t): Frame => [F.Ticket, { resume: t }]),
 );
 
 /** Frames compare equal once bin payloads are compared as bytes. */
@@ -226,6 +227,11 @@ test('wrong shapes are refused', () => {
     [F.Welcome, { v: 1, heartbeatMs: 5000, resume: 'a'.repeat(129) }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, resume: '' }],
     [F.Welcome, { v: 1, heartbeatMs: 5000, resume: 7 }],
+    [F.Ticket, { resume: 'v1.1.a\r\nX-Evil: 1' }],
+    [F.Ticket, { resume: 'a'.repeat(129) }],
+    [F.Ticket, {}],
+    [F.Ticket, 'v1.1.a'],
+    [F.Ticket, { resume: 'v1.1.a' }, 1],
     [F.Opened, 1, { id: 'a', url: 'u'.repeat(70_000) }],
     [F.Reset, 1, 'no-such-code'],
     [F.Reset, 1, 7],

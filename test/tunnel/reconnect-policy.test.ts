@@ -65,13 +65,33 @@ test('a 503 with Retry-After: 2 is honoured with jitter: waits of 1 to 2 s, and 
 });
 
 test('the handshake gate: at most its bound at once; a finished handshake frees its place', () => {
-  const gate = new HandshakeGate(2);
-  assert.ok(gate.tryEnter());
-  assert.ok(gate.tryEnter());
-  assert.not.ok(gate.tryEnter());
-  gate.leave();
-  assert.ok(gate.tryEnter());
-  assert.not.ok(gate.tryEnter());
+  const gate = new HandshakeGate(2, 2);
+  const a = gate.tryEnter('10.0.0.1');
+  assert.ok(a);
+  const b = gate.tryEnter('10.0.0.2');
+  assert.ok(b);
+  assert.is(gate.tryEnter('10.0.0.3'), null);
+  a.leave();
+  a.leave(); // idempotent: frees one place only
+  assert.ok(gate.tryEnter('10.0.0.3'));
+  assert.is(gate.tryEnter('10.0.0.4'), null);
+});
+
+test('the handshake gate: one address group holds its share only; guesses fill their own class, not a real key\'s', () => {
+  const gate = new HandshakeGate(4, 2);
+  const mine = [gate.tryEnter('10.0.0.1'), gate.tryEnter('10.0.0.1')];
+  assert.ok(mine.every((s) => s !== null));
+  assert.is(gate.tryEnter('10.0.0.1'), null, 'a third from one group');
+  // Looked up: the four guesses take the unknown class; a fifth guess is shed after its lookup.
+  for (const s of mine) assert.ok(s!.verify(false));
+  const more = [gate.tryEnter('10.0.0.2'), gate.tryEnter('10.0.0.2')];
+  for (const s of more) assert.ok(s!.verify(false));
+  const fifth = gate.tryEnter('10.0.0.3')!;
+  assert.not.ok(fifth.verify(false), 'the unknown class is full');
+  // A real key still looks up and is verified.
+  const real = gate.tryEnter('10.0.0.4');
+  assert.ok(real);
+  assert.ok(real.verify(true));
 });
 
 test.run();
