@@ -1,0 +1,52 @@
+import type { Socket } from 'node:net';
+
+// nginx's send_timeout for the public port: a visitor that stops reading its answer holds the
+// answer's bytes in this process (and the stream's window at the tunnel client) for as long as
+// its connection lives, and the idle timer is off while an answer is due. So once a write
+// backs up (the socket is over its high-water mark), the connection must show progress (bytes
+// taken by the kernel) at least once every `ms`, or it is destroyed.
+//
+// One timer per connection, armed only while its output is backed up: a visitor that reads
+// costs nothing here.
+
+export class SendTimeout {
+  private timer: NodeJS.Timeout | null = null;
+  /** Bytes the kernel had taken when the timer was armed. */
+  private sent = 0;
+
+  constructor(
+    private readonly socket: Socket,
+    private readonly ms: number,
+  ) {}
+
+  /** After writes: starts watching if the socket's buffer is over its high-water mark. */
+  check(): void {
+    if (this.timer !== null || !this.socket.writableNeedDrain || this.socket.destroyed) return;
+    this.sent = delivered(this.socket);
+    this.timer = setTimeout(this.fire, this.ms);
+  }
+
+  stop(): void {
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.timer = null;
+  }
+
+  private readonly fire = (): void => {
+    this.timer = null;
+    const socket = this.socket;
+    if (socket.destroyed || socket.writableLength === 0) return;
+    const now = delivered(socket);
+    if (now === this.sent) {
+      socket.destroy();
+      return;
+    }
+    // Progress, however slow: watch the next interval.
+    this.sent = now;
+    this.timer = setTimeout(this.fire, this.ms);
+  };
+}
+
+/** Bytes written to the socket that left its buffer (bytesWritten counts the buffered ones too). */
+function delivered(socket: Socket): number {
+  return socket.bytesWritten - socket.writableLength;
+}
