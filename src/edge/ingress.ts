@@ -207,6 +207,12 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     if (!taken) {
       this.parked += n;
       visitorBuffers.hold(this.group, n);
+      // The shard's ceiling: this visitor is not keeping up, and there is no room left to wait for
+      // it. Its bytes are released now (finish), not at the close, so the others see the room.
+      if (visitorBuffers.overCeiling) {
+        this.conn.socket.destroy();
+        return this.abort();
+      }
     }
     this.meter.holdBack(visitorBuffers.creditHeld);
   }

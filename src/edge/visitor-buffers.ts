@@ -11,7 +11,9 @@ import { INITIAL_WINDOW_BYTES } from '../protocol/frames.js';
 //                       keeps the rest of the credit back) while the pressure lasts
 //   held ≥ budget       new tunnelled requests from address groups that hold unread bytes
 //                       already are answered 503 (the others are still served)
-//   held ≥ 2 × budget   every new tunnelled request is answered 503 (many addresses at once)
+//   held ≥ 2 × budget   every new tunnelled request is answered 503, and a visitor whose socket
+//                       backs up further is disconnected (requests that all arrived at once,
+//                       before any bytes were held, each bring a whole window: this is the ceiling)
 // and --send-timeout closes those that take nothing at all, which gives their bytes back.
 
 /** A visitor's window while the shard is short of room: two credit batches, so none is stranded. */
@@ -49,7 +51,12 @@ export class VisitorBuffers {
   /** No room for another answer to a client of `group`: its new tunnelled request is answered 503. */
   refuses(group: string): boolean {
     if (this.total < this.budget) return false;
-    return this.total >= 2 * this.budget || this.byGroup.has(group);
+    return this.overCeiling || this.byGroup.has(group);
+  }
+
+  /** Twice the budget: a visitor that falls further behind is disconnected rather than buffered for. */
+  get overCeiling(): boolean {
+    return this.total >= 2 * this.budget;
   }
 
   /** Address groups holding bytes now. */
@@ -58,5 +65,5 @@ export class VisitorBuffers {
   }
 }
 
-/** This thread's budget (each shard worker has its own module instance); 64 MiB until configured. */
-export const visitorBuffers = new VisitorBuffers(64 * 1024 * 1024);
+/** This thread's budget (each shard worker has its own module instance); 32 MiB until configured. */
+export const visitorBuffers = new VisitorBuffers(32 * 1024 * 1024);

@@ -128,7 +128,7 @@ test('burrowd --version prints the package version', () => {
 
 test('the public port\'s bounds: defaults, env twins, and values out of range refused', () => {
   const c = parse([]);
-  assert.equal(c.front, { firstByteTimeoutMs: 5_000, sendTimeoutMs: 60_000, maxConnectionsPerIp: 512, publicFdLimit: null, visitorBufferBudgetBytes: 64 * 1024 * 1024 });
+  assert.equal(c.front, { firstByteTimeoutMs: 5_000, sendTimeoutMs: 60_000, maxConnectionsPerIp: 512, publicFdLimit: null, visitorBufferBudgetBytes: 32 * 1024 * 1024 });
   const set = parse(['--first-byte-timeout', '2s', '--send-timeout', '1m', '--max-connections-per-ip', '20', '--public-fd-limit', '1000'], { BURROW_VISITOR_BUFFER_BUDGET: '8' });
   assert.equal(set.front, { firstByteTimeoutMs: 2_000, sendTimeoutMs: 60_000, maxConnectionsPerIp: 20, publicFdLimit: 1000, visitorBufferBudgetBytes: 8 * 1024 * 1024 });
   assert.throws(() => parse(['--send-timeout', '0']), /--send-timeout must be between 1s and 3600s, got "0"/);

@@ -150,4 +150,27 @@ test('the budget of bytes held for visitors that do not read holds: past it that
   });
 });
 
+test('a burst of non-readers that arrive at once (each admitted before any byte was held): the ceiling, twice the budget, holds', async () => {
+  const BUDGET_MIB = 2;
+  await withTunnel(['--visitor-buffer-budget', String(BUDGET_MIB), '--send-timeout', '60'], async (server, host) => {
+    const readers = Array.from({ length: 16 }, (_, i) => nonReader(server.port, host, i % 2 ? '127.0.0.1' : '127.0.0.2'));
+    try {
+      await withDeadline(Promise.all(readers.map((v) => v.first)), 10_000, 'every answer starts (or the connection ends)');
+      let peak = 0;
+      for (let i = 0; i < 10; i++) {
+        peak = Math.max(peak, await bufferedBytes(server));
+        await new Promise((r) => setTimeout(r, 200));
+      }
+      console.log(`16 non-readers at once, budget ${BUDGET_MIB} MiB: at most ${(peak / MiB).toFixed(2)} MiB held`);
+      assert.ok(peak > 0, 'some bytes were held');
+      // Past the ceiling, a visitor is cut at its next chunk: what is over it is one chunk each at most.
+      assert.ok(peak <= (2 * BUDGET_MIB + 1) * MiB, `${peak} bytes held, ceiling ${2 * BUDGET_MIB} MiB`);
+    } finally {
+      for (const v of readers) v.sock.destroy();
+    }
+    await eventually(async () => (await bufferedBytes(server)) === 0, 5_000, 'all released once they went');
+    assert.is((await visit(server.port, host)).status, 200);
+  });
+});
+
 test.run();
