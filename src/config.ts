@@ -65,6 +65,8 @@ export interface Config {
   heartbeatIntervalMs: number;
   /** Concurrent tunnelled HTTP requests one visitor IP may have on a shard (more: 429). */
   visitorConcurrency: number;
+  /** The public port's own bounds on connections, their timers and their buffers (edge/front-limits.ts). */
+  front: FrontLimitsConfig;
   /** --metrics-addr: a listener of its own serving GET /metrics without a key (null: off). */
   metricsAddr: { host: string; port: number } | null;
   /** Tests only: how long a control connection's resumption ticket lives (a day). */
@@ -97,6 +99,20 @@ export interface Config {
   sessionRetentionSecs: number | null;
   /** Who may sign up and log in through a provider (src/auth/oauth/admission.ts). */
   signup: SignupPolicy;
+}
+
+/** --first-byte-timeout, --send-timeout, --max-connections-per-ip, --public-fd-limit, --visitor-buffer-budget. */
+export interface FrontLimitsConfig {
+  /** A new connection that sends nothing for this long is closed. */
+  firstByteTimeoutMs: number;
+  /** A connection whose output makes no progress for this long is closed (nginx's send_timeout). */
+  sendTimeoutMs: number;
+  /** Open public connections one address group (IPv4 address, IPv6 /64) may hold on a shard. */
+  maxConnectionsPerIp: number;
+  /** Descriptors the public port may use over all shards; null: three quarters of the open-file limit. */
+  publicFdLimit: number | null;
+  /** Bytes of answers a shard may hold for visitors that read slowly, before windows shrink and new requests wait. */
+  visitorBufferBudgetBytes: number;
 }
 
 /** --signup, --github-allowed-orgs, --oauth-allowed-email-domains. */
@@ -153,6 +169,15 @@ function cidrList(v: string): Cidr[] {
 }
 
 // Returns 'off' rather than null (commander drops a null parse result for env values).
+/** A duration (as `duration` reads it) of at least one second, as milliseconds. */
+function timeoutMs(name: string, maxS: number) {
+  return (v: string): number => {
+    const s = duration(v);
+    if (s < 1 || s > maxS) throw new InvalidArgumentError(`${name} must be between 1s and ${maxS}s, got "${v}"`);
+    return s * 1000;
+  };
+}
+
 function durationOrOff(v: string): number | 'off' {
   return v === 'off' ? 'off' : duration(v);
 }
@@ -224,6 +249,11 @@ export function buildServerCommand(): Command {
     .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
     .addOption(opt('--heartbeat-interval <ms>', 'tunnel control connections ping this often; one silent for 3 intervals is dropped').argParser(int('--heartbeat-interval', 100, 10_000)).default(5_000))
     .addOption(opt('--visitor-concurrency <n>', 'concurrent tunnelled HTTP requests per visitor IP and shard worker; more are answered 429').argParser(int('--visitor-concurrency', 1, 1_000_000)).default(128))
+    .addOption(opt('--first-byte-timeout <duration>', 'a public connection that sends nothing for this long after it opened is closed').argParser(timeoutMs('--first-byte-timeout', 300)).default(5_000, '5s'))
+    .addOption(opt('--send-timeout <duration>', 'a public connection whose visitor takes none of its answer for this long is closed (as nginx\'s send_timeout)').argParser(timeoutMs('--send-timeout', 3600)).default(60_000, '60s'))
+    .addOption(opt('--max-connections-per-ip <n>', 'open public connections per client address (an IPv4 address, an IPv6 /64; the PROXY header\'s under --proxy-protocol; --trust-proxy peers exempt) and shard worker; more are closed at once').argParser(int('--max-connections-per-ip', 1, 1_000_000)).default(512))
+    .addOption(opt('--public-fd-limit <n>', 'file descriptors the public port may use over all shard workers (a connection: 1, 3 while it talks to the API); past nine tenths only control connections and API requests are served, past it new connections are closed').argParser(int('--public-fd-limit', 64, 100_000_000)).default(undefined, 'three quarters of the open-file limit'))
+    .addOption(opt('--visitor-buffer-budget <MiB>', 'MiB of answers a shard worker may hold for visitors that read slower than their tunnel answers: past half, their windows shrink to 256 KiB; past it, new requests from addresses already holding some get 503; past twice, every new request gets 503 and a visitor falling further behind is disconnected').argParser(int('--visitor-buffer-budget', 1, 1_000_000)).default(32))
     .addOption(opt('--metrics-addr <host:port>', 'also serve GET /metrics without a key on this address (e.g. 127.0.0.1:9100); on the main port it needs an admin key with the management scope').argParser(hostPort))
     .addOption(opt('--tls-cert <file>', 'PEM certificate (chain) for HTTPS on the port, typically for <domain> and *.<domain>; SIGHUP reloads it'))
     .addOption(opt('--tls-key <file>', 'PEM private key of --tls-cert'))
@@ -325,6 +355,13 @@ export function configFromOptions(o: Opts): Config {
     shutdownTimeoutMs: o.shutdownTimeout as number,
     heartbeatIntervalMs: o.heartbeatInterval as number,
     visitorConcurrency: o.visitorConcurrency as number,
+    front: Object.freeze({
+      firstByteTimeoutMs: o.firstByteTimeout as number,
+      sendTimeoutMs: o.sendTimeout as number,
+      maxConnectionsPerIp: o.maxConnectionsPerIp as number,
+      publicFdLimit: typeof o.publicFdLimit === 'number' ? o.publicFdLimit : null,
+      visitorBufferBudgetBytes: (o.visitorBufferBudget as number) * 1024 * 1024,
+    }),
     metricsAddr: o.metricsAddr === undefined || o.metricsAddr === 'off' ? null : (o.metricsAddr as Config['metricsAddr']),
     faultInjection: Boolean(o.faultInjection),
     resumeTicketTtlMs: o.resumeTicketTtl as number,

@@ -91,6 +91,8 @@ class ApiUpstream {
 }
 
 const upstreams = new WeakMap<FrontConnection, ApiUpstream>();
+/** Descriptors an upstream holds: its own end and the App's end of the unix socket. */
+const UPSTREAM_FDS = 2;
 
 function upstreamOf(conn: FrontConnection, target: ApiTarget): ApiUpstream {
   const known = upstreams.get(conn);
@@ -99,6 +101,12 @@ function upstreamOf(conn: FrontConnection, target: ApiTarget): ApiUpstream {
   const source: ProxySource = { ip: conn.peer, port: socket.remotePort ?? 0 };
   const dest: ProxySource = { ip: socket.localAddress ?? '127.0.0.1', port: socket.localPort ?? 0 };
   const up = new ApiUpstream(target, encodeProxyV2(source, dest));
+  // Both ends of the unix socket are this process's descriptors (edge/front-limits.ts).
+  const limits = conn.terms.limits;
+  if (limits) {
+    limits.holdFds(UPSTREAM_FDS);
+    up.socket.once('close', () => limits.releaseFds(UPSTREAM_FDS));
+  }
   upstreams.set(conn, up);
   socket.once('close', () => up.close());
   return up;

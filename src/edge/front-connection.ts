@@ -5,6 +5,8 @@ import { clientOfHeaders, type ClientAddress } from '../http/client-address.js';
 import { prefersHtml } from '../http/problem-page.js';
 import { RequestParser, type RequestHead } from '../protocol/http1-parser.js';
 import { VisitorResponse, type ResponseSink } from './visitor-response.js';
+import { SendTimeout } from './send-timeout.js';
+import type { ConnectionLimits } from './front-limits.js';
 
 // One public connection on the front: requests parsed by llhttp (http1-parser.ts), answered
 // strictly one at a time and in order, whoever answers them.
@@ -18,7 +20,7 @@ import { VisitorResponse, type ResponseSink } from './visitor-response.js';
 // at most: the socket stops reading meanwhile) until the one before is answered, and a request
 // body is read only while its exchange takes it (the tunnel's credit window pauses the socket).
 
-/** A request head must arrive whole within this long of its first byte (slowloris). */
+/** A request head must arrive whole within this long of its first byte (slowloris); the first byte within --first-byte-timeout. */
 const HEAD_TIMEOUT_MS = 10_000;
 /** A keep-alive connection between requests, or a request body that stopped, ends after this. */
 const IDLE_TIMEOUT_MS = 60_000;
@@ -42,7 +44,25 @@ export interface FrontHost {
   log: Logger;
   /** Picks who serves this request; it may answer `response` itself at once. */
   exchange(conn: FrontConnection, head: RequestHead, response: VisitorResponse): Exchange;
+  /**
+   * Whether a request may use the descriptors kept in reserve (front-limits.ts): a control
+   * connection or the API yes, tunnel traffic no. Absent: every request may.
+   */
+  reserved?(head: RequestHead): boolean;
 }
+
+/** The front's bounds one connection applies (edge/front-limits.ts, --first-byte-timeout, --send-timeout). */
+export interface ConnectionTerms {
+  firstByteTimeoutMs: number;
+  sendTimeoutMs: number;
+  /** The shard's counts, for the descriptors an API relay adds. */
+  limits: ConnectionLimits | null;
+  /** Accepted into the reserve: only requests FrontHost.reserved admits are served. */
+  reserveOnly: boolean;
+}
+
+/** Terms of a front without limits (tests of the parts, the redirect port before its options). */
+export const DEFAULT_TERMS: ConnectionTerms = { firstByteTimeoutMs: 5_000, sendTimeoutMs: 60_000, limits: null, reserveOnly: false };
 
 /** Discards a request body (its answer was given without it). */
 export const DISCARD: Exchange = { requestBody() {}, requestEnd() {}, abort() {} };
@@ -69,10 +89,15 @@ export class FrontConnection implements ResponseSink {
   private detached = false;
   private closing = false;
   private headTimer: NodeJS.Timeout | null = null;
+  /** Until the first byte arrives (--first-byte-timeout); null after it. */
+  private firstByteTimer: NodeJS.Timeout | null = null;
+  private readonly sendTimeout: SendTimeout;
   private corked = false;
   private readonly uncork = (): void => {
     this.corked = false;
     this.socket.uncork();
+    // Every write toward the visitor goes through a corked turn: a backed-up socket starts the send timeout here.
+    this.sendTimeout.check();
   };
 
   constructor(
@@ -80,7 +105,10 @@ export class FrontConnection implements ResponseSink {
     /** The peer's address (the PROXY header's source under --proxy-protocol). */
     readonly peer: string,
     private readonly host: FrontHost,
+    readonly terms: ConnectionTerms = DEFAULT_TERMS,
   ) {
+    this.sendTimeout = new SendTimeout(socket, terms.sendTimeoutMs);
+    this.firstByteTimer = setTimeout(this.onFirstByteTimeout, terms.firstByteTimeoutMs);
     this.parser = new RequestParser({
       head: (h) => this.onHead(h),
       body: (chunk) => this.exchange?.requestBody(chunk),
@@ -121,6 +149,7 @@ export class FrontConnection implements ResponseSink {
   detach(): void {
     this.detached = true;
     this.clearHeadTimer();
+    this.clearFirstByteTimer();
     this.socket.off('data', this.onData);
     this.socket.setTimeout(0);
     this.socket.off('timeout', this.onIdle);
@@ -137,12 +166,14 @@ export class FrontConnection implements ResponseSink {
     this.detach();
     this.socket.off('end', this.onSocketEnd);
     this.socket.off('close', this.onSocketClose);
+    this.sendTimeout.stop();
     this.exchange = null;
     this.response = null;
     this.pending = null;
   }
 
   private readonly onData = (chunk: Buffer): void => {
+    if (this.firstByteTimer !== null) this.clearFirstByteTimer();
     if (this.headTimer === null && this.exchange === null && !this.closing) {
       this.headTimer = setTimeout(() => this.onHeadTimeout(), HEAD_TIMEOUT_MS);
     }
@@ -207,6 +238,13 @@ export class FrontConnection implements ResponseSink {
     this.response = response;
     if (this.closing) {
       this.exchange = DISCARD;
+      return;
+    }
+    if (this.terms.reserveOnly && this.host.reserved && !this.host.reserved(head)) {
+      // The descriptors left are kept for tunnel clients and the API (front-limits.ts).
+      this.exchange = DISCARD;
+      response.closeAfter();
+      response.problem('unavailable', 'the server holds as many connections as it can right now; try again shortly', { html: FrontConnection.wantsHtml(head), extra: { headers: { 'retry-after': '5' } } });
       return;
     }
     this.exchange = this.host.exchange(this, head, response);
@@ -288,6 +326,19 @@ export class FrontConnection implements ResponseSink {
     setTimeout(() => this.socket.destroy(), LINGER_MS).unref();
   }
 
+  private clearFirstByteTimer(): void {
+    if (this.firstByteTimer) clearTimeout(this.firstByteTimer);
+    this.firstByteTimer = null;
+  }
+
+  /** Nothing came since the connection opened: it only holds a descriptor, and is closed without a word. */
+  private readonly onFirstByteTimeout = (): void => {
+    this.firstByteTimer = null;
+    if (this.detached || this.pending !== null || this.exchange !== null) return;
+    this.host.log.debug({ peer: this.peer }, 'no request byte within the first-byte timeout: closed');
+    this.socket.destroy();
+  };
+
   private clearHeadTimer(): void {
     if (this.headTimer) clearTimeout(this.headTimer);
     this.headTimer = null;
@@ -308,6 +359,8 @@ export class FrontConnection implements ResponseSink {
 
   private onClose(): void {
     this.clearHeadTimer();
+    this.clearFirstByteTimer();
+    this.sendTimeout.stop();
     if (!this.detached) this.parser.close();
     const ex = this.exchange;
     this.exchange = null;

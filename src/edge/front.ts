@@ -6,12 +6,20 @@ import { canonicalIp } from '../http/client-address.js';
 import type { SniContexts } from '../http/tls.js';
 import { CidrSet } from '../protocol/cidr.js';
 import { parseProxyHeader, V2_MAX } from '../protocol/proxy-header.js';
-import { DISCARD, FrontConnection, type FrontHost } from './front-connection.js';
+import { DEFAULT_TERMS, DISCARD, FrontConnection, type ConnectionTerms, type FrontHost } from './front-connection.js';
+import type { ConnectionLimits } from './front-limits.js';
 
 // The public port of one shard: node:net (node:tls with --tls-cert), shared by every shard
 // through SO_REUSEPORT, so the kernel spreads connections over the shards' loops.
 //
-//   kernel ─accept─▶ [PROXY header (--proxy-protocol)] ─▶ [TLS: SNI context] ─▶ FrontConnection
+//   kernel ─accept─▶ descriptor budget (front-limits.ts) ─▶ [PROXY header (--proxy-protocol)]
+//          ─▶ per-address cap on the client's address ─▶ [TLS: SNI context] ─▶ FrontConnection
+//
+// The per-address cap counts the address the front knows the client by for the connection's
+// whole life: the socket's peer, or under --proxy-protocol the header's source (the socket's
+// peer is then the load balancer, shared by every client). X-Forwarded-For (--trust-proxy)
+// comes per request, after the connection is counted, so a trusted proxy's connections are
+// not counted per address at all: capping them would cap every client behind it together.
 //
 // SO_REUSEPORT: `reusePort: true` on Node ≥ 22.12; on older Node a descriptor made by
 // node-unix-socket's binding is passed to listen({ fd }) (Node has no other way to set the
@@ -42,6 +50,10 @@ export interface FrontOptions {
   proxyFrom?: CidrSet;
   log: Logger;
   host_: FrontHost;
+  /** The shard's connection counts (shared by its fronts), or null: no caps. */
+  limits?: ConnectionLimits | null;
+  /** --first-byte-timeout, --send-timeout. */
+  timeouts?: Pick<ConnectionTerms, 'firstByteTimeoutMs' | 'sendTimeoutMs'>;
 }
 
 /** True where Node's listen() takes `reusePort` (22.12 and later). */
@@ -126,20 +138,45 @@ export class Front {
   }
 
   private accept(socket: net.Socket): void {
-    this.live.add(socket);
-    socket.on('close', () => this.live.delete(socket));
+    const limits = this.opts.limits ?? null;
+    const admission = limits?.admitSocket() ?? 'open';
     socket.on('error', () => socket.destroy());
+    // Out of descriptors for the public port: closed before it costs anything more.
+    if (admission === 'full') return void socket.destroy();
+    this.live.add(socket);
+    socket.on('close', () => {
+      this.live.delete(socket);
+      limits?.releaseSocket();
+    });
+    const terms: ConnectionTerms = { ...DEFAULT_TERMS, ...this.opts.timeouts, limits, reserveOnly: admission === 'reserve' };
     const peer = canonicalIp(socket.remoteAddress ?? '');
-    if (!this.opts.proxyProtocol) return this.secure(socket, peer);
+    if (!this.opts.proxyProtocol) {
+      if (!this.admitPeer(socket, peer)) return;
+      return this.secure(socket, peer, terms);
+    }
     if (this.opts.proxyFrom && !this.opts.proxyFrom.empty && !this.opts.proxyFrom.has(peer)) {
       this.opts.log.debug({ peer }, 'PROXY header from a peer not in --proxy-protocol-from: closed');
       return void socket.destroy();
     }
-    this.readProxyHeader(socket, peer);
+    this.readProxyHeader(socket, peer, terms);
+  }
+
+  /** Counts the connection for its client's address group; false (and closed) when that group is at its cap. */
+  private admitPeer(socket: net.Socket, peer: string): boolean {
+    const limits = this.opts.limits;
+    if (!limits) return true;
+    const group = limits.admitPeer(peer);
+    if (group === false) {
+      this.opts.log.debug({ peer }, 'too many open connections from this address: closed');
+      socket.destroy();
+      return false;
+    }
+    if (group !== null) socket.once('close', () => limits.releasePeer(group));
+    return true;
   }
 
   /** --proxy-protocol: the client's address is the header's; the TLS or HTTP bytes follow it. */
-  private readProxyHeader(socket: net.Socket, peer: string): void {
+  private readProxyHeader(socket: net.Socket, peer: string, terms: ConnectionTerms): void {
     let seen: Buffer = Buffer.alloc(0);
     const timer = setTimeout(() => socket.destroy(), HANDSHAKE_TIMEOUT_MS);
     socket.once('close', () => clearTimeout(timer));
@@ -158,16 +195,18 @@ export class Front {
       // No header at all: whatever it sends is answered 400 (its client address is unknown).
       const rest = parsed.kind === 'header' ? seen.subarray(parsed.length) : seen;
       if (rest.length > 0) socket.unshift(rest);
-      if (parsed.kind === 'none') return this.secure(socket, peer, NO_PROXY_HEADER(this.opts.log));
-      this.secure(socket, parsed.source ? canonicalIp(parsed.source.ip) : peer);
+      const client = parsed.kind === 'header' && parsed.source ? canonicalIp(parsed.source.ip) : peer;
+      if (!this.admitPeer(socket, client)) return;
+      if (parsed.kind === 'none') return this.secure(socket, peer, terms, NO_PROXY_HEADER(this.opts.log));
+      this.secure(socket, client, terms);
     };
     socket.on('data', onData);
   }
 
-  private secure(socket: net.Socket, peer: string, host: FrontHost = this.opts.host_): void {
+  private secure(socket: net.Socket, peer: string, terms: ConnectionTerms, host: FrontHost = this.opts.host_): void {
     const contexts = this.opts.tls;
     if (!contexts) {
-      new FrontConnection(socket, peer, host);
+      new FrontConnection(socket, peer, host, terms);
       socket.resume();
       return;
     }
@@ -186,7 +225,7 @@ export class Front {
     });
     secure.once('secure', () => {
       clearTimeout(timer);
-      new FrontConnection(secure, peer, host);
+      new FrontConnection(secure, peer, host, terms);
     });
     // The TLS layer reads the raw socket itself (bytes a PROXY header read left were taken in
     // by the TLSSocket's constructor): resuming the raw socket here would steal them.

@@ -9,6 +9,8 @@ import type { VisitorResponse } from './visitor-response.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { Finishing } from './visitor-limit.js';
 import { countHttpAnswer } from './metrics.js';
+import { visitorBuffers } from './visitor-buffers.js';
+import { addressGroup } from '../protocol/cidr.js';
 
 // Public HTTP ingress: one visitor request for <id>.<domain>, parsed by the front.
 //
@@ -23,7 +25,9 @@ import { countHttpAnswer } from './metrics.js';
 // After a 101 to a WebSocket (or other) upgrade the stream is a byte relay both ways.
 // Flow control (protocol/flow-control.ts): a SendWindow stops reading the visitor's socket when
 // the stream's credit runs out; a CreditMeter reports response bytes consumed once the socket
-// took them (write() under its high-water mark, or at 'drain').
+// took them (write() under its high-water mark, or at 'drain'). What a socket buffers meanwhile
+// counts toward the shard's budget (visitor-buffers.ts): under pressure the meter keeps credit
+// back, so every window shrinks; past the budget new requests are answered 503.
 
 /** Finds where a request for `tunnelId` goes: an Upstream, or null (unknown tunnel). */
 export type OpenUpstream = (tunnelId: string, head: HttpHead, down: TunnelVisitor) => Upstream | null;
@@ -52,7 +56,16 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   private peerEnded = false;
   private readonly window: SendWindow;
   private readonly meter = new CreditMeter((n) => this.up?.credit(n));
-  private readonly onDrain = (): void => this.meter.drained();
+  /** Bytes the socket buffers for this visitor, counted in the shard's budget until 'drain' (or the close). */
+  private parked = 0;
+  /** The client's address group, whose share of the budget they count in (set by serveVisitor). */
+  group = '';
+  private readonly onDrain = (): void => {
+    visitorBuffers.release(this.group, this.parked);
+    this.parked = 0;
+    this.meter.drained();
+    this.meter.holdBack(visitorBuffers.creditHeld);
+  };
   /** Set for a request that can be sent again (no body, no upgrade): opens it anew; false when it cannot. */
   retry: (() => boolean) | null = null;
   /** A response head came: the request is never sent again. */
@@ -189,11 +202,27 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     }
     if (this.relaying) {
       this.conn.corkTurn();
-      this.meter.wrote(bytes.byteLength, this.conn.socket.write(bytes));
+      this.wrote(bytes.byteLength, this.conn.socket.write(bytes));
       return;
     }
-    this.meter.wrote(bytes.byteLength, this.res.body(bytes));
+    this.wrote(bytes.byteLength, this.res.body(bytes));
     if (this.res.finished) this.finish();
+  }
+
+  /** `n` bytes went to the socket; `taken`: under its high-water mark (else they wait for 'drain'). */
+  private wrote(n: number, taken: boolean): void {
+    this.meter.wrote(n, taken);
+    if (!taken) {
+      this.parked += n;
+      visitorBuffers.hold(this.group, n);
+      // The shard's ceiling: this visitor is not keeping up, and there is no room left to wait for
+      // it. Its bytes are released now (finish), not at the close, so the others see the room.
+      if (visitorBuffers.overCeiling) {
+        this.conn.socket.destroy();
+        return this.abort();
+      }
+    }
+    this.meter.holdBack(visitorBuffers.creditHeld);
   }
 
   end(): void {
@@ -245,7 +274,21 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   private finish(): void {
     if (this.over) return;
     this.over = true;
-    this.conn.socket.off('drain', this.onDrain);
+    const socket = this.conn.socket;
+    socket.off('drain', this.onDrain);
+    // The answer's last bytes may still wait in the socket: counted until they leave or it closes.
+    const parked = this.parked;
+    const group = this.group;
+    this.parked = 0;
+    if (parked > 0 && !socket.destroyed) {
+      const free = (): void => {
+        socket.off('drain', free);
+        socket.off('close', free);
+        visitorBuffers.release(group, parked);
+      };
+      socket.on('drain', free);
+      socket.on('close', free);
+    } else visitorBuffers.release(group, parked);
     this.onDone?.();
   }
 }
@@ -264,6 +307,9 @@ export function serveVisitor(visitor: TunnelVisitor, request: RequestHead, clien
     upgrade: request.upgrade,
     end: !request.hasBody && !request.upgrade,
   };
+  // Past the budget of bytes held for slow visitors, a new answer to one of them would only add to it.
+  visitor.group = addressGroup(client.ip);
+  if (visitorBuffers.refuses(visitor.group)) return visitor.problem('unavailable', 'the server holds as much as it can for visitors that read slowly right now; read the answers you asked for, or try again shortly', null);
   const up = open(tunnelId, head, visitor);
   if (!up) return visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`, null);
   visitor.up = up;

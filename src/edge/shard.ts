@@ -19,6 +19,7 @@ import { VisitorLimit } from './visitor-limit.js';
 import { AccessGate, admitHttpVisitor, hashAccess } from './access.js';
 import { accessRulesProblem, type AccessWire } from '../protocol/access.js';
 import { countHttpAnswer } from './metrics.js';
+import { visitorBuffers } from './visitor-buffers.js';
 import { RouteTable } from './shard-routes.js';
 import { ShardLanes } from './shard-lanes.js';
 import { ExpiryTimers } from './shard-expiry.js';
@@ -420,6 +421,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
             link_streams: links?.streamCount ?? 0,
             pending_admissions: pendingAdmissions,
             heap_used_bytes: process.memoryUsage().heapUsed,
+            visitor_buffered_bytes: visitorBuffers.total,
           };
           return counts;
         }

@@ -55,6 +55,7 @@ export class ServerMetrics implements StatsObserver {
   private readonly bytesTotal: Counter<'direction'>;
   private readonly controlConnections: Gauge;
   private readonly shardHeap: Gauge<'shard'>;
+  private readonly visitorBuffered: Gauge;
   private readonly shardRestarts: Counter;
   private readonly authFailures: Counter;
   private readonly keyVerifications: Counter;
@@ -84,6 +85,7 @@ export class ServerMetrics implements StatsObserver {
     this.keyVerifications = new Counter({ name: 'burrow_key_verifications_total', help: 'argon2id verifications of API keys (a key is verified once per shard, then cached; a resumed control connection skips it).', registers });
     this.flushSeconds = new Histogram({ name: 'burrow_stats_flush_seconds', help: 'Duration of each write of the session counters to the database.', registers });
     this.accessRefusals = new Counter({ name: 'burrow_access_refusals_total', help: "Visitors refused by a tunnel's access rules, by rule.", labelNames: ['rule'], registers });
+    this.visitorBuffered = new Gauge({ name: 'burrow_visitor_buffered_bytes', help: 'Answer bytes held for visitors that read slower than their tunnel answers (all shards; bounded by --visitor-buffer-budget per shard).', registers });
     this.shardHeap = new Gauge({ name: 'burrow_shard_heap_used_bytes', help: 'V8 heap used by each shard worker thread.', labelNames: ['shard'], registers });
     // Counters that only grow here start at 0 so their series exist before the first event.
     this.bytesTotal.inc({ direction: 'in' }, 0);
@@ -144,6 +146,7 @@ export class ServerMetrics implements StatsObserver {
     this.tunnels.set({ type: 'http' }, live.http);
     this.tunnels.set({ type: 'tcp' }, live.tcp);
     this.controlConnections.set(shards.reduce((n, s) => n + s.control_connections, 0));
+    this.visitorBuffered.set(shards.reduce((n, s) => n + s.visitor_buffered_bytes, 0));
     this.shardHeap.reset();
     for (const s of shards) this.shardHeap.set({ shard: String(s.shard) }, s.heap_used_bytes);
 

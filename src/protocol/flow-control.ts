@@ -13,6 +13,9 @@ import { CREDIT_BATCH_BYTES, INITIAL_WINDOW_BYTES } from './frames.js';
 // in batches of CREDIT_BATCH_BYTES. A remainder under a batch is never stranded: a paused
 // sender has a whole window (≫ a batch) unreported or on its way, so a batch always fills. Whatever sits between the two (a shard, the mesh) only relays Data and Credit; it
 // may check the peer's arithmetic with a SendWindow/ReceiveWindow of its own.
+// A receiver short of memory shrinks the sender's window without a frame of its own: its
+// CreditMeter keeps some accepted credit back (holdBack), so the sender can have only the
+// window less that much outstanding; the credit goes back when the pressure ends.
 //
 // StreamEnds is the one end/reset state machine of a stream: each direction ends once (End),
 // the stream is over when both did or at the first Reset, and it is over exactly once.
@@ -111,6 +114,8 @@ export class CreditMeter {
   private buffered = 0;
   /** Accepted and not reported yet. */
   private unreported = 0;
+  /** Of `unreported`, what is kept back (holdBack): the sender's window is that much smaller. */
+  private held = 0;
 
   constructor(
     private readonly report: (bytes: number) => void,
@@ -126,7 +131,23 @@ export class CreditMeter {
   /** The destination took `n` bytes (a chunk it had queued, or bytes that will never be delivered). */
   accepted(n: number): void {
     this.unreported += n;
-    if (this.unreported >= this.batchBytes) this.flush();
+    if (this.unreported - this.held >= this.batchBytes) this.flush();
+  }
+
+  /** Bytes written and not accepted yet (the destination buffers them). */
+  get pending(): number {
+    return this.buffered;
+  }
+
+  /**
+   * Keeps up to `bytes` of accepted credit back from now on (0: none, and what was kept goes
+   * back at once). The window less `bytes` must stay over a batch, or a paused sender could
+   * wait for a report that never fills.
+   */
+  holdBack(bytes: number): void {
+    if (bytes === this.held) return;
+    this.held = bytes;
+    if (this.unreported > bytes && (bytes === 0 || this.unreported - bytes >= this.batchBytes)) this.flush();
   }
 
   /** The destination emptied its buffer ('drain', onWritable): what it held is accepted. */
@@ -137,8 +158,8 @@ export class CreditMeter {
   }
 
   private flush(): void {
-    const n = this.unreported;
-    this.unreported = 0;
+    const n = this.unreported - this.held;
+    this.unreported = this.held;
     this.report(n);
   }
 }

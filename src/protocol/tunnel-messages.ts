@@ -181,6 +181,8 @@ export interface ShardCounts {
   pending_admissions: number;
   /** V8 heap of this thread after the last GC (not RSS: a leak shows here, allocator retention does not) */
   heap_used_bytes: number;
+  /** Answer bytes this shard's visitor sockets hold for visitors that read slowly (edge/visitor-buffers.ts) */
+  visitor_buffered_bytes: number;
 }
 
 /** Answer to data-plane-counts. */

@@ -22,6 +22,8 @@ import { loadCertificates, SniContexts } from '../http/tls.js';
 import { CidrSet } from '../protocol/cidr.js';
 import type { Config } from '../config.js';
 import { Front } from '../edge/front.js';
+import { ConnectionLimits, shardFdBudget } from '../edge/front-limits.js';
+import { visitorBuffers } from '../edge/visitor-buffers.js';
 import { DISCARD, type FrontHost } from '../edge/front-connection.js';
 import { ApiExchange } from '../edge/api-relay.js';
 import { acceptControl, isControlRequest } from '../edge/control.js';
@@ -102,6 +104,8 @@ const frontHost: FrontHost = {
     }
     return new ApiExchange(conn, head, res, apiTarget);
   },
+  // The last descriptors go to tunnel clients and the API (/healthz included), not to visitors.
+  reserved: (head) => head.host === null || tunnels.tunnelOf(head.host) === null,
 };
 
 /** --http-port: every plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
@@ -216,9 +220,17 @@ await new Promise<void>((resolve) => {
   }, apiPath);
 });
 const proxyFrom = new CidrSet(config.proxyProtocolFrom);
+// Both fronts of this shard share one count: descriptors are the process's, whichever port.
+const limits = new ConnectionLimits({
+  perGroup: config.front.maxConnectionsPerIp,
+  fdBudget: shardFdBudget(config.front.publicFdLimit, config.workers),
+  exempt: new CidrSet(config.trustProxy),
+});
+const timeouts = { firstByteTimeoutMs: config.front.firstByteTimeoutMs, sendTimeoutMs: config.front.sendTimeoutMs };
+visitorBuffers.budget = config.front.visitorBufferBudgetBytes;
 try {
-  front = await Front.listen({ host: config.host, port, tls: contexts, proxyProtocol: config.proxyProtocol, proxyFrom, log, host_: frontHost });
-  if (config.httpPort !== null) redirectFront = await Front.listen({ host: config.host, port: config.httpPort, tls: null, proxyProtocol: false, log, host_: redirectHost });
+  front = await Front.listen({ host: config.host, port, tls: contexts, proxyProtocol: config.proxyProtocol, proxyFrom, log, host_: frontHost, limits, timeouts });
+  if (config.httpPort !== null) redirectFront = await Front.listen({ host: config.host, port: config.httpPort, tls: null, proxyProtocol: false, log, host_: redirectHost, limits, timeouts });
 } catch (err) {
   log.fatal({ err, host: config.host, port }, 'cannot listen (port in use or not permitted)');
   closeApp(app);

@@ -126,4 +126,15 @@ test('burrowd --version prints the package version', () => {
   assert.is(r.stdout, `${version}\n`);
 });
 
+test('the public port\'s bounds: defaults, env twins, and values out of range refused', () => {
+  const c = parse([]);
+  assert.equal(c.front, { firstByteTimeoutMs: 5_000, sendTimeoutMs: 60_000, maxConnectionsPerIp: 512, publicFdLimit: null, visitorBufferBudgetBytes: 32 * 1024 * 1024 });
+  const set = parse(['--first-byte-timeout', '2s', '--send-timeout', '1m', '--max-connections-per-ip', '20', '--public-fd-limit', '1000'], { BURROW_VISITOR_BUFFER_BUDGET: '8' });
+  assert.equal(set.front, { firstByteTimeoutMs: 2_000, sendTimeoutMs: 60_000, maxConnectionsPerIp: 20, publicFdLimit: 1000, visitorBufferBudgetBytes: 8 * 1024 * 1024 });
+  assert.throws(() => parse(['--send-timeout', '0']), /--send-timeout must be between 1s and 3600s, got "0"/);
+  assert.throws(() => parse(['--first-byte-timeout', '10m']), /--first-byte-timeout must be between 1s and 300s/);
+  assert.throws(() => parse(['--public-fd-limit', '10']), /--public-fd-limit must be an integer in 64\.\./);
+  assert.throws(() => parse(['--max-connections-per-ip', '0']), /--max-connections-per-ip must be an integer/);
+});
+
 test.run();

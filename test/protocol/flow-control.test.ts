@@ -213,6 +213,32 @@ test('CreditMeter: batches, and buffered bytes count only after a drain', () => 
   assert.equal(reports, [110, 500, 100]);
 });
 
+test('CreditMeter.holdBack: a receiver short of memory keeps credit back, so the sender has only the window less it outstanding; it all goes back when the pressure ends', () => {
+  const WINDOW = 1000;
+  const reports: number[] = [];
+  const m = new CreditMeter((n) => reports.push(n), 100);
+  const sender = new SendWindow(undefined, WINDOW);
+  const credit = (): void => {
+    for (const n of reports.splice(0)) assert.ok(sender.grant(n), 'never more credit than was sent');
+  };
+  m.holdBack(WINDOW - 300);
+  // The sender sends whatever its window allows, the destination takes everything at once.
+  for (let round = 0; round < 20; round++) {
+    const n = WINDOW - sender.outstanding;
+    if (n <= 0) break;
+    sender.spend(n);
+    m.wrote(n, true);
+    credit();
+  }
+  // Kept back: the window less the held credit (within a batch) is all the sender may still send.
+  assert.ok(sender.outstanding >= WINDOW - 300 && sender.outstanding < WINDOW - 300 + 100, `outstanding ${sender.outstanding}`);
+  assert.ok(WINDOW - sender.outstanding <= 300, 'the sender is held to the smaller window');
+  // The pressure ends: everything accepted is reported, the sender has its whole window again.
+  m.holdBack(0);
+  credit();
+  assert.is(sender.outstanding, 0);
+});
+
 type EndOp = 'endLocal' | 'endPeer' | 'settle' | 'finish' | 'abandon';
 
 test('StreamEnds: finishes exactly once, when both directions ended or at a reset, and refuses everything after', () => {
