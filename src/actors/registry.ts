@@ -24,7 +24,7 @@ import type {
   TunnelShardToMainReplies,
 } from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
-import { accessView, type AccessWire } from '../protocol/access.js';
+import { accessView, poolRulesProblem, type AccessWire } from '../protocol/access.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
 import { claimTunnel, clusterTunnel, clusterTunnels, releaseMember, sessionTotals, type ClusterTunnelRow, type TunnelClaim } from '../db/cluster.js';
@@ -468,7 +468,7 @@ export class RegistryActor {
     }
     const old = this.tunnels.get(id);
     const remote = this.remote.get(id);
-    const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type } : null;
+    const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type, access: old.access } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type, access: remote.access } : null;
     const sameOwner = held !== null && (held.teamId !== null ? held.teamId === teamId : held.userId === m.userId && teamId === null);
     const joinsPool = held !== null && held.pool && m.pool && sameOwner && held.type === m.tunnelType;
     if (held?.pool && !joinsPool) {
@@ -476,6 +476,10 @@ export class RegistryActor {
       throw new ApiError('conflict', sameOwner && !m.pool ? `tunnel id "${id}" is a pool: open it with --pool to join it` : `tunnel id "${id}" is in use by another user`);
     }
     if (held && !held.pool && held.userId !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+    // A member serves under the pool's rules: one that asked for others would be reached by
+    // visitors its own rules refuse (in a cluster the claim checks again against the row).
+    const rules = joinsPool ? poolRulesProblem(held.access, m.access) : null;
+    if (rules !== null) throw poolRulesConflict(id, rules);
     // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
     // reservation and the grace hold decide.
     if (!held && claimProblem !== null) throw new ApiError('conflict', claimProblem);
@@ -588,6 +592,8 @@ export class RegistryActor {
             throw new ApiError('conflict', `tunnel id "${c.id}" is in use by another user`);
           case 'pool':
             throw new ApiError('conflict', `tunnel id "${c.id}" is a pool: open it with --pool to join it`);
+          case 'rules':
+            throw poolRulesConflict(c.id, r.rules!);
           case 'port':
             throw new ApiError('conflict', `port ${m.remotePort} is in use by a tunnel on another node; ask for another port`);
           case 'no-client':
@@ -899,6 +905,11 @@ export class RegistryActor {
       this.broadcastRoute(id);
     }
   }
+}
+
+/** A pool refusing a client that asked for other rules: which differ, and the pool's (never a credential). */
+function poolRulesConflict(id: string, rules: string): ApiError {
+  return new ApiError('conflict', `tunnel id "${id}" is a pool serving under other rules: ${rules}; join it with the pool's --basic-auth, --allow-ip, --deny-ip and --expires`);
 }
 
 /**

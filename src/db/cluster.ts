@@ -1,5 +1,5 @@
 import type { Sql } from './sql.js';
-import type { AccessWire } from '../protocol/access.js';
+import { poolRulesProblem, type AccessWire } from '../protocol/access.js';
 
 // The cluster's shared state (migration 008): node leases and the live-tunnel registry.
 // Uniqueness of tunnel ids and TCP ports across nodes is the database's (primary key and
@@ -121,7 +121,7 @@ export interface Registration {
 /** What a claim found: admitted (`replaced`: the same user's registration it took over), or why not. */
 export type ClaimResult =
   | { ok: true; replaced: boolean; registration: Registration }
-  | { ok: false; why: 'other-user' | 'port' | 'limit' | 'pool' | 'no-client'; held?: number };
+  | { ok: false; why: 'other-user' | 'port' | 'limit' | 'pool' | 'no-client' | 'rules'; held?: number; rules?: string };
 
 /**
  * Claims id (and port) cluster-wide for one member, as the takeover and pool rules say. The
@@ -159,6 +159,8 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
     if (held?.pool) {
       // A pool is joined, never taken over: its members may be other users of its team.
       if (!('pool' in c.mode) || !sameOwner || held.tunnel_type !== c.tunnelType) return { ok: false, why: sameOwner && !('pool' in c.mode) ? 'pool' : 'other-user' } as const;
+      const rules = poolRulesProblem(held.access === null ? null : accessFromJson(held.access), c.access);
+      if (rules !== null) return { ok: false, why: 'rules', rules } as const;
       const n = await overLimit();
       if (n !== null) return { ok: false, why: 'limit', held: n } as const;
       await addMember();
@@ -256,17 +258,19 @@ interface AccessJson {
   allowIp: string[];
   denyIp: string[];
   expiresAt: number | null;
+  /** absent in rows written before pools compared credentials */
+  credentialsTag?: string | null;
 }
 type StoredRow = Omit<ClusterTunnelRow, 'access' | 'members'> & { access: AccessJson | null };
 
 function accessToJson(a: AccessWire): AccessJson {
   const b64 = (u: Uint8Array): string => Buffer.from(u).toString('base64');
-  return { key: a.key === null ? null : b64(a.key), digests: a.digests.map(b64), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt };
+  return { key: a.key === null ? null : b64(a.key), digests: a.digests.map(b64), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt, credentialsTag: a.credentialsTag ? b64(a.credentialsTag) : null };
 }
 
 function accessFromJson(a: AccessJson): AccessWire {
   const bytes = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'base64'));
-  return { key: a.key === null ? null : bytes(a.key), digests: a.digests.map(bytes), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt };
+  return { key: a.key === null ? null : bytes(a.key), digests: a.digests.map(bytes), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt, credentialsTag: a.credentialsTag ? bytes(a.credentialsTag) : null };
 }
 
 function fromStored(r: StoredRow): Omit<ClusterTunnelRow, 'members'> {

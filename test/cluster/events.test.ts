@@ -1,7 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { parseClusterEvent } from '../../src/cluster/node.js';
-import { linkAuthorized, linkToken } from '../../src/cluster/node-links.js';
+import { LINK_TOKEN_WINDOW_MS, LinkTokens, linkToken } from '../../src/cluster/node-links.js';
 
 // What a node accepts from the database's notifications and from another node's link, in-process.
 
@@ -21,14 +21,23 @@ test('notifications: each kind parsed with its fields; anything else is ignored,
   }
 });
 
-test('link token: derived from the shared secret, compared whole', () => {
-  const token = linkToken(Buffer.alloc(32, 7));
-  assert.is(token, linkToken(Buffer.alloc(32, 7)), 'every node derives the same');
-  assert.is.not(token, linkToken(Buffer.alloc(32, 8)));
-  assert.ok(linkAuthorized(`Bearer ${token}`, token));
-  for (const bad of [undefined, '', token, `Bearer ${token.slice(0, -1)}`, `Bearer ${token}x`, `bearer ${token}`, `Bearer ${linkToken(Buffer.alloc(32, 8))}`]) {
-    assert.not.ok(linkAuthorized(bad, token), String(bad));
+test('link token: derived from the shared secret and a time window, compared whole; a window two back is refused', () => {
+  let now = 5 * LINK_TOKEN_WINDOW_MS + 1_000;
+  const tokens = new LinkTokens(Buffer.alloc(32, 7), () => now);
+  const token = tokens.current();
+  assert.is(token, new LinkTokens(Buffer.alloc(32, 7), () => now).current(), 'every node derives the same');
+  assert.is.not(token, new LinkTokens(Buffer.alloc(32, 8), () => now).current());
+  assert.is(token, linkToken(Buffer.alloc(32, 7), 5));
+  assert.ok(tokens.authorized(`Bearer ${token}`));
+  for (const bad of [undefined, '', token, `Bearer ${token.slice(0, -1)}`, `Bearer ${token}x`, `bearer ${token}`, `Bearer ${linkToken(Buffer.alloc(32, 8), 5)}`]) {
+    assert.not.ok(tokens.authorized(bad), String(bad));
   }
+  // A node whose clock is a window ahead or behind still links; a token seen two windows ago does not.
+  assert.ok(tokens.authorized(`Bearer ${linkToken(Buffer.alloc(32, 7), 4)}`));
+  assert.ok(tokens.authorized(`Bearer ${linkToken(Buffer.alloc(32, 7), 6)}`));
+  now += 2 * LINK_TOKEN_WINDOW_MS;
+  assert.is.not(tokens.current(), token, 'the token rotates');
+  assert.not.ok(tokens.authorized(`Bearer ${token}`), 'a leaked token expires');
 });
 
 test.run();
