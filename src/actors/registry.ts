@@ -695,7 +695,7 @@ export class RegistryActor {
     const r = this.remote.get(id);
     const elsewhere = r?.members.filter((x) => x.node_id !== this.cluster?.id) ?? [];
     if (!e && elsewhere.length === 0) throw new ApiError('not-found', `no live tunnel "${id}"`);
-    if (elsewhere.length > 0) await this.cluster!.notify({ t: 'close', id, reason });
+    if (elsewhere.length > 0) await this.cluster!.requestClose(id, elsewhere.map((x) => x.session_id), reason);
     await this.closeMembers(this.members((_, m) => e?.members.includes(m) ?? false), reason);
     if (elsewhere.length > 0 && !(await this.cluster!.awaitGone({ sessionIds: elsewhere.map((x) => x.session_id) }))) {
       throw new ApiError('unavailable', `a node holding tunnel "${id}" did not confirm the close; it ends within ${Math.ceil(AWAIT_GONE_MS / 1000)} s`);
@@ -792,8 +792,11 @@ export class RegistryActor {
         if (!e.up) void this.reconcile();
         return;
       case 'close': {
-        const victims = this.members((_, m) => this.tunnels.get(e.id)?.members.includes(m) ?? false);
-        if (victims.length > 0) void this.closeMembers(victims, e.reason);
+        // Only the members whose rows ask for it, with the reason written there by the API's node.
+        for (const { sessionId, reason } of e.members) {
+          const victims = this.members((_, m) => m.sessionId === sessionId && (this.tunnels.get(e.id)?.members.includes(m) ?? false));
+          if (victims.length > 0) void this.closeMembers(victims, reason);
+        }
         return;
       }
       case 'member':
@@ -886,6 +889,8 @@ export class RegistryActor {
       for (const x of r.members) {
         // Ours in the database, not here: a release that failed (the database was away).
         if (x.node_id === me && !e?.members.some((m) => m.sessionId === x.session_id)) releaseMember(this.sql, r.id, x.session_id).catch(() => undefined);
+        // A close asked through another node whose notification was lost.
+        if (x.node_id === me && x.close_reason !== null) this.clusterEvent({ t: 'close', id: r.id, members: [{ sessionId: x.session_id, reason: x.close_reason }] });
       }
       const known = [...(e?.members.map((m) => ({ session: m.sessionId })) ?? []), ...(this.remote.get(r.id)?.members.filter((x) => x.node_id !== me).map((x) => ({ session: x.session_id })) ?? [])];
       const truth = r.members.map((x) => ({ session: x.session_id }));

@@ -1,7 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
-import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, type Affected } from '../db/cluster.js';
+import { closingMembers, countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, requestClose, type Affected } from '../db/cluster.js';
+import { keyUnrevoked } from '../db/api-keys.js';
+import { getMembership } from '../db/teams.js';
+import { getUser } from '../db/users.js';
+import { assertNever } from '../errors.js';
 
 // ClusterNode (main thread, --node-url): this burrowd's membership of the cluster.
 //
@@ -11,7 +15,9 @@ import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, t
 //     route {id}            a tunnel's members changed (read its rows again)
 //     node {id, up}         a node joined or died
 //     key / user / member   revocation, deactivation, role change, team removal (triggers, migration 008)
-//     close {id, reason}    the API asked for a tunnel's members on other nodes to end
+//     close {id}            the API asked for a tunnel's members on other nodes to end (reason on their rows)
+//   Any role that may connect can NOTIFY this channel: a notification that would end something
+//   is a hint, confirmed by reading the rows again (confirm) before anything ends.
 //     reservations          an admin changed the reserved ids
 //   every RECONCILE_MS (and after the LISTEN connection came back): the registry compares its
 //   routes with the database, so a lost notification costs at most that long.
@@ -30,14 +36,23 @@ export const RECONCILE_MS = 5_000;
 export const AWAIT_GONE_MS = LEASE_MS + REAP_MS + 500;
 const AWAIT_POLL_MS = 25;
 
-export type ClusterEvent =
+/** A notification as sent: a hint of what changed, which anyone who may connect could have sent. */
+export type ClusterHint =
   | { t: 'route'; id: string }
   | { t: 'node'; id: string; up: boolean }
   | { t: 'key'; id: string }
   | { t: 'user'; id: string; end: boolean }
   | { t: 'member'; team: string; user: string }
-  | { t: 'close'; id: string; reason: string }
+  | { t: 'close'; id: string }
   | { t: 'reservations' };
+
+/**
+ * What the handlers act on: a hint confirmed by the database (confirm below). Hints that end
+ * nothing (route, node, reservations) only make a node read again, so they pass as they are.
+ */
+export type ClusterEvent =
+  | Exclude<ClusterHint, { t: 'close' }>
+  | { t: 'close'; id: string; members: { sessionId: string; reason: string }[] };
 
 export interface ClusterHandlers {
   event(e: ClusterEvent): void;
@@ -51,8 +66,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const str = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 200;
 const uuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
 
-/** A notification's payload as a ClusterEvent, or null (anything malformed is ignored). */
-export function parseClusterEvent(payload: string): ClusterEvent | null {
+/** A notification's payload as a ClusterHint, or null (anything malformed is ignored). */
+export function parseClusterEvent(payload: string): ClusterHint | null {
   let v: Record<string, unknown>;
   try {
     const parsed: unknown = JSON.parse(payload);
@@ -73,7 +88,8 @@ export function parseClusterEvent(payload: string): ClusterEvent | null {
     case 'member':
       return uuid(v.team) && uuid(v.user) ? { t: 'member', team: v.team, user: v.user } : null;
     case 'close':
-      return str(v.id) && typeof v.reason === 'string' ? { t: 'close', id: v.id, reason: v.reason.slice(0, 500) } : null;
+      // Whatever else the payload says (a reason, say) is not read: the rows are (confirm).
+      return str(v.id) ? { t: 'close', id: v.id } : null;
     case 'reservations':
       return { t: 'reservations' };
     default:
@@ -109,9 +125,16 @@ export class ClusterNode {
     this.listening = await this.sql.listen(
       this.channel,
       (payload) => {
-        const e = parseClusterEvent(payload);
-        if (!e) return this.log.warn({ payload: payload.slice(0, 200) }, 'cluster: malformed notification ignored');
-        this.handlers.event(e);
+        const hint = parseClusterEvent(payload);
+        if (!hint) return this.log.warn({ payload: payload.slice(0, 200) }, 'cluster: malformed notification ignored');
+        if (hint.t === 'route' || hint.t === 'node' || hint.t === 'reservations') return this.handlers.event(hint);
+        void this.confirm(hint).then(
+          (e) => {
+            if (e) this.handlers.event(e);
+            else this.log.warn({ hint }, 'cluster: a notification the database does not confirm was ignored (sent by a role other than burrowd?)');
+          },
+          (err: unknown) => this.log.warn({ err, hint }, 'cluster: a notification could not be checked; the reconcile catches up'),
+        );
       },
       // Called again after every reconnect of the LISTEN connection: what was sent meanwhile is lost.
       () => this.handlers.reconcile(),
@@ -174,9 +197,43 @@ export class ClusterNode {
     }
   }
 
-  /** Sends a cluster event from outside a trigger (API close, reservation change). */
-  async notify(e: ClusterEvent): Promise<void> {
+  /**
+   * The database's word on a hint that would end tunnels or connections (any role that may
+   * connect can NOTIFY, with no grant on any table): the change is read back, and null when it
+   * is not there. The triggers send their notification from the changing transaction, so the
+   * change is committed by the time it is heard. What users are told is our own text, never
+   * the payload's.
+   */
+  private async confirm(hint: Exclude<ClusterHint, { t: 'route' | 'node' | 'reservations' }>): Promise<ClusterEvent | null> {
+    switch (hint.t) {
+      case 'key':
+        // Revoked or deleted: nothing to confirm in a key still usable.
+        return (await keyUnrevoked(this.sql, hint.id)) ? null : hint;
+      case 'user': {
+        // Deactivated or deleted ends the user's connections; anything else (a role change) only
+        // empties the caches.
+        const user = await getUser(this.sql, hint.id);
+        return { t: 'user', id: hint.id, end: user === null || user.deactivated_at !== null };
+      }
+      case 'member':
+        return (await getMembership(this.sql, hint.team, hint.user)) ? null : hint;
+      case 'close': {
+        const members = await closingMembers(this.sql, hint.id, this.id);
+        return members.length > 0 ? { t: 'close', id: hint.id, members } : null;
+      }
+      default:
+        return assertNever(hint);
+    }
+  }
+
+  /** Sends a hint that only makes every node read again (a reservation change). */
+  async notify(e: Extract<ClusterHint, { t: 'reservations' }>): Promise<void> {
     await this.sql`select burrow_cluster_notify(${JSON.stringify(e)}::text::jsonb)`;
+  }
+
+  /** Ends members of `id` on other nodes for good: the reason on their rows, then the hint. */
+  async requestClose(id: string, sessionIds: readonly string[], reason: string): Promise<void> {
+    await requestClose(this.sql, id, sessionIds, reason);
   }
 
   /**

@@ -70,6 +70,12 @@ export async function keyLabel(sql: Sql, id: string): Promise<{ name: string; ke
   return r ?? null;
 }
 
+/** Whether the key exists and is not revoked (a cluster node checks a `key` notification against it). */
+export async function keyUnrevoked(sql: Sql, id: string): Promise<boolean> {
+  const [r] = await sql<{ n: number }[]>`select 1 as n from api_keys where id = ${id} and revoked_at is null`;
+  return r !== undefined;
+}
+
 export interface StoredKey {
   id: string;
   userId: string;

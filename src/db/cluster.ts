@@ -28,6 +28,8 @@ export interface ClusterMemberRow {
   user_id: string;
   key_id: string;
   client: string;
+  /** set when the API asked for this member's end (requestClose): what its client is told */
+  close_reason: string | null;
 }
 
 export interface NodeRow {
@@ -195,6 +197,24 @@ export async function releaseMember(sql: Sql, id: string, sessionId: string): Pr
   });
 }
 
+/**
+ * Asks the nodes holding these members of `id` to end them for good: the reason goes on their
+ * rows and the `close` notification only tells them to look (src/cluster/node.ts).
+ */
+export async function requestClose(sql: Sql, id: string, sessionIds: readonly string[], reason: string): Promise<void> {
+  await sql.begin(async (tx) => {
+    await tx`update cluster_members set close_reason = ${reason} where tunnel_id = ${id} and session_id = any(${sessionIds as string[]}::uuid[])`;
+    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'close', id })}::text::jsonb)`;
+  });
+}
+
+/** This node's members of `id` whose close was asked (requestClose), with the reason written then. */
+export async function closingMembers(sql: Sql, id: string, nodeId: string): Promise<{ sessionId: string; reason: string }[]> {
+  const rows = await sql<{ session_id: string; close_reason: string }[]>`
+    select session_id, close_reason from cluster_members where tunnel_id = ${id} and node_id = ${nodeId} and close_reason is not null`;
+  return rows.map((r) => ({ sessionId: r.session_id, reason: r.close_reason }));
+}
+
 interface MemberJoinRow extends ClusterMemberRow {
   tunnel_id: string;
 }
@@ -206,7 +226,7 @@ async function withMembers(sql: Sql, regs: StoredRow[], ids: string[] | null): P
   const by = new Map<string, ClusterMemberRow[]>();
   for (const m of members) {
     const list = by.get(m.tunnel_id) ?? [];
-    list.push({ session_id: m.session_id, node_id: m.node_id, node_url: m.node_url, user_id: m.user_id, key_id: m.key_id, client: m.client });
+    list.push({ session_id: m.session_id, node_id: m.node_id, node_url: m.node_url, user_id: m.user_id, key_id: m.key_id, client: m.client, close_reason: m.close_reason ?? null });
     by.set(m.tunnel_id, list);
   }
   return regs.map((r) => ({ ...fromStored(r), members: by.get(r.id) ?? [] })).filter((r) => r.members.length > 0);
