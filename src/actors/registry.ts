@@ -914,7 +914,7 @@ export class RegistryActor {
 
 /** A pool refusing a client that asked for other rules: which differ, and the pool's (never a credential). */
 function poolRulesConflict(id: string, rules: string): ApiError {
-  return new ApiError('conflict', `tunnel id "${id}" is a pool serving under other rules: ${rules}; join it with the pool's --basic-auth, --allow-ip, --deny-ip and --expires`);
+  return new ApiError('conflict', `tunnel id "${id}" is a pool serving under other rules: ${rules}`);
 }
 
 /**
