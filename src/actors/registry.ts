@@ -695,9 +695,10 @@ export class RegistryActor {
     const r = this.remote.get(id);
     const elsewhere = r?.members.filter((x) => x.node_id !== this.cluster?.id) ?? [];
     if (!e && elsewhere.length === 0) throw new ApiError('not-found', `no live tunnel "${id}"`);
-    if (elsewhere.length > 0) await this.cluster!.requestClose(id, elsewhere.map((x) => x.session_id), reason);
+    // Every member the database lists elsewhere, also one that joined since this node heard.
+    const marked = this.cluster ? await this.cluster.requestClose(id, reason) : [];
     await this.closeMembers(this.members((_, m) => e?.members.includes(m) ?? false), reason);
-    if (elsewhere.length > 0 && !(await this.cluster!.awaitGone({ sessionIds: elsewhere.map((x) => x.session_id) }))) {
+    if (marked.length > 0 && !(await this.cluster!.awaitGone({ sessionIds: marked }))) {
       throw new ApiError('unavailable', `a node holding tunnel "${id}" did not confirm the close; it ends within ${Math.ceil(AWAIT_GONE_MS / 1000)} s`);
     }
     return {};

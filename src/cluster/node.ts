@@ -231,9 +231,9 @@ export class ClusterNode {
     await this.sql`select burrow_cluster_notify(${JSON.stringify(e)}::text::jsonb)`;
   }
 
-  /** Ends members of `id` on other nodes for good: the reason on their rows, then the hint. */
-  async requestClose(id: string, sessionIds: readonly string[], reason: string): Promise<void> {
-    await requestClose(this.sql, id, sessionIds, reason);
+  /** Ends the members of `id` on other nodes for good (the reason on their rows, then the hint); answers their sessions. */
+  requestClose(id: string, reason: string): Promise<string[]> {
+    return requestClose(this.sql, id, this.id, reason);
   }
 
   /**

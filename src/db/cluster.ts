@@ -198,13 +198,16 @@ export async function releaseMember(sql: Sql, id: string, sessionId: string): Pr
 }
 
 /**
- * Asks the nodes holding these members of `id` to end them for good: the reason goes on their
- * rows and the `close` notification only tells them to look (src/cluster/node.ts).
+ * Asks the other nodes to end every member of `id` they hold, for good: the reason goes on
+ * their rows and the `close` notification only tells them to look (src/cluster/node.ts).
+ * Answers the sessions marked (the caller waits for them to go).
  */
-export async function requestClose(sql: Sql, id: string, sessionIds: readonly string[], reason: string): Promise<void> {
-  await sql.begin(async (tx) => {
-    await tx`update cluster_members set close_reason = ${reason} where tunnel_id = ${id} and session_id = any(${sessionIds as string[]}::uuid[])`;
-    await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'close', id })}::text::jsonb)`;
+export async function requestClose(sql: Sql, id: string, nodeId: string, reason: string): Promise<string[]> {
+  return sql.begin(async (tx) => {
+    const rows = await tx<{ session_id: string }[]>`
+      update cluster_members set close_reason = ${reason} where tunnel_id = ${id} and node_id <> ${nodeId} returning session_id`;
+    if (rows.length > 0) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'close', id })}::text::jsonb)`;
+    return rows.map((r) => r.session_id);
   });
 }
 
