@@ -783,7 +783,7 @@ export class RegistryActor {
   }
 
   /** A notification from the database (src/cluster/node.ts); key and user changes are main's. */
-  clusterEvent(e: Exclude<ClusterEvent, { t: 'key' } | { t: 'user' }>): void {
+  clusterEvent(e: Exclude<ClusterEvent, { t: 'keys' } | { t: 'users' }>): void {
     switch (e.t) {
       case 'route':
         void this.refreshRoute(e.id);

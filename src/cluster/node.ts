@@ -1,11 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
-import { closingMembers, countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, requestClose, type Affected } from '../db/cluster.js';
-import { keyUnrevoked } from '../db/api-keys.js';
-import { getMembership } from '../db/teams.js';
-import { getUser } from '../db/users.js';
-import { assertNever } from '../errors.js';
+import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, requestClose, type Affected } from '../db/cluster.js';
+import { HintChecker } from './hints.js';
 
 // ClusterNode (main thread, --node-url): this burrowd's membership of the cluster.
 //
@@ -17,7 +14,7 @@ import { assertNever } from '../errors.js';
 //     key / user / member   revocation, deactivation, role change, team removal (triggers, migration 008)
 //     close {id}            the API asked for a tunnel's members on other nodes to end (reason on their rows)
 //   Any role that may connect can NOTIFY this channel: a notification that would end something
-//   is a hint, confirmed by reading the rows again (confirm) before anything ends.
+//   is a hint, confirmed by reading the rows again (HintChecker, hints.ts) before anything ends.
 //     reservations          an admin changed the reserved ids
 //   every RECONCILE_MS (and after the LISTEN connection came back): the registry compares its
 //   routes with the database, so a lost notification costs at most that long.
@@ -47,12 +44,16 @@ export type ClusterHint =
   | { t: 'reservations' };
 
 /**
- * What the handlers act on: a hint confirmed by the database (confirm below). Hints that end
+ * What the handlers act on: a hint confirmed by the database (HintChecker). Hints that end
  * nothing (route, node, reservations) only make a node read again, so they pass as they are.
  */
 export type ClusterEvent =
-  | Exclude<ClusterHint, { t: 'close' }>
-  | { t: 'close'; id: string; members: { sessionId: string; reason: string }[] };
+  | Exclude<ClusterHint, { t: 'close' | 'key' | 'user' }>
+  | { t: 'close'; id: string; members: { sessionId: string; reason: string }[] }
+  /** keys revoked or deleted (the confirmed `key` hints of a batch, at once) */
+  | { t: 'keys'; ids: string[] }
+  /** users deactivated or deleted (`ended`: their connections end) or otherwise changed (a role: caches only) */
+  | { t: 'users'; ended: string[]; changed: string[] };
 
 export interface ClusterHandlers {
   event(e: ClusterEvent): void;
@@ -88,7 +89,7 @@ export function parseClusterEvent(payload: string): ClusterHint | null {
     case 'member':
       return uuid(v.team) && uuid(v.user) ? { t: 'member', team: v.team, user: v.user } : null;
     case 'close':
-      // Whatever else the payload says (a reason, say) is not read: the rows are (confirm).
+      // Whatever else the payload says (a reason, say) is not read: the rows are (HintChecker).
       return str(v.id) ? { t: 'close', id: v.id } : null;
     case 'reservations':
       return { t: 'reservations' };
@@ -112,7 +113,11 @@ export class ClusterNode {
     private readonly log: Logger,
     readonly url: string,
     private readonly handlers: ClusterHandlers,
-  ) {}
+  ) {
+    this.hints = new HintChecker(sql, log, this.id, (e) => handlers.event(e));
+  }
+
+  private readonly hints: HintChecker;
 
   /** False while fenced: this node may not admit tunnels (its routes could be stale). */
   get healthy(): boolean {
@@ -128,13 +133,7 @@ export class ClusterNode {
         const hint = parseClusterEvent(payload);
         if (!hint) return this.log.warn({ payload: payload.slice(0, 200) }, 'cluster: malformed notification ignored');
         if (hint.t === 'route' || hint.t === 'node' || hint.t === 'reservations') return this.handlers.event(hint);
-        void this.confirm(hint).then(
-          (e) => {
-            if (e) this.handlers.event(e);
-            else this.log.warn({ hint }, 'cluster: a notification the database does not confirm was ignored (sent by a role other than burrowd?)');
-          },
-          (err: unknown) => this.log.warn({ err, hint }, 'cluster: a notification could not be checked; the reconcile catches up'),
-        );
+        this.hints.check(hint);
       },
       // Called again after every reconnect of the LISTEN connection: what was sent meanwhile is lost.
       () => this.handlers.reconcile(),
@@ -197,35 +196,6 @@ export class ClusterNode {
     }
   }
 
-  /**
-   * The database's word on a hint that would end tunnels or connections (any role that may
-   * connect can NOTIFY, with no grant on any table): the change is read back, and null when it
-   * is not there. The triggers send their notification from the changing transaction, so the
-   * change is committed by the time it is heard. What users are told is our own text, never
-   * the payload's.
-   */
-  private async confirm(hint: Exclude<ClusterHint, { t: 'route' | 'node' | 'reservations' }>): Promise<ClusterEvent | null> {
-    switch (hint.t) {
-      case 'key':
-        // Revoked or deleted: nothing to confirm in a key still usable.
-        return (await keyUnrevoked(this.sql, hint.id)) ? null : hint;
-      case 'user': {
-        // Deactivated or deleted ends the user's connections; anything else (a role change) only
-        // empties the caches.
-        const user = await getUser(this.sql, hint.id);
-        return { t: 'user', id: hint.id, end: user === null || user.deactivated_at !== null };
-      }
-      case 'member':
-        return (await getMembership(this.sql, hint.team, hint.user)) ? null : hint;
-      case 'close': {
-        const members = await closingMembers(this.sql, hint.id, this.id);
-        return members.length > 0 ? { t: 'close', id: hint.id, members } : null;
-      }
-      default:
-        return assertNever(hint);
-    }
-  }
-
   /** Sends a hint that only makes every node read again (a reservation change). */
   async notify(e: Extract<ClusterHint, { t: 'reservations' }>): Promise<void> {
     await this.sql`select burrow_cluster_notify(${JSON.stringify(e)}::text::jsonb)`;
@@ -256,6 +226,7 @@ export class ClusterNode {
   async stop(): Promise<void> {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
+    this.hints.stop();
     await this.listening?.unlisten().catch(() => undefined);
     await leaveCluster(this.sql, this.id).catch((err: unknown) => this.log.warn({ err }, 'cluster: could not leave cleanly; the lease will run out'));
   }

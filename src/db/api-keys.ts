@@ -70,10 +70,10 @@ export async function keyLabel(sql: Sql, id: string): Promise<{ name: string; ke
   return r ?? null;
 }
 
-/** Whether the key exists and is not revoked (a cluster node checks a `key` notification against it). */
-export async function keyUnrevoked(sql: Sql, id: string): Promise<boolean> {
-  const [r] = await sql<{ n: number }[]>`select 1 as n from api_keys where id = ${id} and revoked_at is null`;
-  return r !== undefined;
+/** Which of these keys exist and are not revoked (a cluster node checks `key` notifications against them). */
+export async function unrevokedKeys(sql: Sql, ids: readonly string[]): Promise<Set<string>> {
+  const rows = await sql<{ id: string }[]>`select id from api_keys where id = any(${ids as string[]}::uuid[]) and revoked_at is null`;
+  return new Set(rows.map((r) => r.id));
 }
 
 export interface StoredKey {

@@ -211,11 +211,14 @@ export async function requestClose(sql: Sql, id: string, nodeId: string, reason:
   });
 }
 
-/** This node's members of `id` whose close was asked (requestClose), with the reason written then. */
-export async function closingMembers(sql: Sql, id: string, nodeId: string): Promise<{ sessionId: string; reason: string }[]> {
-  const rows = await sql<{ session_id: string; close_reason: string }[]>`
-    select session_id, close_reason from cluster_members where tunnel_id = ${id} and node_id = ${nodeId} and close_reason is not null`;
-  return rows.map((r) => ({ sessionId: r.session_id, reason: r.close_reason }));
+/** This node's members of these ids whose close was asked (requestClose), with the reason written then, by id. */
+export async function closingMembers(sql: Sql, ids: readonly string[], nodeId: string): Promise<Map<string, { sessionId: string; reason: string }[]>> {
+  const rows = await sql<{ tunnel_id: string; session_id: string; close_reason: string }[]>`
+    select tunnel_id, session_id, close_reason from cluster_members
+    where tunnel_id = any(${ids as string[]}) and node_id = ${nodeId} and close_reason is not null`;
+  const by = new Map<string, { sessionId: string; reason: string }[]>();
+  for (const r of rows) by.set(r.tunnel_id, [...(by.get(r.tunnel_id) ?? []), { sessionId: r.session_id, reason: r.close_reason }]);
+  return by;
 }
 
 interface MemberJoinRow extends ClusterMemberRow {

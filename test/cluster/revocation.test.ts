@@ -182,6 +182,10 @@ test('notifications forged by a database role with no grant end nothing on any n
       { t: 'key', id: await keyId(key) },
       { t: 'member', team, user: u.id },
     ]) await forger`select pg_notify(${channel}, ${JSON.stringify(payload)})`;
+    // And a flood of distinct ones: each node checks them in batches and serves on (one round of
+    // invalidations per batch: 2,000 of them one by one kept a node's main thread from renewing
+    // its lease, and it fenced itself).
+    await forger`select pg_notify(${channel}, json_build_object('t', 'user', 'id', gen_random_uuid(), 'end', true)::text) from generate_series(1, 2000)`;
     // Before the fix every node ended both tunnels (and the user) within milliseconds.
     await new Promise((r) => setTimeout(r, 1_500));
     assert.equal(events, [], 'no Closed, Fatal or close on either connection');
