@@ -257,4 +257,20 @@ test('a client asking for other rules cannot join a pool: basic auth, allow-ip a
   assert.is((await api(server, 'GET', '/tunnels/pool-guarded', { key: second.key })).body.connections, 2);
 });
 
+test('a member whose --expires is a few seconds before the pool\'s ends at its own; the pool serves on', async () => {
+  const { key } = await userKey();
+  const poolEnds = Date.now() + 50_000;
+  const first = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: (await named('first')).port }, id: 'pool-expiry', pool: true, access: { expiresAt: poolEnds } });
+  clients.push(first);
+  await withDeadline(first.start(), 10_000, 'pool start');
+  const early = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: (await named('early')).port }, id: 'pool-expiry', pool: true, access: { expiresAt: Date.now() + 2_000 } });
+  clients.push(early);
+  const closed = new Promise<{ code: string }>((r) => early.once('closed', r));
+  await withDeadline(early.start(), 10_000, 'early member start');
+  assert.is((await api(server, 'GET', '/tunnels/pool-expiry', { key })).body.connections, 2);
+  assert.is((await withDeadline(closed, 6_000, 'the early member expires')).code, 'expired');
+  await eventually(async () => (await api(server, 'GET', '/tunnels/pool-expiry', { key })).body.connections === 1, 3_000, 'one member left');
+  for (let i = 0; i < 4; i++) assert.is((await visit(server.port, 'pool-expiry.localhost')).body.toString(), 'first');
+});
+
 test.run();
