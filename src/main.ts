@@ -142,9 +142,11 @@ const cluster = config.nodeUrl === null ? null : new ClusterNode(sql, log.child(
   event(e) {
     // Revocations made through another node (or by SQL): this node's caches and connections, as
     // its own API would; the node whose API made the change waits for every node (awaitGone).
-    if (e.t === 'key') void invalidateHere([e.id], [], 'the API key was revoked');
-    else if (e.t === 'user') void invalidateHere([], [e.id], e.end ? 'the user was deactivated' : null);
-    else registry.clusterEvent(e);
+    if (e.t === 'keys') void invalidateHere(e.ids, [], 'the API key was revoked');
+    else if (e.t === 'users') {
+      if (e.ended.length > 0) void invalidateHere([], e.ended, 'the user was deactivated');
+      if (e.changed.length > 0) void invalidateHere([], e.changed, null);
+    } else registry.clusterEvent(e);
   },
   reconcile: () => void registry.reconcile(),
   fenced: () => registry.fence(),

@@ -25,7 +25,7 @@ import type {
   TunnelShardToMainReplies,
 } from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
-import { accessView, type AccessWire } from '../protocol/access.js';
+import { accessView, poolRulesProblem, type AccessWire } from '../protocol/access.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
 import { claimTunnel, clusterTunnel, clusterTunnels, releaseMember, sessionTotals, type ClusterTunnelRow, type TunnelClaim } from '../db/cluster.js';
@@ -462,7 +462,7 @@ export class RegistryActor {
     // Read before addMember ends the hold: a reconnect or takeover (here or on another node)
     // keeps counting from the user's first connection.
     const usedSinceMs = (old?.info.owner_id === m.userId ? old.usedSinceMs : null) ?? (remote?.user_id === m.userId ? remote.registered_at.getTime() : null) ?? this.holds.heldSince(id, m.userId) ?? Date.now();
-    const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type } : null;
+    const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type, access: old.access } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type, access: remote.access } : null;
     const sameOwner = held !== null && (held.teamId !== null ? held.teamId === teamId : held.userId === m.userId && teamId === null);
     const joinsPool = held !== null && held.pool && m.pool && sameOwner && held.type === m.tunnelType;
     if (held?.pool && !joinsPool) {
@@ -470,6 +470,10 @@ export class RegistryActor {
       throw new ApiError('conflict', sameOwner && !m.pool ? `tunnel id "${id}" is a pool: open it with --pool to join it` : `tunnel id "${id}" is in use by another user`);
     }
     if (held && !held.pool && held.userId !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
+    // A member serves under the pool's rules: one that asked for others would be reached by
+    // visitors its own rules refuse (in a cluster the claim checks again against the row).
+    const rules = joinsPool ? poolRulesProblem(held.access, m.access) : null;
+    if (rules !== null) throw poolRulesConflict(id, rules);
     // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
     // reservation and the grace hold decide.
     if (!held && claimProblem !== null) throw new ApiError('conflict', claimProblem);
@@ -583,6 +587,8 @@ export class RegistryActor {
             throw new ApiError('conflict', `tunnel id "${c.id}" is in use by another user`);
           case 'pool':
             throw new ApiError('conflict', `tunnel id "${c.id}" is a pool: open it with --pool to join it`);
+          case 'rules':
+            throw poolRulesConflict(c.id, r.rules!);
           case 'port':
             throw new ApiError('conflict', `port ${m.remotePort} is in use by a tunnel on another node; ask for another port`);
           case 'no-client':
@@ -684,9 +690,10 @@ export class RegistryActor {
     const r = this.remote.get(id);
     const elsewhere = r?.members.filter((x) => x.node_id !== this.cluster?.id) ?? [];
     if (!e && elsewhere.length === 0) throw new ApiError('not-found', `no live tunnel "${id}"`);
-    if (elsewhere.length > 0) await this.cluster!.notify({ t: 'close', id, reason });
+    // Every member the database lists elsewhere, also one that joined since this node heard.
+    const marked = this.cluster ? await this.cluster.requestClose(id, reason) : [];
     await this.closeMembers(this.members((_, m) => e?.members.includes(m) ?? false), reason);
-    if (elsewhere.length > 0 && !(await this.cluster!.awaitGone({ sessionIds: elsewhere.map((x) => x.session_id) }))) {
+    if (marked.length > 0 && !(await this.cluster!.awaitGone({ sessionIds: marked }))) {
       throw new ApiError('unavailable', `a node holding tunnel "${id}" did not confirm the close; it ends within ${Math.ceil(AWAIT_GONE_MS / 1000)} s`);
     }
     return {};
@@ -771,7 +778,7 @@ export class RegistryActor {
   }
 
   /** A notification from the database (src/cluster/node.ts); key and user changes are main's. */
-  clusterEvent(e: Exclude<ClusterEvent, { t: 'key' } | { t: 'user' }>): void {
+  clusterEvent(e: Exclude<ClusterEvent, { t: 'keys' } | { t: 'users' }>): void {
     switch (e.t) {
       case 'route':
         void this.refreshRoute(e.id);
@@ -781,8 +788,11 @@ export class RegistryActor {
         if (!e.up) void this.reconcile();
         return;
       case 'close': {
-        const victims = this.members((_, m) => this.tunnels.get(e.id)?.members.includes(m) ?? false);
-        if (victims.length > 0) void this.closeMembers(victims, e.reason);
+        // Only the members whose rows ask for it, with the reason written there by the API's node.
+        for (const { sessionId, reason } of e.members) {
+          const victims = this.members((_, m) => m.sessionId === sessionId && (this.tunnels.get(e.id)?.members.includes(m) ?? false));
+          if (victims.length > 0) void this.closeMembers(victims, reason);
+        }
         return;
       }
       case 'member':
@@ -875,6 +885,8 @@ export class RegistryActor {
       for (const x of r.members) {
         // Ours in the database, not here: a release that failed (the database was away).
         if (x.node_id === me && !e?.members.some((m) => m.sessionId === x.session_id)) releaseMember(this.sql, r.id, x.session_id).catch(() => undefined);
+        // A close asked through another node whose notification was lost.
+        if (x.node_id === me && x.close_reason !== null) this.clusterEvent({ t: 'close', id: r.id, members: [{ sessionId: x.session_id, reason: x.close_reason }] });
       }
       const known = [...(e?.members.map((m) => ({ session: m.sessionId })) ?? []), ...(this.remote.get(r.id)?.members.filter((x) => x.node_id !== me).map((x) => ({ session: x.session_id })) ?? [])];
       const truth = r.members.map((x) => ({ session: x.session_id }));
@@ -894,6 +906,11 @@ export class RegistryActor {
       this.broadcastRoute(id);
     }
   }
+}
+
+/** A pool refusing a client that asked for other rules: which differ, and the pool's (never a credential). */
+function poolRulesConflict(id: string, rules: string): ApiError {
+  return new ApiError('conflict', `tunnel id "${id}" is a pool serving under other rules: ${rules}`);
 }
 
 /**

@@ -1,6 +1,8 @@
 // Exit codes (README "The CLI") and the one error type commands throw. main.ts prints a
 // CliError as `error: <title>: <detail>` plus `hint: ...` on stderr and exits with its code.
 
+import { printable } from '../client/terminal-text.js';
+
 export const EXIT = {
   ok: 0,
   error: 1,
@@ -14,15 +16,23 @@ export const EXIT = {
 export type ExitCode = (typeof EXIT)[keyof typeof EXIT];
 
 export class CliError extends Error {
+  readonly title: string;
+  readonly detail: string;
+  readonly hint?: string;
+
   constructor(
     readonly exitCode: ExitCode,
-    readonly title: string,
-    readonly detail: string,
-    readonly hint?: string,
+    title: string,
+    detail: string,
+    hint?: string,
     /** HTTP status when the error came from the API. */
     readonly status?: number,
   ) {
-    super(`${title}: ${detail}`);
+    // Titles and details are often the server's (problem+json, a refusal): nothing in them may act on the terminal.
+    super(`${printable(title)}: ${printable(detail)}`);
+    this.title = printable(title);
+    this.detail = printable(detail);
+    if (hint !== undefined) this.hint = printable(hint);
   }
 }
 

@@ -47,6 +47,7 @@ function refusalHint(code: ExitCode, opts: { id?: string; remotePort?: number; t
       if (opts.refusal === 'unauthorized') return `the server does not accept this key (unknown, expired or revoked): ${opts.keyHint}`;
       return 'the key is not valid for tunnels: it needs the `tunnels` scope (`burrow whoami`, `burrow keys create NAME --scopes tunnels`)';
     case EXIT.conflict:
+      if (/serving under other rules/.test(reason)) return "a pool's members serve under one set of rules: start this one with the pool's --basic-auth, --allow-ip, --deny-ip and --expires (`burrow tunnels get ID` shows them, never a password)";
       return opts.id ? `the id "${opts.id}" is taken: pick another --id, or omit it for a random one` : 'try again, or pick an --id';
     case EXIT.notFound:
       return opts.team ? 'check --team with `burrow teams list`' : 'is --server the address of a burrowd server? (`burrow context current`)';

@@ -1,4 +1,5 @@
 import { styleText } from 'node:util';
+import { printable } from '../client/terminal-text.js';
 
 // Everything a command prints goes through here: colour (only on a TTY, never with NO_COLOR),
 // aligned tables (kubectl-style: upper-case headers, no borders, so `grep`/`awk` still work),
@@ -67,7 +68,8 @@ export interface Column<T> {
 
 /** Rows as aligned columns; the last column is not padded so lines carry no trailing blanks. */
 export function table<T>(rows: readonly T[], columns: Column<T>[], paint: Painter = out.paint): string {
-  const cells = rows.map((r) => columns.map((c) => c.value(r)));
+  // Cells are the server's data (names, emails, ids): nothing in them may act on the terminal.
+  const cells = rows.map((r) => columns.map((c) => printable(c.value(r))));
   const widths = columns.map((c, i) => Math.max(c.header.length, ...cells.map((row) => visibleLength(row[i]!))));
   const pad = (s: string, i: number, last: boolean) => {
     const gap = ' '.repeat(widths[i]! - visibleLength(s));
@@ -100,9 +102,10 @@ export function printTable<T>(rows: readonly T[], columns: Column<T>[], empty: s
 }
 
 /** Key/value lines with aligned keys, for single resources (`whoami`, `tunnels get`). */
-export function details(pairs: [string, string][], paint: Painter = out.paint): string {
+export function details(pairs: [string, string, Style?][], paint: Painter = out.paint): string {
   const w = Math.max(...pairs.map(([k]) => k.length));
-  return pairs.map(([k, v]) => `${paint('dim', k.padEnd(w))}   ${v}`).join('\n');
+  // Values are the server's data, as table cells: made printable, then coloured.
+  return pairs.map(([k, v, style]) => `${paint('dim', k.padEnd(w))}   ${style ? paint(style, printable(v)) : printable(v)}`).join('\n');
 }
 
 const BYTE_UNITS = ['B', 'KiB', 'MiB', 'GiB', 'TiB', 'PiB'];

@@ -17,7 +17,7 @@ export function registerProfile(program: Command): void {
           if (ctx.json) return printJson(me);
           out.line(
             details([
-              ['user', `${out.paint('bold', me.email)}${me.name ? ` (${me.name})` : ''}`],
+              ['user', `${me.email}${me.name ? ` (${me.name})` : ''}`, 'bold'],
               ['id', me.id],
               ['role', me.role],
               ['status', me.deactivated_at ? `deactivated ${formatTime(me.deactivated_at)}` : 'active'],

@@ -8,6 +8,7 @@ import type { AccessRules } from '../protocol/access.js';
 import { guardedExchange, type TunnelObserver } from './observer.js';
 import { verificationProblem } from './tls-verify.js';
 import { WsClient, WsRefused } from './ws-client.js';
+import { printable } from './terminal-text.js';
 import { describeLocalError } from './local-error.js';
 import { hostPort, withHostHeader, type LocalTarget } from './local-target.js';
 import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
@@ -81,7 +82,8 @@ export class TunnelRefused extends Error {
     /** The server's Retry-After (seconds), when it named one. */
     readonly retryAfterS: number | null = null,
   ) {
-    super(message);
+    // The server's words (or a peer's that pretends to be one): printed as they come, so made harmless here.
+    super(printable(message));
     this.name = 'TunnelRefused';
   }
 }
@@ -544,14 +546,14 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         if (!t) return; // not an Open of this connection
         this.pending.delete(frame[1]);
         const o = frame[2];
-        t.registered = { id: o.id, url: o.url, remotePort: o.remotePort ?? null };
+        t.registered = { id: o.id, url: printable(o.url), remotePort: o.remotePort ?? null };
         t.live = true;
         t.laneKey = o.laneKey ?? null;
         t.memberKey = o.memberKey ?? null;
         t.answered = true;
         t.attempt = 0;
         this.attempt = 0;
-        this.emit('registered', { tunnel: t.name, id: o.id, url: o.url, tookOver: o.tookOver === true });
+        this.emit('registered', { tunnel: t.name, id: o.id, url: t.registered.url, tookOver: o.tookOver === true });
         this.lanes.refresh();
         this.sibling.refresh();
         this.checkStarted();

@@ -2,11 +2,11 @@ import { WsConnection, websocketAccept } from '../protocol/ws-connection.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import { headerOf, type Exchange, type FrontConnection } from '../edge/front-connection.js';
 import type { VisitorResponse } from '../edge/visitor-response.js';
-import { LINK_PATH, linkAuthorized, type NodeLinks } from './node-links.js';
+import { LINK_PATH, type LinkTokens, type NodeLinks } from './node-links.js';
 
 // The accepting end of a link from another node (src/cluster/node-links.ts): a WebSocket on
-// the public port at /cluster/v1/link, whose Authorization must carry the cluster's link token
-// (compared in constant time). Without --node-url the path does not exist (the API's 404).
+// the public port at /cluster/v1/link, whose Authorization must carry one of the cluster's link tokens
+// of the time windows accepted now (LinkTokens, compared in constant time). Without --node-url the path does not exist (the API's 404).
 
 const MAX_LINK_MESSAGE_BYTES = 8 * 1024 * 1024;
 
@@ -16,7 +16,7 @@ export function isLinkRequest(head: RequestHead): boolean {
   return (q < 0 ? head.target : head.target.slice(0, q)) === LINK_PATH;
 }
 
-export function acceptLink(links: NodeLinks, token: string, conn: FrontConnection, head: RequestHead, res: VisitorResponse): Exchange {
+export function acceptLink(links: NodeLinks, tokens: LinkTokens, conn: FrontConnection, head: RequestHead, res: VisitorResponse): Exchange {
   return {
     requestBody() {},
     requestEnd() {},
@@ -32,7 +32,7 @@ export function acceptLink(links: NodeLinks, token: string, conn: FrontConnectio
         return refuse('bad-request', 'a cluster link is a WebSocket (version 13): GET with Upgrade: websocket');
       }
       if (!/^[A-Za-z0-9+/]{22}==$/.test(key)) return refuse('bad-request', 'Sec-WebSocket-Key must be 16 bytes in base64');
-      if (!linkAuthorized(headerOf(head.headers, 'authorization') ?? undefined, token)) return refuse('unauthorized', 'not a node of this cluster');
+      if (!tokens.authorized(headerOf(head.headers, 'authorization') ?? undefined)) return refuse('unauthorized', 'not a node of this cluster');
       conn.release();
       const socket = conn.socket;
       socket.setNoDelay(true);

@@ -30,12 +30,46 @@ const DIAL_TIMEOUT_MS = 5_000;
 const LINK_PING_MS = 2_000;
 const LINK_SILENT_MS = 6_000;
 
-/** What a node presents on a link: derived from the cluster's shared secret (server_secrets). */
-export function linkToken(secret: Buffer): string {
-  return createHmac('sha256', secret).update('burrow cluster link v1').digest('base64url');
+/** How long one link token is presented; a node accepts the windows either side too (clock skew). */
+export const LINK_TOKEN_WINDOW_MS = 10 * 60_000;
+
+/** The token of time window `window` (Date.now() / LINK_TOKEN_WINDOW_MS, floored): derived from the cluster's shared secret (server_secrets). */
+export function linkToken(secret: Uint8Array, window: number): string {
+  return createHmac('sha256', secret).update(`burrow cluster link v2 ${window}`).digest('base64url');
 }
 
-/** Constant-time check of a link's Authorization header. */
+/**
+ * The tokens of links between nodes. Each is derived from the shared secret and a ten-minute
+ * window, so a token that leaked (a log, a proxy's trace) opens no link past the next window:
+ * a node presents the current window's token and accepts the previous, current and next one.
+ * Established links stay; only dialling needs a token.
+ */
+export class LinkTokens {
+  constructor(
+    private readonly secret: Uint8Array,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  private window(): number {
+    return Math.floor(this.now() / LINK_TOKEN_WINDOW_MS);
+  }
+
+  /** What this node presents now. */
+  current(): string {
+    return linkToken(this.secret, this.window());
+  }
+
+  /** Constant-time check of a link's Authorization header against the windows accepted now. */
+  authorized(authorization: string | undefined): boolean {
+    const w = this.window();
+    let ok = false;
+    // Every window is compared, so the time taken does not tell which matched.
+    for (const d of [-1, 0, 1]) ok = linkAuthorized(authorization, linkToken(this.secret, w + d)) || ok;
+    return ok;
+  }
+}
+
+/** Constant-time check of a link's Authorization header against one token. */
 export function linkAuthorized(authorization: string | undefined, token: string): boolean {
   const given = Buffer.from(authorization ?? '');
   const expected = Buffer.from(`Bearer ${token}`);
@@ -104,7 +138,7 @@ export class NodeLinks {
 
   constructor(
     private readonly log: Logger,
-    private readonly token: string,
+    private readonly tokens: LinkTokens,
     /** Opens a stream on a tunnel of this node (its shard, a lane here, or the shard mesh); null when none. */
     openHere: (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
     /** A dialled link failed or was lost (`up` false), or was established (true). */
@@ -139,7 +173,7 @@ export class NodeLinks {
     const link = this.attach(port);
     this.dialled.set(url, link);
     const target = new URL(LINK_PATH, url).toString();
-    WsClient.connect(target, { authorization: `Bearer ${this.token}` }, MAX_LINK_MESSAGE_BYTES, DIAL_TIMEOUT_MS).then(
+    WsClient.connect(target, { authorization: `Bearer ${this.tokens.current()}` }, MAX_LINK_MESSAGE_BYTES, DIAL_TIMEOUT_MS).then(
       (ws) => {
         port.connected(ws);
         this.health(url, true);

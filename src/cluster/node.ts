@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
-import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, type Affected } from '../db/cluster.js';
+import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, requestClose, type Affected } from '../db/cluster.js';
+import { HintChecker } from './hints.js';
 
 // ClusterNode (main thread, --node-url): this burrowd's membership of the cluster.
 //
@@ -11,7 +12,9 @@ import { countAffected, leaveCluster, reapDeadNodes, registerNode, renewLease, t
 //     route {id}            a tunnel's members changed (read its rows again)
 //     node {id, up}         a node joined or died
 //     key / user / member   revocation, deactivation, role change, team removal (triggers, migration 008)
-//     close {id, reason}    the API asked for a tunnel's members on other nodes to end
+//     close {id}            the API asked for a tunnel's members on other nodes to end (reason on their rows)
+//   Any role that may connect can NOTIFY this channel: a notification that would end something
+//   is a hint, confirmed by reading the rows again (HintChecker, hints.ts) before anything ends.
 //     reservations          an admin changed the reserved ids
 //   every RECONCILE_MS (and after the LISTEN connection came back): the registry compares its
 //   routes with the database, so a lost notification costs at most that long.
@@ -30,14 +33,27 @@ export const RECONCILE_MS = 5_000;
 export const AWAIT_GONE_MS = LEASE_MS + REAP_MS + 500;
 const AWAIT_POLL_MS = 25;
 
-export type ClusterEvent =
+/** A notification as sent: a hint of what changed, which anyone who may connect could have sent. */
+export type ClusterHint =
   | { t: 'route'; id: string }
   | { t: 'node'; id: string; up: boolean }
   | { t: 'key'; id: string }
   | { t: 'user'; id: string; end: boolean }
   | { t: 'member'; team: string; user: string }
-  | { t: 'close'; id: string; reason: string }
+  | { t: 'close'; id: string }
   | { t: 'reservations' };
+
+/**
+ * What the handlers act on: a hint confirmed by the database (HintChecker). Hints that end
+ * nothing (route, node, reservations) only make a node read again, so they pass as they are.
+ */
+export type ClusterEvent =
+  | Exclude<ClusterHint, { t: 'close' | 'key' | 'user' }>
+  | { t: 'close'; id: string; members: { sessionId: string; reason: string }[] }
+  /** keys revoked or deleted (the confirmed `key` hints of a batch, at once) */
+  | { t: 'keys'; ids: string[] }
+  /** users deactivated or deleted (`ended`: their connections end) or otherwise changed (a role: caches only) */
+  | { t: 'users'; ended: string[]; changed: string[] };
 
 export interface ClusterHandlers {
   event(e: ClusterEvent): void;
@@ -51,8 +67,8 @@ const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
 const str = (v: unknown): v is string => typeof v === 'string' && v.length > 0 && v.length <= 200;
 const uuid = (v: unknown): v is string => typeof v === 'string' && UUID.test(v);
 
-/** A notification's payload as a ClusterEvent, or null (anything malformed is ignored). */
-export function parseClusterEvent(payload: string): ClusterEvent | null {
+/** A notification's payload as a ClusterHint, or null (anything malformed is ignored). */
+export function parseClusterEvent(payload: string): ClusterHint | null {
   let v: Record<string, unknown>;
   try {
     const parsed: unknown = JSON.parse(payload);
@@ -73,7 +89,8 @@ export function parseClusterEvent(payload: string): ClusterEvent | null {
     case 'member':
       return uuid(v.team) && uuid(v.user) ? { t: 'member', team: v.team, user: v.user } : null;
     case 'close':
-      return str(v.id) && typeof v.reason === 'string' ? { t: 'close', id: v.id, reason: v.reason.slice(0, 500) } : null;
+      // Whatever else the payload says (a reason, say) is not read: the rows are (HintChecker).
+      return str(v.id) ? { t: 'close', id: v.id } : null;
     case 'reservations':
       return { t: 'reservations' };
     default:
@@ -96,7 +113,11 @@ export class ClusterNode {
     private readonly log: Logger,
     readonly url: string,
     private readonly handlers: ClusterHandlers,
-  ) {}
+  ) {
+    this.hints = new HintChecker(sql, log, this.id, (e) => handlers.event(e));
+  }
+
+  private readonly hints: HintChecker;
 
   /** False while fenced: this node may not admit tunnels (its routes could be stale). */
   get healthy(): boolean {
@@ -109,9 +130,10 @@ export class ClusterNode {
     this.listening = await this.sql.listen(
       this.channel,
       (payload) => {
-        const e = parseClusterEvent(payload);
-        if (!e) return this.log.warn({ payload: payload.slice(0, 200) }, 'cluster: malformed notification ignored');
-        this.handlers.event(e);
+        const hint = parseClusterEvent(payload);
+        if (!hint) return this.log.warn({ payload: payload.slice(0, 200) }, 'cluster: malformed notification ignored');
+        if (hint.t === 'route' || hint.t === 'node' || hint.t === 'reservations') return this.handlers.event(hint);
+        this.hints.check(hint);
       },
       // Called again after every reconnect of the LISTEN connection: what was sent meanwhile is lost.
       () => this.handlers.reconcile(),
@@ -174,9 +196,14 @@ export class ClusterNode {
     }
   }
 
-  /** Sends a cluster event from outside a trigger (API close, reservation change). */
-  async notify(e: ClusterEvent): Promise<void> {
+  /** Sends a hint that only makes every node read again (a reservation change). */
+  async notify(e: Extract<ClusterHint, { t: 'reservations' }>): Promise<void> {
     await this.sql`select burrow_cluster_notify(${JSON.stringify(e)}::text::jsonb)`;
+  }
+
+  /** Ends the members of `id` on other nodes for good (the reason on their rows, then the hint); answers their sessions. */
+  requestClose(id: string, reason: string): Promise<string[]> {
+    return requestClose(this.sql, id, this.id, reason);
   }
 
   /**
@@ -199,6 +226,7 @@ export class ClusterNode {
   async stop(): Promise<void> {
     this.stopped = true;
     for (const t of this.timers) clearInterval(t);
+    this.hints.stop();
     await this.listening?.unlisten().catch(() => undefined);
     await leaveCluster(this.sql, this.id).catch((err: unknown) => this.log.warn({ err }, 'cluster: could not leave cleanly; the lease will run out'));
   }

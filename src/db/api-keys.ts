@@ -70,6 +70,12 @@ export async function keyLabel(sql: Sql, id: string): Promise<{ name: string; ke
   return r ?? null;
 }
 
+/** Which of these keys exist and are not revoked (a cluster node checks `key` notifications against them). */
+export async function unrevokedKeys(sql: Sql, ids: readonly string[]): Promise<Set<string>> {
+  const rows = await sql<{ id: string }[]>`select id from api_keys where id = any(${ids as string[]}::uuid[]) and revoked_at is null`;
+  return new Set(rows.map((r) => r.id));
+}
+
 export interface StoredKey {
   id: string;
   userId: string;

@@ -1,5 +1,5 @@
 import type { Sql } from './sql.js';
-import type { AccessWire } from '../protocol/access.js';
+import { poolRulesProblem, type AccessWire } from '../protocol/access.js';
 
 // The cluster's shared state (migration 008): node leases and the live-tunnel registry.
 // Uniqueness of tunnel ids and TCP ports across nodes is the database's (primary key and
@@ -28,6 +28,8 @@ export interface ClusterMemberRow {
   user_id: string;
   key_id: string;
   client: string;
+  /** set when the API asked for this member's end (requestClose): what its client is told */
+  close_reason: string | null;
 }
 
 export interface NodeRow {
@@ -121,7 +123,7 @@ export interface Registration {
 /** What a claim found: admitted (`replaced`: the same user's registration it took over), or why not. */
 export type ClaimResult =
   | { ok: true; replaced: boolean; registration: Registration }
-  | { ok: false; why: 'other-user' | 'port' | 'limit' | 'pool' | 'no-client'; held?: number };
+  | { ok: false; why: 'other-user' | 'port' | 'limit' | 'pool' | 'no-client' | 'rules'; held?: number; rules?: string };
 
 /**
  * Claims id (and port) cluster-wide for one member, as the takeover and pool rules say. The
@@ -159,6 +161,8 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
     if (held?.pool) {
       // A pool is joined, never taken over: its members may be other users of its team.
       if (!('pool' in c.mode) || !sameOwner || held.tunnel_type !== c.tunnelType) return { ok: false, why: sameOwner && !('pool' in c.mode) ? 'pool' : 'other-user' } as const;
+      const rules = poolRulesProblem(held.access === null ? null : accessFromJson(held.access), c.access);
+      if (rules !== null) return { ok: false, why: 'rules', rules } as const;
       const n = await overLimit();
       if (n !== null) return { ok: false, why: 'limit', held: n } as const;
       await addMember();
@@ -193,6 +197,30 @@ export async function releaseMember(sql: Sql, id: string, sessionId: string): Pr
   });
 }
 
+/**
+ * Asks the other nodes to end every member of `id` they hold, for good: the reason goes on
+ * their rows and the `close` notification only tells them to look (src/cluster/node.ts).
+ * Answers the sessions marked (the caller waits for them to go).
+ */
+export async function requestClose(sql: Sql, id: string, nodeId: string, reason: string): Promise<string[]> {
+  return sql.begin(async (tx) => {
+    const rows = await tx<{ session_id: string }[]>`
+      update cluster_members set close_reason = ${reason} where tunnel_id = ${id} and node_id <> ${nodeId} returning session_id`;
+    if (rows.length > 0) await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'close', id })}::text::jsonb)`;
+    return rows.map((r) => r.session_id);
+  });
+}
+
+/** This node's members of these ids whose close was asked (requestClose), with the reason written then, by id. */
+export async function closingMembers(sql: Sql, ids: readonly string[], nodeId: string): Promise<Map<string, { sessionId: string; reason: string }[]>> {
+  const rows = await sql<{ tunnel_id: string; session_id: string; close_reason: string }[]>`
+    select tunnel_id, session_id, close_reason from cluster_members
+    where tunnel_id = any(${ids as string[]}) and node_id = ${nodeId} and close_reason is not null`;
+  const by = new Map<string, { sessionId: string; reason: string }[]>();
+  for (const r of rows) by.set(r.tunnel_id, [...(by.get(r.tunnel_id) ?? []), { sessionId: r.session_id, reason: r.close_reason }]);
+  return by;
+}
+
 interface MemberJoinRow extends ClusterMemberRow {
   tunnel_id: string;
 }
@@ -204,7 +232,7 @@ async function withMembers(sql: Sql, regs: StoredRow[], ids: string[] | null): P
   const by = new Map<string, ClusterMemberRow[]>();
   for (const m of members) {
     const list = by.get(m.tunnel_id) ?? [];
-    list.push({ session_id: m.session_id, node_id: m.node_id, node_url: m.node_url, user_id: m.user_id, key_id: m.key_id, client: m.client });
+    list.push({ session_id: m.session_id, node_id: m.node_id, node_url: m.node_url, user_id: m.user_id, key_id: m.key_id, client: m.client, close_reason: m.close_reason ?? null });
     by.set(m.tunnel_id, list);
   }
   return regs.map((r) => ({ ...fromStored(r), members: by.get(r.id) ?? [] })).filter((r) => r.members.length > 0);
@@ -256,17 +284,19 @@ interface AccessJson {
   allowIp: string[];
   denyIp: string[];
   expiresAt: number | null;
+  /** absent in rows written before pools compared credentials */
+  credentialsTag?: string | null;
 }
 type StoredRow = Omit<ClusterTunnelRow, 'access' | 'members'> & { access: AccessJson | null };
 
 function accessToJson(a: AccessWire): AccessJson {
   const b64 = (u: Uint8Array): string => Buffer.from(u).toString('base64');
-  return { key: a.key === null ? null : b64(a.key), digests: a.digests.map(b64), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt };
+  return { key: a.key === null ? null : b64(a.key), digests: a.digests.map(b64), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt, credentialsTag: a.credentialsTag ? b64(a.credentialsTag) : null };
 }
 
 function accessFromJson(a: AccessJson): AccessWire {
   const bytes = (s: string): Uint8Array => new Uint8Array(Buffer.from(s, 'base64'));
-  return { key: a.key === null ? null : bytes(a.key), digests: a.digests.map(bytes), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt };
+  return { key: a.key === null ? null : bytes(a.key), digests: a.digests.map(bytes), allowIp: a.allowIp, denyIp: a.denyIp, expiresAt: a.expiresAt, credentialsTag: a.credentialsTag ? bytes(a.credentialsTag) : null };
 }
 
 function fromStored(r: StoredRow): Omit<ClusterTunnelRow, 'members'> {

@@ -78,6 +78,15 @@ export async function deleteTeam(sql: Sql, id: string): Promise<boolean> {
   return rows.length > 0;
 }
 
+/** Which of these (team, user) pairs are memberships, as "team user" (a cluster node checks `member` notifications against them). */
+export async function memberships(sql: Sql, pairs: readonly { team: string; user: string }[]): Promise<Set<string>> {
+  const rows = await sql<{ team_id: string; user_id: string }[]>`
+    select m.team_id, m.user_id from team_members m
+    join unnest(${pairs.map((p) => p.team)}::uuid[], ${pairs.map((p) => p.user)}::uuid[]) as q(team_id, user_id)
+      on m.team_id = q.team_id and m.user_id = q.user_id`;
+  return new Set(rows.map((r) => `${r.team_id} ${r.user_id}`));
+}
+
 export async function getMembership(sql: Sql, teamId: string, userId: string): Promise<TeamMember | null> {
   const [r] = await sql<MemberRow[]>`select * from team_members where team_id = ${teamId} and user_id = ${userId}`;
   return r ? toMember(r) : null;

@@ -36,6 +36,12 @@ export async function getUser(sql: Sql, id: string): Promise<User | null> {
   return r ? toUser(r) : null;
 }
 
+/** Which of these users exist and are not deactivated (a cluster node checks `user` notifications against them). */
+export async function activeUsers(sql: Sql, ids: readonly string[]): Promise<Set<string>> {
+  const rows = await sql<{ id: string }[]>`select id from users where id = any(${ids as string[]}::uuid[]) and deactivated_at is null`;
+  return new Set(rows.map((r) => r.id));
+}
+
 /** Names and emails of these users (tunnel listings show the owner), by id. */
 export async function userNames(sql: Sql, ids: readonly string[]): Promise<Map<string, { name: string; email: string }>> {
   if (ids.length === 0) return new Map();

@@ -23,17 +23,23 @@ import { countAccessRefusal, countHttpAnswer } from './metrics.js';
 // GuessLimit (per visitor address), and digests are compared with timingSafeEqual, all of
 // them every time, so the answer's timing does not tell which user matched.
 
-/** Hashes a client's rules (at Open, once); null when there are none. */
-export function hashAccess(rules: AccessRules | null | undefined): AccessWire | null {
+/**
+ * Hashes a client's rules (at Open, once); null when there are none. `tagKey` (a server secret)
+ * keys the credentials' tag a pool compares joiners with (AccessWire.credentialsTag).
+ */
+export function hashAccess(rules: AccessRules | null | undefined, tagKey: Uint8Array): AccessWire | null {
   if (!rules) return null;
   const creds = rules.basicAuth ?? [];
   const key = creds.length > 0 ? randomBytes(32) : null;
+  const tag = createHmac('sha256', tagKey).update('burrow credentials tag v1');
+  for (const c of [...new Set(creds)].sort()) tag.update('\0').update(c, 'utf8');
   const wire: AccessWire = {
     key,
     digests: key ? creds.map((c) => createHmac('sha256', key).update(c, 'utf8').digest()) : [],
     allowIp: [...(rules.allowIp ?? [])],
     denyIp: [...(rules.denyIp ?? [])],
     expiresAt: rules.expiresAt ?? null,
+    credentialsTag: key ? tag.digest() : null,
   };
   return wire.key || wire.allowIp.length || wire.denyIp.length || wire.expiresAt !== null ? wire : null;
 }

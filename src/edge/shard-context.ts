@@ -7,6 +7,7 @@ import type { MainToShard, ShardToMain, Principal } from '../protocol/messages.j
 import type { HttpServer } from '../http/uws.js';
 import type { Uws } from '../http/uws-loader.js';
 import type { Admit, TicketMinter } from '../auth/authenticate.js';
+import type { LinkTokens } from '../cluster/node-links.js';
 
 /** Everything a feature installed on a shard may use. One per shard worker thread. */
 export interface ShardContext {
@@ -18,8 +19,10 @@ export interface ShardContext {
   app: TemplatedApp;
   http: HttpServer;
   main: Mailbox<ShardToMain, MainToShard>;
-  /** --node-url: what links between this cluster's nodes present (src/cluster/node-links.ts); null on a single node */
-  linkToken: string | null;
+  /** --node-url: the tokens links between this cluster's nodes present (src/cluster/node-links.ts); null on a single node */
+  linkTokens: LinkTokens | null;
+  /** Keys the credentials' tag pools compare joiners with (hashAccess in src/edge/access.ts); a server secret. */
+  accessTagKey: Uint8Array;
   /**
    * Resolves `Authorization` to a principal or throws ApiError(401/429); `ip` counts failures.
    * `ticket`: a control connection's resumption ticket (src/auth/resume-ticket.ts); `admit`:

@@ -167,7 +167,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       const accessProblem = req.access ? accessRulesProblem(req.access, req.type) : null;
       if (accessProblem) throw new ApiError('bad-request', accessProblem);
       // Hashed now: the password goes no further than this function.
-      const access = hashAccess(req.access);
+      const access = hashAccess(req.access, ctx.accessTagKey);
       const gone = (): ApiError => new ApiError('unavailable', 'the control connection closed while the tunnel was being admitted');
       // TCP: the user's port quota is claimed from the registry before binding, so concurrent
       // Opens (any connection, any shard) cannot bind more than --max-tcp-ports-per-user.
@@ -230,7 +230,9 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       const gate = AccessGate.of(admitted.access);
       routes.add(actor, gate);
       conn.adopt(actor);
-      if (admitted.access?.expiresAt != null) expireAt(actor, admitted.access.expiresAt);
+      // A pool admits a member whose --expires is within a minute of its own: each ends at the earlier.
+      const ends = [admitted.access?.expiresAt, access?.expiresAt].filter((x): x is number => typeof x === 'number');
+      if (ends.length > 0) expireAt(actor, Math.min(...ends));
       if (tcp) {
         serveTcp(tcp, actor, gate);
         tcpListeners.set(actor, tcp);
@@ -357,7 +359,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   };
 
   // A link's stream is served on this node only: a route that moved on meanwhile gets no-tunnel, never a second hop.
-  const links = ctx.linkToken === null ? null : new NodeLinks(log, ctx.linkToken, openOnNode, (url, up) => (up ? routes.nodeUp(url) : routes.nodeDown(url)));
+  const links = ctx.linkTokens === null ? null : new NodeLinks(log, ctx.linkTokens, openOnNode, (url, up) => (up ? routes.nodeUp(url) : routes.nodeDown(url)));
   const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => openStream(tunnelId, head, visitor, links !== null);
 
   return {

@@ -71,6 +71,36 @@ export interface AccessWire {
   denyIp: string[];
   /** epoch ms, or null */
   expiresAt: number | null;
+  /**
+   * HMAC-SHA-256 under a server secret of the credentials as a set (null or absent: no basic
+   * auth): the same for the same credentials in any Open, so a pool can tell whether a joining
+   * client asks for the pool's credentials without anyone keeping a password.
+   */
+  credentialsTag?: Uint8Array | null;
+}
+
+/** How far apart two `--expires` of one pool may be: clients started with `--expires 1h` a few seconds apart agree. */
+export const POOL_EXPIRY_SLACK_MS = 60_000;
+
+/**
+ * Why a client asking for `asked` may not join a pool serving under `inForce`, or null when the
+ * rules agree. Names the rules in force, never a credential: a member serves under the pool's
+ * rules, so one that asked for others would print rules nobody applies.
+ */
+export function poolRulesProblem(inForce: AccessWire | null, asked: AccessWire | null): string | null {
+  const tag = (a: AccessWire | null): string => (a?.credentialsTag ? Buffer.from(a.credentialsTag).toString('base64') : '');
+  const cidrs = (l: string[] | undefined): string => [...new Set(l ?? [])].sort().join(', ');
+  const differ: string[] = [];
+  if (tag(inForce) !== tag(asked)) differ.push(`basic auth differs (the pool has ${inForce?.credentialsTag ? 'basic auth' : 'none'})`);
+  for (const [flag, a, b] of [['allow-ip', inForce?.allowIp, asked?.allowIp], ['deny-ip', inForce?.denyIp, asked?.denyIp]] as const) {
+    if (cidrs(a) !== cidrs(b)) differ.push(`${flag} differs (the pool's: ${cidrs(a) || 'none'})`);
+  }
+  const poolExpiry = inForce?.expiresAt ?? null;
+  const askedExpiry = asked?.expiresAt ?? null;
+  if ((poolExpiry === null) !== (askedExpiry === null) || (poolExpiry !== null && askedExpiry !== null && Math.abs(poolExpiry - askedExpiry) > POOL_EXPIRY_SLACK_MS)) {
+    differ.push(`expiry differs (the pool's: ${poolExpiry === null ? 'none' : new Date(poolExpiry).toISOString()})`);
+  }
+  return differ.length === 0 ? null : differ.join('; ');
 }
 
 /** The `access` field of the API's tunnel view: whether there is basic auth, never what. */

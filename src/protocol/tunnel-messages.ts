@@ -139,7 +139,7 @@ export interface TunnelAdmitted {
   laneKey?: string;
   /** cluster: what this client's connection to another node presents to join (Opened.memberKey) */
   memberKey?: string;
-  /** the registration's access rules (a pool's or a joined client's are its first member's) */
+  /** the registration's access rules (a pool's are its first member's: a client asking for others is refused) */
   access: AccessWire | null;
 }
 

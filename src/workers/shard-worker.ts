@@ -28,7 +28,7 @@ import { DISCARD, type FrontHost } from '../edge/front-connection.js';
 import { ApiExchange } from '../edge/api-relay.js';
 import { acceptControl, isControlRequest } from '../edge/control.js';
 import { acceptLink, isLinkRequest } from '../cluster/link-accept.js';
-import { linkToken } from '../cluster/node-links.js';
+import { LinkTokens } from '../cluster/node-links.js';
 
 //   public port (SO_REUSEPORT) ─▶ this shard's Front (edge/front.ts): node:net/tls + llhttp
 //        ├─ Host <id>.<domain>     ─▶ tunnel data plane (edge/shard.ts)
@@ -74,7 +74,8 @@ const auth = new Authenticator({
 });
 const ctx: ShardContext = {
   index, config, log, sql, uws, app, http, main,
-  linkToken: config.nodeUrl === null ? null : linkToken(await serverSecret(sql, 'cluster-link')),
+  linkTokens: config.nodeUrl === null ? null : new LinkTokens(await serverSecret(sql, 'cluster-link')),
+  accessTagKey: await serverSecret(sql, 'access-tag'),
   authenticate: (a, ip, ticket, admit) => auth.authenticate(a, ip, ticket, admit),
   authIsCheap: (a, ip, ticket) => auth.isCheap(a, ip, ticket),
   resumeTickets: (a, principal) => auth.resumeTickets(a, principal),
@@ -96,7 +97,7 @@ const frontHost: FrontHost = {
     const tunnelId = head.host === null ? null : tunnels.tunnelOf(head.host);
     if (tunnelId !== null) return tunnels.serve(conn, head, res, tunnelId);
     if (isControlRequest(head)) return acceptControl(tunnels.control, conn, head, res);
-    if (tunnels.links && isLinkRequest(head)) return acceptLink(tunnels.links, ctx.linkToken!, conn, head, res);
+    if (tunnels.links && isLinkRequest(head)) return acceptLink(tunnels.links, ctx.linkTokens!, conn, head, res);
     if (head.upgrade) {
       res.closeAfter();
       res.problem('not-found', 'no WebSocket endpoint here');

@@ -121,4 +121,17 @@ test('malformed access flags are usage errors (exit 2) that never print the pass
   }
 });
 
+test('burrow http --pool with --basic-auth and --allow-ip joining a pool without them: refused (exit 5) with what differs, never the password', async () => {
+  const first = burrows.start(bob, ['http', String(webPort), '--id', 'cli-pool-rules', '--pool', '--no-inspect']);
+  assert.is(await burrows.firstLine(first), `http://cli-pool-rules.localhost:${srv.port}`);
+  const before = reached;
+  const r = await burrow(bob, ['http', String(webPort), '--id', 'cli-pool-rules', '--pool', '--no-inspect', '--basic-auth', 'alice:s3cret-pw', '--allow-ip', '127.0.0.1']);
+  assert.is(r.code, 5, r.stderr);
+  assert.is(r.stdout, '', 'no URL printed: this client serves nothing');
+  assert.match(r.stderr, /^error: .*basic auth differs \(the pool has none\); allow-ip differs \(the pool's: none\)\nhint: a pool's members serve under one set of rules/m);
+  assert.not.match(r.stderr, /s3cret/);
+  assert.is(await visit('cli-pool-rules'), 200, 'the pool serves on under its own rules');
+  assert.is(reached, before + 1);
+});
+
 test.run();

@@ -86,6 +86,28 @@ test('a pool of 3 clients on 3 nodes: a visitor at any node may reach any member
   assert.is(listed.body.connections, 4);
 });
 
+test('a pool on node A refuses, at nodes B and C, a client asking for other credentials or none; the same ones join', async () => {
+  const u = await createUser(cluster.db);
+  const key = await createKeyFor(cluster.db, u.id);
+  const start = async (node: number, basicAuth: string[] | undefined): Promise<string | null> => {
+    const c = new TunnelClient({ server: cluster.nodes[node]!.nodeUrl, token: key, type: 'http', local: { host: '127.0.0.1', port: (await named(`n${node}`)).port }, id: 'x-pool-rules', pool: true, siblings: false, ...(basicAuth ? { access: { basicAuth } } : {}) });
+    clients.push(c);
+    return withDeadline(c.start(), 10_000, `member at ${node}`).then(
+      () => null,
+      (e: Error) => e.message,
+    );
+  };
+  assert.is(await start(0, ['ops:one']), null);
+  await eventually(async () => (await connections('x-pool-rules')).length === 1, 5_000, 'the pool registered');
+  assert.match((await start(1, undefined)) ?? '', /basic auth differs \(the pool has basic auth\)/);
+  assert.match((await start(2, ['ops:two'])) ?? '', /basic auth differs/);
+  // The credentials' tag is keyed by a secret every node reads from the database: equal at every node.
+  assert.is(await start(1, ['ops:one']), null);
+  assert.is((await connections('x-pool-rules')).length, 2);
+  const unauthenticated = await visitNode(cluster.nodes[2]!, 'x-pool-rules');
+  assert.is(unauthenticated.status, 401, 'a visitor without the password reaches no member');
+});
+
 test('SIGKILL of the node holding a client\'s first connection: its second connection serves on, no request fails', async () => {
   const u = await createUser(cluster.db);
   const key = await createKeyFor(cluster.db, u.id);

@@ -5,6 +5,8 @@ import { api, createKeyFor, createUser, eventually } from '../helpers/fixtures.j
 import { keyPrefixOf } from '../../src/auth/key-format.js';
 import { F } from '../../src/protocol/frames.js';
 import { rawPeer, refusalIn, type RawPeer } from '../tunnel/raw-peer.js';
+import { randomBytes } from 'node:crypto';
+import { connect } from '../../src/db/sql.js';
 
 // Revocation, deactivation, team removal and deletion made through any node's API end the
 // affected tunnels on every node before the API call answers: the client is connected to
@@ -147,6 +149,63 @@ test('a role change through node C ends nothing, and the new role holds at every
   await eventually(async () => (await api(node(A), 'GET', '/users', { key })).status === 200, 3_000, 'A hears of the promotion');
   assert.ok(await liveAnywhere('c-role'));
   assert.not.ok(p.isClosed());
+});
+
+test('notifications forged by a database role with no grant end nothing on any node; a real close still ends the tunnel, in our words', async () => {
+  const u = await createUser(cluster.db);
+  const key = await createKeyFor(cluster.db, u.id);
+  const team = await teamWith(u.id);
+  const events: string[] = [];
+  const onA = await peerOnA(key, events, 'fa');
+  await servedAtB(onA, 'c-forged', team);
+  const onB = await rawPeer(node(B).nodeUrl, key, events, 'fb');
+  peers.push(onB);
+  assert.is((await onB.open({ type: 'http', id: 'c-forged-b' }))[0], F.Opened);
+  // Any role may CONNECT to a database unless it was revoked from PUBLIC, and NOTIFY needs no grant.
+  const role = `forger_${randomBytes(4).toString('hex')}`;
+  await cluster.db.sql.unsafe(`create role ${role} login password 'forger'`);
+  const url = new URL(cluster.db.url);
+  url.username = role;
+  url.password = 'forger';
+  url.search = '';
+  const forger = connect(url.toString(), { max: 1, applicationName: 'forger' });
+  try {
+    const [{ s: schema }] = await cluster.db.sql<{ s: string }[]>`select current_schema() as s`;
+    const read = await forger.unsafe(`select * from ${schema}.cluster_members`).then(() => 'read', (e: Error) => e.message);
+    assert.match(read, /permission denied/, 'the role has no grant');
+    const channel = `burrow_${schema}`;
+    const escape = '\x1b]0;pwned\x07\x1b[2J\x9b31m';
+    for (const payload of [
+      { t: 'close', id: 'c-forged', reason: `${escape}closed by the administrator` },
+      { t: 'close', id: 'c-forged-b', reason: escape },
+      { t: 'user', id: u.id, end: true },
+      { t: 'key', id: await keyId(key) },
+      { t: 'member', team, user: u.id },
+    ]) await forger`select pg_notify(${channel}, ${JSON.stringify(payload)})`;
+    // And a flood of distinct ones: each node checks them in batches and serves on (one round of
+    // invalidations per batch: 2,000 of them one by one kept a node's main thread from renewing
+    // its lease, and it fenced itself).
+    await forger`select pg_notify(${channel}, json_build_object('t', 'user', 'id', gen_random_uuid(), 'end', true)::text) from generate_series(1, 2000)`;
+    // Before the fix every node ended both tunnels (and the user) within milliseconds.
+    await new Promise((r) => setTimeout(r, 1_500));
+    assert.equal(events, [], 'no Closed, Fatal or close on either connection');
+    assert.not.ok(onA.isClosed() || onB.isClosed());
+    assert.ok(await liveAnywhere('c-forged'));
+    assert.ok(await liveAnywhere('c-forged-b'));
+    for (const n of cluster.nodes) {
+      assert.is((await api(n, 'GET', '/keys', { key })).status, 200, `the key still authenticates at ${n.nodeUrl}`);
+      for (const id of ['c-forged', 'c-forged-b']) assert.is((await api(n, 'GET', `/tunnels/${id}`, { key: cluster.adminKey })).status, 200, `${id} listed at ${n.nodeUrl}`);
+    }
+  } finally {
+    await forger.end({ timeout: 1 });
+    await cluster.db.sql.unsafe(`drop role ${role}`);
+  }
+  // The real thing, through C, still ends the tunnel on A, with our reason.
+  const r = await api(node(C), 'DELETE', '/tunnels/c-forged', { key });
+  events.push('api');
+  assert.ok(r.status === 200 || r.status === 204, r.text);
+  endedBefore(events, 'fa:closed:c-forged');
+  assert.is(refusalIn(onA.frames.find((f) => f[0] === F.Closed)!).message, 'deleted through the API');
 });
 
 test.run();

@@ -10,7 +10,7 @@ import { listen, type Local } from '../tunnel/helpers.js';
 import { lanePorts } from '../helpers/ports.js';
 import { startServer } from '../helpers/server.js';
 import { WsClient, WsRefused } from '../../src/client/ws-client.js';
-import { linkToken } from '../../src/cluster/node-links.js';
+import { LINK_TOKEN_WINDOW_MS, LinkTokens, linkToken } from '../../src/cluster/node-links.js';
 import { decodeEach, encode } from '../../src/protocol/codec.js';
 
 const TCP = lanePorts(20);
@@ -197,9 +197,11 @@ test('a TCP tunnel\'s port answers on every node, byte-exact both ways, with hal
   }
 });
 
-test('a link is refused without the cluster\'s token; a node without --node-url has no link endpoint', async () => {
+test('a link is refused without the cluster\'s token, or with one of two windows ago (a leaked token expires); a node without --node-url has no link endpoint', async () => {
   const a = cluster.nodes[0]!;
-  for (const headers of [{}, { authorization: 'Bearer not-the-token' }] as Record<string, string>[]) {
+  const [row] = await cluster.db.sql<{ secret: Buffer }[]>`select secret from server_secrets where name = 'cluster-link'`;
+  const stale = linkToken(Buffer.from(row!.secret), Math.floor(Date.now() / LINK_TOKEN_WINDOW_MS) - 2);
+  for (const headers of [{}, { authorization: 'Bearer not-the-token' }, { authorization: `Bearer ${stale}` }] as Record<string, string>[]) {
     const refused = await WsClient.connect(`${a.nodeUrl}/cluster/v1/link`, headers, 1024, 5_000).then(
       (ws) => (ws.destroy(), 101),
       (e: unknown) => (e instanceof WsRefused ? e.status : -1),
@@ -223,7 +225,7 @@ test('a node holding the token but sending malformed link messages loses its lin
   await routedEverywhere('xlinkabuse');
   const a = cluster.nodes[0]!;
   const [row] = await cluster.db.sql<{ secret: Buffer }[]>`select secret from server_secrets where name = 'cluster-link'`;
-  const token = linkToken(Buffer.from(row!.secret));
+  const token = new LinkTokens(Buffer.from(row!.secret)).current();
   // Envelopes of the right shape with nonsense inside: each is answered or dropped, the link stays.
   const ws = await WsClient.connect(`${a.nodeUrl}/cluster/v1/link`, { authorization: `Bearer ${token}` }, 1 << 20, 5_000);
   const answers: unknown[] = [];

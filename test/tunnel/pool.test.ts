@@ -4,6 +4,7 @@ import http from 'node:http';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
+import type { AccessRules } from '../../src/protocol/access.js';
 import { listen, visit, type Local } from './helpers.js';
 import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
@@ -203,6 +204,73 @@ test('members of a team pool may be different users of the team', async () => {
     for (const r of replies) seen.add(r.body.toString());
   }
   assert.equal([...seen].sort(), ['ua', 'ub']);
+});
+
+test('a client asking for other rules cannot join a pool: basic auth, allow-ip and expiry are the pool\'s or the join is refused', async () => {
+  const { key } = await userKey();
+  await member(key, 'pool-strict', await named('open'));
+  const seen: string[] = [];
+  const guarded = await named('guarded', 0, seen);
+  const refusal = async (access: AccessRules): Promise<TunnelRefused | null> => {
+    const c = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: guarded.port }, id: 'pool-strict', pool: true, access });
+    clients.push(c);
+    return c.start().then(
+      () => null,
+      (e: unknown) => e as TunnelRefused,
+    );
+  };
+  // The attack: a member asking for basic auth and an address list joined a pool with none,
+  // served under the pool's rules, and visitors without a password reached its service.
+  const joined = await refusal({ basicAuth: ['ops:s3cret-pass'], allowIp: ['10.9.0.0/16'] });
+  assert.ok(joined, 'a member asking for rules the pool lacks is refused');
+  assert.is(joined!.code, 'conflict');
+  assert.ok(joined!.permanent);
+  assert.match(joined!.message, /basic auth differs \(the pool has none\)/);
+  assert.match(joined!.message, /allow-ip differs \(the pool's: none\)/);
+  assert.not.match(joined!.message, /s3cret/, 'no credential in the answer');
+  for (let i = 0; i < 10; i++) assert.is((await visit(server.port, 'pool-strict.localhost')).body.toString(), 'open');
+  assert.equal(seen, [], 'no visitor reached the refused member\'s service');
+  const expiring = await refusal({ expiresAt: Date.now() + 3_600_000 });
+  assert.match(expiring?.message ?? '', /expiry differs \(the pool's: none\)/, '--expires is not dropped either');
+
+  // A pool with rules: only a client asking for the same credentials and list joins it.
+  const second = await userKey();
+  const rules: AccessRules = { basicAuth: ['ops:one', 'dev:two'], allowIp: ['127.0.0.1'], expiresAt: Date.now() + 3_600_000 };
+  const first = new TunnelClient({ server: server.url, token: second.key, type: 'http', local: { host: '127.0.0.1', port: (await named('first')).port }, id: 'pool-guarded', pool: true, access: rules });
+  clients.push(first);
+  await withDeadline(first.start(), 10_000, 'guarded pool start');
+  const join = async (access: AccessRules): Promise<TunnelRefused | null> => {
+    const c = new TunnelClient({ server: server.url, token: second.key, type: 'http', local: { host: '127.0.0.1', port: (await named('joiner')).port }, id: 'pool-guarded', pool: true, access });
+    clients.push(c);
+    return c.start().then(
+      () => null,
+      (e: unknown) => e as TunnelRefused,
+    );
+  };
+  const otherPassword = await join({ ...rules, basicAuth: ['ops:one', 'dev:three'] });
+  assert.match(otherPassword?.message ?? '', /basic auth differs \(the pool has basic auth\)/);
+  assert.not.match(otherPassword!.message, /allow-ip differs|expiry differs|ops|dev|one|two|three/, 'only what differs, and never a credential');
+  assert.match((await join({ ...rules, allowIp: ['127.0.0.2'] }))?.message ?? '', /allow-ip differs \(the pool's: 127\.0\.0\.1\)/);
+  assert.match((await join({ ...rules, expiresAt: rules.expiresAt! + 5 * 60_000 }))?.message ?? '', /expiry differs/);
+  // The same rules (credentials in any order, an expiry a few seconds apart) join.
+  assert.is(await join({ ...rules, basicAuth: ['dev:two', 'ops:one'], expiresAt: rules.expiresAt! + 5_000 }), null);
+  assert.is((await api(server, 'GET', '/tunnels/pool-guarded', { key: second.key })).body.connections, 2);
+});
+
+test('a member whose --expires is a few seconds before the pool\'s ends at its own; the pool serves on', async () => {
+  const { key } = await userKey();
+  const poolEnds = Date.now() + 50_000;
+  const first = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: (await named('first')).port }, id: 'pool-expiry', pool: true, access: { expiresAt: poolEnds } });
+  clients.push(first);
+  await withDeadline(first.start(), 10_000, 'pool start');
+  const early = new TunnelClient({ server: server.url, token: key, type: 'http', local: { host: '127.0.0.1', port: (await named('early')).port }, id: 'pool-expiry', pool: true, access: { expiresAt: Date.now() + 2_000 } });
+  clients.push(early);
+  const closed = new Promise<{ code: string }>((r) => early.once('closed', r));
+  await withDeadline(early.start(), 10_000, 'early member start');
+  assert.is((await api(server, 'GET', '/tunnels/pool-expiry', { key })).body.connections, 2);
+  assert.is((await withDeadline(closed, 6_000, 'the early member expires')).code, 'expired');
+  await eventually(async () => (await api(server, 'GET', '/tunnels/pool-expiry', { key })).body.connections === 1, 3_000, 'one member left');
+  for (let i = 0; i < 4; i++) assert.is((await visit(server.port, 'pool-expiry.localhost')).body.toString(), 'first');
 });
 
 test.run();
