@@ -101,6 +101,8 @@ export interface SignupPolicy {
   githubAllowedOrgs: string[];
   /** Email domains (lowercase); empty: any. Verified emails only when set. */
   allowedEmailDomains: string[];
+  /** --oauth-link-admins: a first login may be linked to an existing admin by verified email. */
+  linkAdmins: boolean;
 }
 
 function int(name: string, min: number, max: number) {
@@ -210,6 +212,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--signup <mode>', 'a new user at browser login: open (created active), deactivated (created deactivated until an admin reactivates them), closed (refused: only users an admin created may log in)').choices(['open', 'deactivated', 'closed']).default('open'))
     .addOption(opt('--github-allowed-orgs <orgs>', 'ORG[,ORG...]: only members of these GitHub organisations may log in through GitHub (asks for the read:org scope)').argParser(nameList('--github-allowed-orgs', 'ORG[,ORG...]', 'a GitHub organisation name', /^[a-z0-9](?:[a-z0-9-]{0,38})$/)))
     .addOption(opt('--oauth-allowed-email-domains <domains>', 'D[,D...]: only verified emails in these domains may log in, through any provider').argParser(nameList('--oauth-allowed-email-domains', 'D[,D...]', 'a domain name', /^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$/)))
+    .addOption(opt('--oauth-link-admins', 'a first browser login whose verified email is an existing admin\'s is linked to that admin (default: refused; the seed admin and addresses no mail reaches are never linked)').default(false))
     .addOption(opt('--seed-api-key', 'create the seed admin once; print its admin key (kept in the data dir, the same at every start) as the first stdout line').default(false))
     .addOption(opt('--initial-admin-email <email>', 'promote this user to admin at first OAuth login'))
     .addOption(opt('--github-client-id <id>', 'GitHub OAuth app client id', 'GITHUB_CLIENT_ID'))
@@ -350,6 +353,7 @@ export function configFromOptions(o: Opts): Config {
       mode: o.signup as SignupPolicy['mode'],
       githubAllowedOrgs: (o.githubAllowedOrgs as string[] | undefined) ?? [],
       allowedEmailDomains: (o.oauthAllowedEmailDomains as string[] | undefined) ?? [],
+      linkAdmins: Boolean(o.oauthLinkAdmins),
     }),
   });
 }

@@ -89,7 +89,7 @@ test('the per-user limits and sign-up policy have their documented defaults', ()
   assert.is(c.maxTunnelsPerUser, 100);
   assert.is(c.maxRegistrationsPerMinute, 120);
   assert.is(c.sessionRetentionSecs, 90 * 86400);
-  assert.equal(c.signup, { mode: 'open', githubAllowedOrgs: [], allowedEmailDomains: [] });
+  assert.equal(c.signup, { mode: 'open', githubAllowedOrgs: [], allowedEmailDomains: [], linkAdmins: false });
   assert.is(parse(['--session-retention', 'off']).sessionRetentionSecs, null);
   assert.equal(parse([], { BURROW_GITHUB_ALLOWED_ORGS: 'Acme, widgets' }).signup.githubAllowedOrgs, ['acme', 'widgets']);
   assert.equal(parse(['--oauth-allowed-email-domains', 'Example.com']).signup.allowedEmailDomains, ['example.com']);
