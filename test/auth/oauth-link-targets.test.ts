@@ -39,7 +39,7 @@ async function start(args: string[], db?: TestServer): Promise<TestServer> {
 test.before(async () => {
   fwd = await startForwarder();
   idp = await startIdp({ redirectUri: `${fwd.url}/auth/v1/idp/callback` });
-  closed = await start(['--signup', 'closed']);
+  closed = await start(['--signup', 'closed', '--initial-admin-email', 'boss@example.com']);
 });
 
 test.after(async () => {
@@ -95,6 +95,14 @@ test('an existing admin is not linked to a login by default; an address no mail 
   assert.is(i.error, 'access_denied');
   assert.match(i.description, /no mail can reach/);
   assert.is(await accountsOf(closed, internal.id), 0);
+
+  // The --initial-admin-email address is linked to the admin made for it: its first login
+  // would make an admin anyway.
+  const boss = await createUser(closed, { email: 'boss@example.com', role: 'admin' });
+  idp.users.set('boss', { email: 'boss@example.com', email_verified: true });
+  const b = await login(closed, 'boss');
+  assert.ok(b.key, b.description);
+  assert.is((await api(closed, 'GET', '/me', { key: b.key! })).body.id, boss.id);
 
   // A member with a real address is still linked (the documented way an admin-made user logs in).
   const member = await createUser(closed, { email: 'carol@example.com' });

@@ -94,6 +94,8 @@ test('the per-user limits and sign-up policy have their documented defaults', ()
   assert.equal(parse([], { BURROW_GITHUB_ALLOWED_ORGS: 'Acme, widgets' }).signup.githubAllowedOrgs, ['acme', 'widgets']);
   assert.equal(parse(['--oauth-allowed-email-domains', 'Example.com']).signup.allowedEmailDomains, ['example.com']);
   assert.is(parse(['--signup', 'closed']).signup.mode, 'closed');
+  assert.is(parse(['--oauth-link-admins']).signup.linkAdmins, true);
+  assert.is(parse([], { BURROW_OAUTH_LINK_ADMINS: '1' }).signup.linkAdmins, true);
 });
 
 test('a --base-url whose host is a tunnel host (<label>.<domain>) is refused', () => {

@@ -22,7 +22,8 @@ import { isDeliverableEmail } from './deliverable.js';
 //  - it is the seed admin, or its email cannot receive mail (src/auth/oauth/deliverable.ts):
 //    a provider's "verified" is worthless for seed@burrow.local, anyone's IdP can say it;
 //  - it is an admin and --oauth-link-admins is off: an admin's power must not hang on every
-//    provider the server trusts vouching correctly for that address.
+//    provider the server trusts vouching correctly for that address. The --initial-admin-email
+//    address is the exception: its first login makes an admin in any case.
 // Refused, not turned into a new user: a second user with that email would be another person
 // the operator never meant to create.
 
@@ -85,7 +86,7 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
   if (who.emailVerified) {
     user = await lockLinkableUserByEmail(tx, who.email);
     if (user) {
-      refuseLinkTo(user, link);
+      refuseLinkTo(user, link, initialAdminEmail !== null && nameKey(who.email) === nameKey(initialAdminEmail));
       how = 'linked';
     }
   }
@@ -108,14 +109,15 @@ async function resolve(tx: Sql, provider: string, who: Identity & { email: strin
   return view(user, role, promote && how === 'linked', how);
 }
 
-function refuseLinkTo(user: Row, link: LinkOptions): void {
+/** `named`: the address is --initial-admin-email, whose first login the operator made an admin anyway. */
+function refuseLinkTo(user: Row, link: LinkOptions, named: boolean): void {
   if (nameKey(user.email) === nameKey(SEED_EMAIL)) {
     throw new LinkRefused('seed', `${user.email} is the seed admin, which no browser login can claim; log in with its key`);
   }
   if (!isDeliverableEmail(user.email)) {
     throw new LinkRefused('undeliverable', `the burrow user ${user.email} has an address no mail can reach, so no provider can vouch for it; an administrator can give them a key (burrow keys create NAME --user ${user.email})`);
   }
-  if (user.role === 'admin' && !link.linkAdmins) {
+  if (user.role === 'admin' && !link.linkAdmins && !named) {
     throw new LinkRefused('admin', `${user.email} is a burrow administrator, and this server links browser logins to administrators only with --oauth-link-admins; log in with an API key instead`);
   }
 }
