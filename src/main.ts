@@ -46,7 +46,7 @@ const log = createLogger(parsed.logLevel);
 const t0 = performance.now();
 const broadTrust = parsed.trustProxy.filter(isVeryBroad);
 if (broadTrust.length > 0) {
-  // Allowed (a private network may be that wide), but then a forged X-Forwarded-For from
+  // Allowed (the port may only be reachable through the balancers), but if it is not, a forged X-Forwarded-For from
   // almost anywhere sets the client address every limit and --allow-ip rule counts by.
   log.warn({ trustProxy: broadTrust.map((c) => `${c.address}/${c.prefix}`) }, '--trust-proxy covers very broad ranges: almost every address may forge the client address (X-Forwarded-For); name only your load balancers');
 }
