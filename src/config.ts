@@ -123,11 +123,14 @@ export interface SignupPolicy {
   githubAllowedOrgs: string[];
   /** Email domains (lowercase); empty: any. Verified emails only when set. */
   allowedEmailDomains: string[];
+  /** --oauth-link-admins: a first login may be linked to an existing admin by verified email. */
+  linkAdmins: boolean;
 }
 
 function int(name: string, min: number, max: number) {
   return (v: string): number => {
-    const n = Number(v);
+    // Decimal digits only: Number() would also take "1e3", "0x10", " 12 " and "".
+    const n = /^\d{1,16}$/.test(v) ? Number(v) : NaN;
     if (!Number.isInteger(n) || n < min || n > max) {
       throw new InvalidArgumentError(`${name} must be an integer in ${min}..${max}, got "${v}"`);
     }
@@ -156,6 +159,21 @@ function hostPort(v: string): { host: string; port: number } | 'off' {
   return { host: m[1] ?? m[2]!, port };
 }
 
+/** An allow-list of peers whose emptiness would mean "anyone": given, it must name someone. */
+function nonEmptyCidrList(flag: string) {
+  return (v: string): Cidr[] => {
+    const cidrs = cidrList(v);
+    if (cidrs.length === 0) throw new InvalidArgumentError(emptyAllowList(flag, 'CIDR[,CIDR...]'));
+    return cidrs;
+  };
+}
+
+// An empty value (`--flag ""`, `","`, an empty environment variable) is a mistake, never
+// "no restriction": leaving the flag out says that.
+function emptyAllowList(flag: string, form: string): string {
+  return `${flag} was given but names nothing (expected ${form}); to allow everyone leave ${flag} and its environment variable unset`;
+}
+
 function cidrList(v: string): Cidr[] {
   return v
     .split(',')
@@ -182,9 +200,10 @@ function durationOrOff(v: string): number | 'off' {
   return v === 'off' ? 'off' : duration(v);
 }
 
-function nameList(what: string, re: RegExp) {
+function nameList(flag: string, form: string, what: string, re: RegExp) {
   return (v: string): string[] => {
     const names = v.split(',').map((s) => s.trim().toLowerCase()).filter((s) => s !== '');
+    if (names.length === 0) throw new InvalidArgumentError(emptyAllowList(flag, form));
     for (const n of names) if (!re.test(n)) throw new InvalidArgumentError(`"${n}" is not ${what}`);
     return names;
   };
@@ -224,8 +243,9 @@ export function buildServerCommand(): Command {
     .addOption(opt('--id-grace-max-per-user <n>', 'ids one user may hold through --id-grace; past it the oldest hold ends and anyone may take that id').argParser(int('--id-grace-max-per-user', 1, 1_000_000)).default(100))
     .addOption(opt('--session-retention <duration|off>', 'closed sessions older than this are deleted, in batches; off keeps them').argParser(durationOrOff).default(90 * 86400, '90d'))
     .addOption(opt('--signup <mode>', 'a new user at browser login: open (created active), deactivated (created deactivated until an admin reactivates them), closed (refused: only users an admin created may log in)').choices(['open', 'deactivated', 'closed']).default('open'))
-    .addOption(opt('--github-allowed-orgs <orgs>', 'ORG[,ORG...]: only members of these GitHub organisations may log in through GitHub (asks for the read:org scope)').argParser(nameList('a GitHub organisation name', /^[a-z0-9](?:[a-z0-9-]{0,38})$/)))
-    .addOption(opt('--oauth-allowed-email-domains <domains>', 'D[,D...]: only verified emails in these domains may log in, through any provider').argParser(nameList('a domain name', /^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$/)))
+    .addOption(opt('--github-allowed-orgs <orgs>', 'ORG[,ORG...]: only members of these GitHub organisations may log in through GitHub (asks for the read:org scope)').argParser(nameList('--github-allowed-orgs', 'ORG[,ORG...]', 'a GitHub organisation name', /^[a-z0-9](?:[a-z0-9-]{0,38})$/)))
+    .addOption(opt('--oauth-allowed-email-domains <domains>', 'D[,D...]: only verified emails in these domains may log in, through any provider').argParser(nameList('--oauth-allowed-email-domains', 'D[,D...]', 'a domain name', /^[a-z0-9](?:[a-z0-9.-]{0,251}[a-z0-9])?$/)))
+    .addOption(opt('--oauth-link-admins', 'a first browser login whose verified email is an existing admin\'s is linked to that admin (default: refused; the seed admin and addresses no mail reaches are never linked)').default(false))
     .addOption(opt('--seed-api-key', 'create the seed admin once; print its admin key (kept in the data dir, the same at every start) as the first stdout line').default(false))
     .addOption(opt('--initial-admin-email <email>', 'promote this user to admin at first OAuth login'))
     .addOption(opt('--github-client-id <id>', 'GitHub OAuth app client id', 'GITHUB_CLIENT_ID'))
@@ -261,7 +281,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--http-port <n>', 'also serve plain HTTP on this port, redirecting (308) to HTTPS (needs --tls-cert)').argParser(int('--http-port', 1, 65535)))
     .addOption(opt('--trust-proxy <cidrs>', 'load balancers (CIDR[,CIDR...]) whose X-Forwarded-For/-Proto are kept; anyone else\'s are replaced').argParser(cidrList))
     .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol header (v1 or v2) on every connection, from a load balancer; works with --tls-cert').default(false))
-    .addOption(opt('--proxy-protocol-from <cidrs>', 'with --proxy-protocol: the load balancers (CIDR[,CIDR...]) allowed to send the header; connections from anyone else are closed').argParser(cidrList))
+    .addOption(opt('--proxy-protocol-from <cidrs>', 'with --proxy-protocol: the load balancers (CIDR[,CIDR...]) allowed to send the header; connections from anyone else are closed').argParser(nonEmptyCidrList('--proxy-protocol-from')))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--resume-ticket-ttl <ms>', 'tests only: how long a resumption ticket lives').argParser(int('--resume-ticket-ttl', 2_000, 86_400_000)).default(86_400_000).hideHelp())
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
@@ -333,6 +353,7 @@ export function configFromOptions(o: Opts): Config {
     throw new Error(`--base-url host "${baseHost}" is a tunnel host (<id>.${domain}): use ${domain} itself or a name outside it`);
   }
   checkNodeHost(nodeUrlOf(str(o.nodeUrl), str(o.databaseUrl)), domain);
+  checkRetentionCoversGrace(o.sessionRetention as number | 'off', o.idGrace as number);
   return Object.freeze({
     host: String(o.host),
     port,
@@ -381,8 +402,18 @@ export function configFromOptions(o: Opts): Config {
       mode: o.signup as SignupPolicy['mode'],
       githubAllowedOrgs: (o.githubAllowedOrgs as string[] | undefined) ?? [],
       allowedEmailDomains: (o.oauthAllowedEmailDomains as string[] | undefined) ?? [],
+      linkAdmins: Boolean(o.oauthLinkAdmins),
     }),
   });
+}
+
+/**
+ * Id holds are read back from closed sessions at start-up: sessions deleted before the grace
+ * ends would hand a held id to anyone after a restart.
+ */
+function checkRetentionCoversGrace(retention: number | 'off', idGrace: number): void {
+  if (retention === 'off' || retention >= idGrace) return;
+  throw new Error(`--session-retention (${retention} s) is shorter than --id-grace (${idGrace} s): an id's hold outlives the closed session it is read from; make --session-retention at least --id-grace, or lower --id-grace`);
 }
 
 /** --node-url: an http(s) origin; a cluster shares one external PostgreSQL, so the embedded one cannot serve it. */

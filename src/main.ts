@@ -20,7 +20,7 @@ import { ServerMetrics } from './main-thread/metrics.js';
 import { listenMetrics, metricsHostNames, type MetricsListener } from './main-thread/metrics-listener.js';
 import { RegistryActor } from './actors/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
-import { addressGroup } from './protocol/cidr.js';
+import { addressGroup, isVeryBroad } from './protocol/cidr.js';
 import { INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
 import { ensureSeedKey, seedKeyHint, type SeedKey } from './seed-key.js';
 import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js';
@@ -44,6 +44,12 @@ try {
 }
 const log = createLogger(parsed.logLevel);
 const t0 = performance.now();
+const broadTrust = parsed.trustProxy.filter(isVeryBroad);
+if (broadTrust.length > 0) {
+  // Allowed (the port may only be reachable through the balancers), but if it is not, a forged X-Forwarded-For from
+  // almost anywhere sets the client address every limit and --allow-ip rule counts by.
+  log.warn({ trustProxy: broadTrust.map((c) => `${c.address}/${c.prefix}`) }, '--trust-proxy covers very broad ranges: almost every address may forge the client address (X-Forwarded-For); name only your load balancers');
+}
 if (parsed.tls) {
   // A certificate or key that cannot be used stops the start, naming the file.
   try {

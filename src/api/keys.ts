@@ -2,7 +2,7 @@ import { Type } from '@sinclair/typebox';
 import type { ApiCall, ApiRoute } from './route.js';
 import { ApiKey, CreateKeyBody, CreatedKey, Empty } from './schemas.js';
 import type { Static } from '@sinclair/typebox';
-import { listKeys, revokeKey } from '../db/api-keys.js';
+import { getKey, listKeys, revokeKey } from '../db/api-keys.js';
 import { issueKey, invalidateKeys } from '../auth/api-keys.js';
 import { ApiError } from '../errors.js';
 import { SCOPES } from '../auth/scopes.js';
@@ -52,11 +52,51 @@ async function issueFor({ shard, principal, body }: ApiCall<Static<typeof Create
 }
 
 async function revokeMyKey({ shard, principal, params }: ApiCall) {
-  const revoked = await revokeKey(shard.sql, principal.userId, params.id!);
-  if (!revoked) throw new ApiError('not-found', `no active key ${params.id} among your keys`);
-  await invalidateKeys(shard, [revoked.id], [], 'the API key was revoked');
+  if (!(await revokeAndEnd(shard, principal.userId, params.id!))) throw new ApiError('not-found', `no active key ${params.id} among your keys`);
   return {};
 }
+
+/**
+ * The one way a key is revoked through the API: the key stops working on every shard, and its
+ * control connections end (their tunnels with them), before the call answers.
+ */
+async function revokeAndEnd(shard: ApiCall['shard'], userId: string, keyId: string): Promise<boolean> {
+  const revoked = await revokeKey(shard.sql, userId, keyId);
+  if (!revoked) return false;
+  await invalidateKeys(shard, [revoked.id], [], 'the API key was revoked');
+  return true;
+}
+
+async function existingUser(call: ApiCall) {
+  const u = await getUser(call.shard.sql, call.params.id!);
+  if (!u) throw new ApiError('not-found', `no user ${call.params.id}`);
+  return u;
+}
+
+/** List_user_keys (admin): what List_keys shows that user, e.g. to find a leaked key. */
+async function listUserKeys(call: ApiCall) {
+  const u = await existingUser(call);
+  return listKeys(call.shard.sql, u.id);
+}
+
+async function getUserKey(call: ApiCall) {
+  const u = await existingUser(call);
+  const k = await getKey(call.shard.sql, u.id, call.params.key!);
+  if (!k) throw new ApiError('not-found', `${u.email} has no key ${call.params.key}`);
+  return k;
+}
+
+/**
+ * Revoke_user_key (admin): the answer to a member's leaked key. Deactivating the user is not
+ * one: reactivation brings every unrevoked key back, the leaked one too.
+ */
+async function revokeUserKey(call: ApiCall) {
+  const u = await existingUser(call);
+  if (!(await revokeAndEnd(call.shard, u.id, call.params.key!))) throw new ApiError('not-found', `${u.email} has no active key ${call.params.key}`);
+  return {};
+}
+
+const userKey = { id: 'uuid', key: 'uuid' } as const;
 
 export const keyRoutes: ApiRoute[] = [
   { operationId: 'List_keys', summary: 'List your active and expired keys, newest first', method: 'get', path: '/keys',
@@ -67,6 +107,13 @@ export const keyRoutes: ApiRoute[] = [
   { operationId: 'Create_user_key', summary: "Create a key for another user (admin); the plaintext is returned only here", method: 'post',
     path: '/users/{id}/keys', adminOnly: true, scope: 'management', params: { id: 'uuid' }, body: CreateKeyBody, status: 201, response: CreatedKey,
     errors: ['bad-request', 'forbidden', 'not-found', 'conflict', 'payload-too-large', 'unsupported-media-type'], handle: createUserKey },
+  { operationId: 'List_user_keys', summary: "List another user's active and expired keys, newest first (admin)", method: 'get', path: '/users/{id}/keys',
+    adminOnly: true, scope: 'management', params: { id: 'uuid' }, status: 200, response: Type.Array(ApiKey), errors: ['bad-request', 'forbidden', 'not-found'], handle: listUserKeys },
+  { operationId: 'Get_user_key', summary: "One key of another user, revoked or not (admin)", method: 'get', path: '/users/{id}/keys/{key}',
+    adminOnly: true, scope: 'management', params: userKey, status: 200, response: ApiKey, errors: ['bad-request', 'forbidden', 'not-found'], handle: getUserKey },
+  { operationId: 'Revoke_user_key', summary: "Revoke another user's key (admin): it stops working and its tunnel connections end on every shard before this answers",
+    method: 'delete', path: '/users/{id}/keys/{key}', adminOnly: true, scope: 'management', params: userKey, status: 200, response: Empty,
+    errors: ['bad-request', 'forbidden', 'not-found'], handle: revokeUserKey },
   { operationId: 'Revoke_key', summary: 'Revoke one of your keys (effective on every shard before this answers)', method: 'delete', path: '/keys/{id}',
     scope: 'management', params: { id: 'uuid' }, status: 200, response: Empty, errors: ['bad-request', 'forbidden', 'not-found'], handle: revokeMyKey },
 ];

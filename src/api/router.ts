@@ -31,6 +31,9 @@ const VERB_ING: Record<string, string> = {
 };
 const ACTION_WORDS: Record<string, string> = {
   Create_user_key: "creating a key for another user",
+  List_user_keys: "listing another user's keys",
+  Get_user_key: "reading another user's key",
+  Revoke_user_key: "revoking another user's key",
   Get_current_user: 'reading your user',
   Get_tunnel: 'reading a tunnel',
   Delete_tunnel: 'deleting a tunnel',

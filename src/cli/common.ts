@@ -63,8 +63,9 @@ export function act<O = Record<string, unknown>, A extends unknown[] = string[]>
 /** commander argParser for a positive integer option. */
 export function positiveInt(name: string, max = Number.MAX_SAFE_INTEGER) {
   return (v: string): number => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 1 || n > max) throw new InvalidArgumentError(`${name} must be an integer in 1..${max}`);
+    // Decimal digits only: Number() would also take "1e3", "0x10" and " 12 ".
+    const n = /^\d{1,16}$/.test(v) ? Number(v) : NaN;
+    if (!Number.isInteger(n) || n < 1 || n > max) throw new InvalidArgumentError(`${name} must be an integer in 1..${max}, got "${v}"`);
     return n;
   };
 }

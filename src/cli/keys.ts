@@ -50,7 +50,7 @@ export function keyStatus(k: ApiKey, now = Date.now()): 'active' | 'expired' | '
 
 export function registerKeys(program: Command): void {
   const keys = program.command('keys').description('create, list and revoke your API keys');
-  examples(keys, ['burrow keys create ci --scopes tunnels --expires 30d', 'burrow keys list', 'burrow keys revoke 3f2a9c1e']);
+  examples(keys, ['burrow keys create ci --scopes tunnels --expires 30d', 'burrow keys list', 'burrow keys revoke 3f2a9c1e', 'burrow keys revoke laptop --user bob@example.com']);
 
   const create = keys
     .command('create')
@@ -108,9 +108,11 @@ export function registerKeys(program: Command): void {
     .command('list')
     .alias('ls')
     .description('list your active and expired keys, newest first')
+    .option('--user <id|email>', "admins: list that user's keys instead of yours (e.g. to find a leaked one)")
     .action(
-      act(async (ctx) => {
-        const rows = await ctx.client().get<ApiKey[]>('/keys');
+      act<{ user?: string }>(async (ctx) => {
+        const client = ctx.client();
+        const rows = ctx.opts.user === undefined ? await client.get<ApiKey[]>('/keys') : await client.get<ApiKey[]>(`/users/${await resolveUserId(client, ctx.opts.user)}/keys`, { hints: OTHER_USER_HINTS });
         if (ctx.json) return printJson(rows);
         printTable(
           rows,
@@ -127,18 +129,22 @@ export function registerKeys(program: Command): void {
         );
       }),
     );
-  examples(list, ['burrow keys list', 'burrow keys list --json | jq -r ".[].name"']);
+  examples(list, ['burrow keys list', 'burrow keys list --json | jq -r ".[].name"', '# admins: another user\'s keys', 'burrow keys list --user bob@example.com']);
 
   const revoke = keys
     .command('revoke')
     .description('revoke a key: it stops working at once')
     .argument('<key>', `the key id, a unique prefix of it (at least ${MIN_ID_PREFIX} characters), its key prefix (bk_…) or its name`)
     .option('--yes', 'confirm revoking the key this command itself is using')
+    .option('--user <id|email>', "admins: revoke that user's key (e.g. a leaked one; its tunnels close); deactivating them instead would not do: reactivation brings the key back")
     .action(
-      act<{ yes?: boolean }>(async (ctx, ref) => {
+      act<{ yes?: boolean; user?: string }>(async (ctx, ref) => {
         const client = ctx.client();
-        const all = await client.get<ApiKey[]>('/keys');
-        const key = UUID_RE.test(ref) ? all.find((k) => k.id.toLowerCase() === ref.toLowerCase()) : pickOne(all, ref, 'key', 'burrow keys list', (k) => [k.key_prefix, k.name], MIN_ID_PREFIX);
+        // Another user's keys live under /users/{id}/keys; the rest is the same.
+        const base = ctx.opts.user === undefined ? '/keys' : `/users/${await resolveUserId(client, ctx.opts.user)}/keys`;
+        const listCommand = ctx.opts.user === undefined ? 'burrow keys list' : `burrow keys list --user ${ctx.opts.user}`;
+        const all = await client.get<ApiKey[]>(base, ctx.opts.user === undefined ? {} : { hints: OTHER_USER_HINTS });
+        const key = UUID_RE.test(ref) ? all.find((k) => k.id.toLowerCase() === ref.toLowerCase()) : pickOne(all, ref, 'key', listCommand, (k) => [k.key_prefix, k.name], MIN_ID_PREFIX);
         // An unlisted uuid still goes to the server, which answers 404 with its own detail.
         const id = key?.id ?? ref;
         // The key in use is "bk_<prefix>_<secret>": revoking it locks this CLI out at once.
@@ -151,13 +157,20 @@ export function registerKeys(program: Command): void {
             `add --yes to revoke it anyway: \`burrow keys revoke ${ref} --yes\``,
           );
         }
-        const res = await client.delete<object>(`/keys/${encodeURIComponent(id)}`, { hints: { 404: 'no such key of yours; `burrow keys list` lists them' } });
+        const res = await client.delete<object>(`${base}/${encodeURIComponent(id)}`, {
+          hints: ctx.opts.user === undefined ? { 404: 'no such key of yours; `burrow keys list` lists them' } : { ...OTHER_USER_HINTS, 404: `no such key of that user; \`${listCommand}\` lists them` },
+        });
         if (ctx.json) return printJson(res);
-        out.line(`${out.paint('green', '✓')} revoked key ${id}`);
+        out.line(`${out.paint('green', '✓')} revoked key ${id}${ctx.opts.user === undefined ? '' : ` of ${ctx.opts.user}`}`);
       }),
     );
-  examples(revoke, ['burrow keys revoke 3f2a9c1e', 'burrow keys revoke ci', 'burrow keys revoke bk_AbC123xyz789']);
+  examples(revoke, ['burrow keys revoke 3f2a9c1e', 'burrow keys revoke ci', 'burrow keys revoke bk_AbC123xyz789', '# admins: a member\'s leaked key', 'burrow keys revoke laptop --user bob@example.com']);
 }
+
+const OTHER_USER_HINTS = {
+  403: "another user's keys need an admin key with the `management` scope",
+  404: 'no such user; `burrow users list`',
+};
 
 function usage(detail: string): CliError {
   return new CliError(EXIT.usage, 'invalid option', detail, 'see `burrow keys create --help`');

@@ -19,6 +19,8 @@ export function registerUsers(program: Command): void {
     'burrow users list',
     'burrow users create bob@example.com --name Bob',
     'burrow keys create laptop --user bob@example.com',
+    'burrow keys list --user bob@example.com',
+    'burrow keys revoke laptop --user bob@example.com',
     'burrow users set-role bob@example.com admin',
     'burrow users deactivate bob@example.com',
   ]);

@@ -34,6 +34,12 @@ export async function listKeys(sql: Sql, userId: string): Promise<ApiKey[]> {
   return rows.map(toApiKey);
 }
 
+/** One key of a user, revoked ones included (revoked_at says so); null when it is not theirs. */
+export async function getKey(sql: Sql, userId: string, id: string): Promise<ApiKey | null> {
+  const [r] = await sql<KeyRow[]>`select ${sql.unsafe(COLUMNS)} from api_keys where id = ${id} and user_id = ${userId}`;
+  return r ? toApiKey(r) : null;
+}
+
 export interface NewKey {
   userId: string;
   name: string;
@@ -50,7 +56,7 @@ export async function insertKey(sql: Sql, k: NewKey): Promise<ApiKey> {
   return toApiKey(r!);
 }
 
-/** Revokes the caller's own active key; null when it is not theirs or already revoked. */
+/** Revokes that user's active key; null when it is not theirs or already revoked. */
 export async function revokeKey(sql: Sql, userId: string, id: string): Promise<ApiKey | null> {
   const [r] = await sql<KeyRow[]>`update api_keys set revoked_at = now()
     where id = ${id} and user_id = ${userId} and revoked_at is null returning ${sql.unsafe(COLUMNS)}`;

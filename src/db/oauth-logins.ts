@@ -13,24 +13,42 @@ export interface PendingLoginRow {
   cli_state: string | null;
 }
 
-/** Sweeps expired pending logins, then counts the rest. */
-export async function countLivePendingLogins(sql: Sql): Promise<number> {
-  await sql`delete from oauth_pending_logins where expires_at < now()`;
-  const [c] = await sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins`;
-  return c!.n;
+export interface PendingLoginBounds {
+  /** Live pending logins server-wide. */
+  server: number;
+  /** Live pending logins from one address group. */
+  perGroup: number;
 }
 
-/** Live pending logins started from one address group. */
-export async function countPendingLoginsFrom(sql: Sql, clientGroup: string): Promise<number> {
-  const [c] = await sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins where client_group = ${clientGroup} and expires_at > now()`;
-  return c!.n;
-}
-
-export async function insertPendingLogin(sql: Sql, stateHash: string, p: PendingLoginRow, ttlSecs: number, clientGroup: string): Promise<void> {
-  await sql`insert into oauth_pending_logins
-      (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at, client_group, cli_state)
-    values (${stateHash}, ${p.provider}, ${p.cli_port}, ${p.cli_challenge},
-      ${p.provider_verifier}, ${p.nonce}, now() + make_interval(secs => ${ttlSecs}), ${clientGroup}, ${p.cli_state})`;
+/**
+ * Stores a pending login unless a bound is reached; the counts and the insert are one decision.
+ * Counted and inserted apart, concurrent starts all counted the same rows and all inserted (25
+ * pending against a bound of 20). Under a transaction-scoped advisory lock each start counts
+ * after the previous one committed; every shard and every node takes the same lock. Logins are
+ * rare and the transaction is a few index lookups, so one lock for all of them costs nothing.
+ */
+export async function insertPendingLoginWithin(
+  sql: Sql,
+  stateHash: string,
+  p: PendingLoginRow,
+  ttlSecs: number,
+  clientGroup: string,
+  bounds: PendingLoginBounds,
+): Promise<'ok' | 'address' | 'server'> {
+  return sql.begin(async (tx) => {
+    await tx`select pg_advisory_xact_lock(hashtext('burrow:oauth_pending_logins'))`;
+    // Sweep here rather than on a timer: logins are rare and the index makes this cheap.
+    await tx`delete from oauth_pending_logins where expires_at < now()`;
+    const [all] = await tx<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins`;
+    if (all!.n >= bounds.server) return 'server' as const;
+    const [mine] = await tx<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins where client_group = ${clientGroup} and expires_at > now()`;
+    if (mine!.n >= bounds.perGroup) return 'address' as const;
+    await tx`insert into oauth_pending_logins
+        (state_hash, provider, cli_port, cli_challenge, provider_verifier, nonce, expires_at, client_group, cli_state)
+      values (${stateHash}, ${p.provider}, ${p.cli_port}, ${p.cli_challenge},
+        ${p.provider_verifier}, ${p.nonce}, now() + make_interval(secs => ${ttlSecs}), ${clientGroup}, ${p.cli_state})`;
+    return 'ok' as const;
+  }) as Promise<'ok' | 'address' | 'server'>;
 }
 
 /** Deletes the pending login; returns it with whether it was still live, or null if unknown. */

@@ -30,6 +30,23 @@ export function parseCidr(text: string): Cidr | null {
   return { address, prefix, family: version === 4 ? 'ipv4' : 'ipv6' };
 }
 
+/**
+ * Wider than any one organisation's network: an IPv4 block shorter than /8, an IPv6 one shorter
+ * than /7 (fc00::/7, the unique local range, is the widest private one), or IPv4-mapped blocks
+ * shorter than ::ffff:0:0/104. 0.0.0.0/0 and ::/0 are the usual mistakes.
+ */
+export function isVeryBroad(c: Cidr): boolean {
+  if (c.family === 'ipv4') return c.prefix < 8;
+  const mapped = c.prefix >= 96 && isMapped(c.address);
+  return mapped ? c.prefix < 104 : c.prefix < 7;
+}
+
+function isMapped(address: string): boolean {
+  const l = new BlockList();
+  l.addSubnet('::ffff:0:0', 96, 'ipv6');
+  return l.check(address, 'ipv6');
+}
+
 /** A set of blocks; IPv4-mapped IPv6 addresses match their IPv4 blocks (BlockList does that). */
 export class CidrSet {
   private readonly list = new BlockList();

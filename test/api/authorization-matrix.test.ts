@@ -98,6 +98,25 @@ const ROWS: Row[] = [
   { op: 'Deactivate_user', make: async () => ({ method: 'POST', path: `/users/${(await createUser(t)).id}/deactivate` }), expect: row(200, ADMIN_ONLY) },
   { op: 'Reactivate_user', make: async () => ({ method: 'POST', path: `/users/${(await createUser(t, { deactivated: true })).id}/reactivate` }), expect: row(200, ADMIN_ONLY) },
   { op: 'Set_user_role', make: async () => ({ method: 'PUT', path: `/users/${(await createUser(t)).id}/role`, body: { role: 'admin' } }), expect: row(200, ADMIN_ONLY) },
+  { op: 'List_user_keys', make: async () => ({ method: 'GET', path: `/users/${users.member}/keys` }), expect: row(200, ADMIN_ONLY) },
+  {
+    op: 'Get_user_key',
+    make: async () => {
+      const [k] = await t.sql<{ id: string }[]>`select id from api_keys where user_id = ${users.member} limit 1`;
+      return { method: 'GET', path: `/users/${users.member}/keys/${k!.id}` };
+    },
+    expect: row(200, ADMIN_ONLY),
+  },
+  {
+    op: 'Revoke_user_key',
+    make: async () => {
+      const u = await createUser(t);
+      const [k] = await t.sql<{ id: string }[]>`insert into api_keys (user_id, name, key_prefix, key_hash, scopes)
+        values (${u.id}, ${`ru${++n}`}, ${`bk_matrix${String(n).padStart(6, '0')}`.slice(0, 15)}, 'x', ${t.sql.array(['management'])}) returning id`;
+      return { method: 'DELETE', path: `/users/${u.id}/keys/${k!.id}` };
+    },
+    expect: row(200, ADMIN_ONLY),
+  },
   { op: 'List_tunnels', make: async () => ({ method: 'GET', path: '/tunnels' }), expect: row(200, {}) },
   // No tunnel is live here: every caller who may ask gets 404, never 403 (nothing to reveal).
   { op: 'Get_tunnel', make: async () => ({ method: 'GET', path: '/tunnels/nosuchtunnel' }), expect: row(404, {}) },

@@ -4,7 +4,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser } from '../helpers/fixtures.js';
 
 // GET /api/v1/openapi.json: an OpenAPI 3.1 description of every operation of the management API, and the
-// 2 added since (Create_user, Create_user_key), with
+// 5 added since (Create_user, Create_user_key, List_user_keys, Get_user_key, Revoke_user_key), with
 // their success status and shape, their problem responses, and a component per resource
 // whose fields are the ones the server really answers with.
 
@@ -33,6 +33,9 @@ const OPERATIONS: [string, string, number, string | [string]][] = [
   ['put', '/users/{id}/role', 200, 'User'],
   ['post', '/users', 201, 'User'],
   ['post', '/users/{id}/keys', 201, 'CreatedKey'],
+  ['get', '/users/{id}/keys', 200, ['ApiKey']],
+  ['get', '/users/{id}/keys/{key}', 200, 'ApiKey'],
+  ['delete', '/users/{id}/keys/{key}', 200, 'Empty'],
   ['get', '/tunnels', 200, ['Tunnel']],
   ['get', '/tunnels/{id}', 200, 'Tunnel'],
   ['delete', '/tunnels/{id}', 200, 'Empty'],
@@ -49,6 +52,7 @@ const SPEC_ERROR_COUNTS: Record<string, number> = {
   'delete /teams/{id}/members/{user_id}': 4, 'put /teams/{id}/members/{user_id}/role': 4, 'get /users': 2,
   'post /users/{id}/deactivate': 4, 'post /users/{id}/reactivate': 2, 'put /users/{id}/role': 4, 'get /tunnels': 2,
   'get /tunnels/{id}': 3, 'delete /tunnels/{id}': 3, 'post /users': 3, 'post /users/{id}/keys': 4,
+  'get /users/{id}/keys': 3, 'get /users/{id}/keys/{key}': 3, 'delete /users/{id}/keys/{key}': 3,
   'get /reservations': 1, 'put /reservations/{id}': 3, 'delete /reservations/{id}': 2,
 };
 
@@ -77,6 +81,9 @@ const OBSERVED_ERRORS: Record<string, number[]> = {
   'put /users/{id}/role': [...BODY, 403, 404, 409],
   'post /users': [...BODY, 403, 409],
   'post /users/{id}/keys': [...BODY, 403, 404, 409],
+  'get /users/{id}/keys': [400, 403, 404],
+  'get /users/{id}/keys/{key}': [400, 403, 404],
+  'delete /users/{id}/keys/{key}': [400, 403, 404],
   'get /tunnels': [],
   'get /tunnels/{id}': [404],
   'delete /tunnels/{id}': [404],
@@ -154,7 +161,7 @@ test('served without a key, as JSON, OpenAPI 3.1, with this server as its server
   assert.is((await api(t, 'GET', '/openapi.json', { key: 'bk_nope' })).status, 200);
 });
 
-test('exactly the 25 operations (the 20 of the spec, Create_user, Create_user_key, the three of reserved ids), each with its success status and shape', async () => {
+test('exactly the 28 operations (the 20 of the spec, Create_user, the four of another user\'s keys, the three of reserved ids), each with its success status and shape', async () => {
   const have = sorted(operations().map(([m, p]) => `${m} ${p}`));
   assert.equal(have, sorted(OPERATIONS.map(([m, p]) => `${m} ${P}${p}`)));
   const ids = new Set<string>();

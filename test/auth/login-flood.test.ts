@@ -22,8 +22,8 @@ test.after(async () => {
   await t?.stop();
 });
 
-function from(localAddress: string) {
-  const agent = new Agent({ localAddress, connections: 8 });
+function from(localAddress: string, connections = 8) {
+  const agent = new Agent({ localAddress, connections });
   agents.push(agent);
   return async () => {
     const res = await fetch(`${t.url}/auth/v1/github/authorize?port=5000&code_challenge=${newPkce().challenge}`, { redirect: 'manual', dispatcher: agent });
@@ -39,6 +39,15 @@ test('one address may have a bounded number of logins in progress; others still 
   assert.equal(statuses.slice(0, MAX_PENDING_LOGINS_PER_ADDRESS), Array(MAX_PENDING_LOGINS_PER_ADDRESS).fill(302));
   assert.equal(statuses.slice(MAX_PENDING_LOGINS_PER_ADDRESS), Array(5).fill(429));
   assert.is(await from('127.0.0.3')(), 302, 'another client still logs in');
+});
+
+test('40 logins started at once from one address leave exactly the bound pending (the check and the insert are one decision)', async () => {
+  const flood = from('127.0.0.4', 40);
+  const statuses = await Promise.all(Array.from({ length: 40 }, () => flood()));
+  const [pending] = await t.sql<{ n: number }[]>`select count(*)::int as n from oauth_pending_logins where client_group = '127.0.0.4'`;
+  assert.is(pending!.n, MAX_PENDING_LOGINS_PER_ADDRESS, `pending logins from one address: ${pending!.n}`);
+  assert.is(statuses.filter((s) => s === 302).length, MAX_PENDING_LOGINS_PER_ADDRESS, statuses.join(' '));
+  assert.is(statuses.filter((s) => s === 429).length, 40 - MAX_PENDING_LOGINS_PER_ADDRESS, statuses.join(' '));
 });
 
 test('address groups: IPv4 itself, IPv4-mapped as IPv4, IPv6 by /64', () => {

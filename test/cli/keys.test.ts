@@ -158,4 +158,43 @@ test('keys create --user (admins): a key for that user by email or id, which ans
   assert.is((await burrow(member, ['keys', 'create', 'x', '--user', me.id])).code, 3);
 });
 
+test("keys list --user / keys revoke --user (admins): another user's keys, by email or id; the revoked key stops working", async () => {
+  const admin = adminOf(srv, cfg.dir);
+  const made = await burrow(admin, ['keys', 'create', 'leaky', '--user', memberEmail]);
+  assert.is(made.code, 0, made.stderr);
+  const leaked = made.stdout.trim();
+  const table = await burrow(admin, ['keys', 'list', '--user', memberEmail]);
+  assert.is(table.code, 0, table.stderr);
+  assert.match(table.stdout, /^ID\s+PREFIX\s+NAME/m);
+  assert.match(table.stdout, new RegExp(`${leaked.slice(0, 15)}\\s+leaky\\s`));
+  const asJson = JSON.parse((await burrow(admin, ['keys', 'list', '--user', memberEmail, '--json'])).stdout) as { id: string; name: string }[];
+  const mine = JSON.parse((await burrow(member, ['keys', 'list', '--json'])).stdout) as { id: string }[];
+  assert.equal(asJson.map((k) => k.id), mine.map((k) => k.id), "the member's own list, as the admin sees it");
+  const r = await burrow(admin, ['keys', 'revoke', 'leaky', '--user', memberEmail]);
+  assert.is(r.code, 0, r.stderr);
+  assert.match(r.stdout, new RegExp(`revoked key [0-9a-f-]{36} of ${memberEmail.replace('.', '\\.')}`));
+  const as = { ...member, env: { ...member.env, BURROW_TOKEN: leaked } };
+  assert.is((await burrow(as, ['whoami'])).code, 3, 'the revoked key is refused');
+  assert.ok((await burrow(member, ['whoami'])).code === 0, "the member's other key still works");
+  // Gone from that user's list: the name no longer resolves, and the hint lists their keys.
+  const again = await burrow(admin, ['keys', 'revoke', 'leaky', '--user', memberEmail]);
+  assert.is(again.code, 2, again.stderr);
+  assert.match(again.stderr, /burrow keys list --user member@example\.test/);
+  const leakedId = asJson.find((k) => k.name === 'leaky')!.id;
+  const byId = await burrow(admin, ['keys', 'revoke', leakedId, '--user', memberEmail]);
+  assert.is(byId.code, 4, byId.stderr);
+  assert.match(byId.stderr, /no active key/);
+  const id = asJson.find((k) => k.name !== 'leaky')!.id;
+  const me = JSON.parse((await burrow(member, ['whoami', '--json'])).stdout) as { id: string };
+  const j = await burrow(admin, ['keys', 'list', '--user', me.id, '--json']);
+  assert.ok((JSON.parse(j.stdout) as { id: string }[]).some((k) => k.id === id), 'by user id too');
+  // Not for members (403 → exit 3), and an unknown user is 4.
+  const denied = await burrow(member, ['keys', 'list', '--user', me.id]);
+  assert.is(denied.code, 3);
+  assert.match(denied.stderr, /^hint: .*admin key/m);
+  assert.is((await burrow(admin, ['keys', 'list', '--user', '00000000-0000-4000-8000-000000000000'])).code, 4);
+  const help = await burrow(admin, ['keys', 'revoke', '--help']);
+  assert.match(help.stdout, /--user <id\|email>/);
+});
+
 test.run();

@@ -12,6 +12,7 @@ import { exitCodeForRefusal, parseLocal } from '../../src/cli/expose.js';
 import { keyStatus, parseExpires, parseScopes } from '../../src/cli/keys.js';
 import { formatAge, formatBytes, formatDuration, formatMs, painter, table, tokenPrefix, visibleLength } from '../../src/cli/output.js';
 import { tempDir } from './harness.js';
+import { positiveInt } from '../../src/cli/common.js';
 
 const KEY_A = 'bk_AAAAAAAAAAAA_' + 'a'.repeat(43);
 const KEY_B = 'bk_BBBBBBBBBBBB_' + 'b'.repeat(43);
@@ -27,6 +28,13 @@ function freshConfigHome(): string {
 }
 
 test.after(() => dirs.forEach((r) => r()));
+
+test('integer options take decimal digits only (1e3, 0x10, 1.0 are refused)', () => {
+  const limit = positiveInt('--limit', 1000);
+  for (const v of ['1e3', '0x10', '0b1', '1.0', '+5', ' 12', '', '0']) assert.throws(() => limit(v), /--limit must be an integer in 1\.\.1000, got "/, `"${v}"`);
+  assert.is(limit('16'), 16);
+  assert.is(limit('1000'), 1000);
+});
 
 test('configPath follows XDG_CONFIG_HOME', () => {
   const home = freshConfigHome();

@@ -89,11 +89,13 @@ test('the per-user limits and sign-up policy have their documented defaults', ()
   assert.is(c.maxTunnelsPerUser, 100);
   assert.is(c.maxRegistrationsPerMinute, 120);
   assert.is(c.sessionRetentionSecs, 90 * 86400);
-  assert.equal(c.signup, { mode: 'open', githubAllowedOrgs: [], allowedEmailDomains: [] });
+  assert.equal(c.signup, { mode: 'open', githubAllowedOrgs: [], allowedEmailDomains: [], linkAdmins: false });
   assert.is(parse(['--session-retention', 'off']).sessionRetentionSecs, null);
   assert.equal(parse([], { BURROW_GITHUB_ALLOWED_ORGS: 'Acme, widgets' }).signup.githubAllowedOrgs, ['acme', 'widgets']);
   assert.equal(parse(['--oauth-allowed-email-domains', 'Example.com']).signup.allowedEmailDomains, ['example.com']);
   assert.is(parse(['--signup', 'closed']).signup.mode, 'closed');
+  assert.is(parse(['--oauth-link-admins']).signup.linkAdmins, true);
+  assert.is(parse([], { BURROW_OAUTH_LINK_ADMINS: '1' }).signup.linkAdmins, true);
 });
 
 test('a --base-url whose host is a tunnel host (<label>.<domain>) is refused', () => {
@@ -117,6 +119,76 @@ test('a port browsers refuse (the fetch standard\'s bad ports) stops the start: 
   assert.match(env.stderr, /--port 6000 is a port browsers/);
   // Neighbours and the usual ports are fine.
   for (const port of [8080, 6001, 6664, 443, 80]) assert.is(parse(['--port', String(port)]).port, port);
+});
+
+test('integer flags take decimal digits only: 1e3, 0x10, 1.0, +5 and blanks are usage errors (exit 2)', () => {
+  for (const v of ['1e3', '0x10', '0b11', '0o7', '1.0', '+5', '-0', ' 12', '12 ', '', '1_000']) {
+    assert.throws(() => parse(['--visitor-concurrency', v]), /--visitor-concurrency must be an integer in 1\.\.1000000, got "/, `"${v}"`);
+    assert.throws(() => parse([], { BURROW_MAX_TUNNELS_PER_USER: v }), /--max-tunnels-per-user must be an integer/, `env "${v}"`);
+  }
+  assert.is(parse(['--visitor-concurrency', '1000']).visitorConcurrency, 1000);
+  assert.is(parse(['--port', '0']).port, 0);
+  for (const [flag, v] of [['--port', '0x1f90'], ['--auth-failure-limit', '1e3']]) {
+    const r = spawnSync(process.execPath, [MAIN, flag!, v!], { encoding: 'utf8', timeout: 10_000 });
+    assert.is(r.status, 2, `${flag} ${v}: ${r.stderr}`);
+    assert.match(r.stderr, new RegExp(`${flag} must be an integer in .*, got "${v}"`));
+  }
+});
+
+test('a given but empty allow-list is a usage error (exit 2), never "no restriction"', () => {
+  const lists = [
+    ['--github-allowed-orgs', 'BURROW_GITHUB_ALLOWED_ORGS'],
+    ['--oauth-allowed-email-domains', 'BURROW_OAUTH_ALLOWED_EMAIL_DOMAINS'],
+    ['--proxy-protocol-from', 'BURROW_PROXY_PROTOCOL_FROM'],
+  ] as const;
+  for (const [flag, env] of lists) {
+    const extra = flag === '--proxy-protocol-from' ? ['--proxy-protocol'] : [];
+    for (const v of ['', ',', ' , ,']) {
+      assert.throws(() => parse([...extra, flag, v]), new RegExp(`${flag} was given but names nothing`), `${flag} "${v}"`);
+      assert.throws(() => parse(extra, { [env]: v }), new RegExp(`${flag} was given but names nothing`), `${env}="${v}"`);
+    }
+    const r = spawnSync(process.execPath, [MAIN, ...extra], { encoding: 'utf8', timeout: 10_000, env: { ...process.env, [env]: '' } });
+    assert.is(r.status, 2, `${env}="": ${r.stderr}`);
+    assert.match(r.stderr, new RegExp(`${flag} was given but names nothing.*leave ${flag} and its environment variable unset`));
+    assert.is(r.stdout, '');
+  }
+  // Left out, they restrict nothing; given, they restrict.
+  assert.equal(parse([]).signup.githubAllowedOrgs, []);
+  assert.equal(parse(['--github-allowed-orgs', 'acme,']).signup.githubAllowedOrgs, ['acme']);
+  assert.equal(parse(['--proxy-protocol', '--proxy-protocol-from', '10.0.0.1']).proxyProtocolFrom.length, 1);
+  // An empty --trust-proxy trusts nobody (the default): it fails closed, so it stays allowed.
+  assert.equal(parse(['--trust-proxy', '']).trustProxy, []);
+});
+
+test('--session-retention shorter than --id-grace is refused (exit 2), naming both', () => {
+  assert.throws(() => parse(['--session-retention', '1h']), /--session-retention \(3600 s\) is shorter than --id-grace \(86400 s\)/);
+  assert.throws(() => parse(['--session-retention', '10m', '--id-grace', '1h']), /--session-retention .* --id-grace/);
+  assert.is(parse(['--session-retention', '1h', '--id-grace', '1h']).sessionRetentionSecs, 3600);
+  assert.is(parse(['--session-retention', '1h', '--id-grace', '0']).sessionRetentionSecs, 3600);
+  assert.is(parse(['--session-retention', 'off', '--id-grace', '30d']).sessionRetentionSecs, null);
+  const r = spawnSync(process.execPath, [MAIN, '--id-grace', '2d'], { encoding: 'utf8', timeout: 10_000, env: { ...process.env, BURROW_SESSION_RETENTION: '1d' } });
+  assert.is(r.status, 2, r.stderr);
+  assert.match(r.stderr, /--session-retention \(86400 s\) is shorter than --id-grace \(172800 s\)/);
+});
+
+test('--trust-proxy 0.0.0.0/0 or ::/0 starts with a warning on stderr that any address may forge the client address', () => {
+  // An unreachable database stops the start right after the warning: no server needed.
+  const start = (trust: string) =>
+    spawnSync(process.execPath, [MAIN, '--port', '0', '--host', '127.0.0.1', '--trust-proxy', trust, '--database-url', 'postgres://nobody@127.0.0.1:1/none', '--log-level', 'warn'], {
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+  for (const trust of ['0.0.0.0/0', '::/0', '10.0.0.1,1.0.0.0/1', '2000::/3', '::ffff:0:0/96']) {
+    const r = start(trust);
+    const warning = r.stderr.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { level: number; msg: string; trustProxy?: string[] }).find((l) => /--trust-proxy/.test(l.msg));
+    assert.ok(warning, `${trust}: a warning; stderr: ${r.stderr.slice(0, 1000)}`);
+    assert.is(warning!.level, 40, 'pino warn');
+    assert.match(warning!.msg, /may forge the client address/);
+    assert.ok(warning!.trustProxy!.length >= 1);
+  }
+  for (const trust of ['10.0.0.0/8', 'fc00::/7', '192.168.0.0/16,127.0.0.1']) {
+    assert.not.match(start(trust).stderr, /--trust-proxy covers/, trust);
+  }
 });
 
 test('burrowd --version prints the package version', () => {

@@ -1,7 +1,7 @@
 import type { Sql } from '../../db/sql.js';
 import { randomToken, sha256Hex } from './secrets.js';
 import { addressGroup } from '../../protocol/cidr.js';
-import { countLivePendingLogins, countPendingLoginsFrom, deleteLoginCode, deletePendingLogin, insertLoginCode, insertPendingLogin } from '../../db/oauth-logins.js';
+import { deleteLoginCode, deletePendingLogin, insertLoginCode, insertPendingLoginWithin } from '../../db/oauth-logins.js';
 
 // The two short-lived, single-use records of a browser login (migration 002_oauth.sql):
 //   authorize ──PendingLogin (10 min)──▶ callback ──LoginCode (2 min)──▶ POST /auth/v1/token
@@ -36,13 +36,8 @@ export interface PendingLogin {
  * MAX_PENDING_LOGINS_PER_ADDRESS in progress, 'server' when MAX_PENDING_LOGINS are.
  */
 export async function savePendingLogin(sql: Sql, state: string, p: PendingLogin, clientIp: string): Promise<'ok' | 'address' | 'server'> {
-  const group = addressGroup(clientIp);
-  // Sweep here rather than on a timer: logins are rare and the index makes this cheap.
-  if ((await countLivePendingLogins(sql)) >= MAX_PENDING_LOGINS) return 'server';
-  if ((await countPendingLoginsFrom(sql, group)) >= MAX_PENDING_LOGINS_PER_ADDRESS) return 'address';
   const row = { provider: p.provider, cli_port: p.cliPort, cli_challenge: p.cliChallenge, provider_verifier: p.providerVerifier, nonce: p.nonce, cli_state: p.cliState };
-  await insertPendingLogin(sql, sha256Hex(state), row, PENDING_LOGIN_TTL_SECS, group);
-  return 'ok';
+  return insertPendingLoginWithin(sql, sha256Hex(state), row, PENDING_LOGIN_TTL_SECS, addressGroup(clientIp), { server: MAX_PENDING_LOGINS, perGroup: MAX_PENDING_LOGINS_PER_ADDRESS });
 }
 
 /** Deletes and returns the pending login of `state` for `provider`; null if unknown, used or expired. */

@@ -8,7 +8,7 @@ import { GithubProvider } from './github.js';
 import { OidcProvider } from './oidc.js';
 import { LoginFailure, type LoginProvider } from './provider.js';
 import { createLoginCode, savePendingLogin, takeLoginCode, takePendingLogin } from './pending.js';
-import { SignupClosed, userForIdentity } from './link.js';
+import { LinkRefused, SignupClosed, userForIdentity } from './link.js';
 import { canonicalName, nameKey, nameProblem } from '../../names.js';
 import { getUser } from '../../db/users.js';
 import { CHALLENGE_RE, VERIFIER_RE, randomToken, verifierMatches } from './secrets.js';
@@ -190,8 +190,12 @@ async function callback(ctx: ShardContext, providers: Map<string, LoginProvider>
     }
     let user;
     try {
-      user = await userForIdentity(ctx.sql, provider.name, { ...who, email }, ctx.config.initialAdminEmail, policy.mode);
+      user = await userForIdentity(ctx.sql, provider.name, { ...who, email }, ctx.config.initialAdminEmail, policy.mode, { linkAdmins: policy.linkAdmins });
     } catch (err) {
+      if (err instanceof LinkRefused) {
+        ctx.log.warn({ provider: provider.name, refused: err.why }, 'browser login refused: its verified email is a user no login may be linked to');
+        return toCliError(cli, 'access_denied', `This login cannot be linked to the existing burrow user: ${plain(err.message, 600)}.`);
+      }
       if (!(err instanceof SignupClosed)) throw err;
       ctx.log.info({ provider: provider.name }, 'browser login refused: sign-up is closed');
       return toCliError(cli, 'access_denied', `Sign-up is closed on this server: there is no burrow account for ${plain(email, 320)}. Ask an administrator to create one.`);
