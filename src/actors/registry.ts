@@ -109,6 +109,9 @@ interface Entry {
 
 type Admit = Extract<TunnelShardToMain, { type: 'tunnel-admit' }>;
 
+/** Route reads of distinct ids in flight at once (cluster route hints); past it, a reconcile. */
+const MAX_ROUTE_READS = 64;
+
 export class RegistryActor {
   private readonly tunnels = new Map<string, Entry>();
   private readonly holds: IdHolds;
@@ -812,7 +815,28 @@ export class RegistryActor {
     }
   }
 
+  /**
+   * Reads `id`'s route again: one read at a time per id (a notification meanwhile makes one more),
+   * and at most MAX_ROUTE_READS ids at once (past it, one reconcile reads them all). Anyone who
+   * may connect to the database can send route hints, as many as they like.
+   */
   private async refreshRoute(id: string): Promise<void> {
+    if (this.routeReads.has(id)) return void this.routeReads.set(id, true);
+    if (this.routeReads.size >= MAX_ROUTE_READS) return this.reconcile();
+    try {
+      do {
+        this.routeReads.set(id, false);
+        await this.readRoute(id);
+      } while (this.routeReads.get(id) === true);
+    } finally {
+      this.routeReads.delete(id);
+    }
+  }
+
+  /** Ids whose route is being read; true: read it once more when done. */
+  private readonly routeReads = new Map<string, boolean>();
+
+  private async readRoute(id: string): Promise<void> {
     const mark = this.touch(id);
     let row: ClusterTunnelRow | undefined;
     try {
@@ -865,7 +889,30 @@ export class RegistryActor {
   }
 
   /** Compares this node's tunnels and routes with the database; each id that differs follows it. */
-  async reconcile(): Promise<void> {
+  /**
+   * One reconcile at a time: calls while one runs (the timer, a LISTEN reconnect, a flood of
+   * node hints anyone who may connect can send) make one more run after it, not one each.
+   */
+  reconcile(): Promise<void> {
+    if (this.reconciling) {
+      this.reconcileAgain = true;
+      return this.reconciling;
+    }
+    this.reconciling = (async () => {
+      do {
+        this.reconcileAgain = false;
+        await this.reconcileOnce();
+      } while (this.reconcileAgain);
+    })().finally(() => {
+      this.reconciling = null;
+    });
+    return this.reconciling;
+  }
+
+  private reconciling: Promise<void> | null = null;
+  private reconcileAgain = false;
+
+  private async reconcileOnce(): Promise<void> {
     if (!this.cluster) return;
     const start = this.touches;
     let rows: ClusterTunnelRow[];

@@ -131,7 +131,7 @@ export class ClusterNode {
       this.channel,
       (payload) => {
         const hint = parseClusterEvent(payload);
-        if (!hint) return this.log.warn({ payload: payload.slice(0, 200) }, 'cluster: malformed notification ignored');
+        if (!hint) return this.malformed(payload);
         if (hint.t === 'route' || hint.t === 'node' || hint.t === 'reservations') return this.handlers.event(hint);
         this.hints.check(hint);
       },
@@ -195,6 +195,19 @@ export class ClusterNode {
       this.log.debug({ err }, 'cluster: reaping failed; next pass');
     }
   }
+
+  /** Malformed notifications are logged once a second at most: anyone who may connect can send them. */
+  private malformed(payload: string): void {
+    this.malformedCount++;
+    const now = Date.now();
+    if (now - this.malformedLoggedAt < 1_000) return;
+    this.log.warn({ count: this.malformedCount, last: payload.slice(0, 200) }, 'cluster: malformed notifications ignored');
+    this.malformedCount = 0;
+    this.malformedLoggedAt = now;
+  }
+
+  private malformedCount = 0;
+  private malformedLoggedAt = 0;
 
   /** Sends a hint that only makes every node read again (a reservation change). */
   async notify(e: Extract<ClusterHint, { t: 'reservations' }>): Promise<void> {

@@ -186,6 +186,13 @@ test('notifications forged by a database role with no grant end nothing on any n
     // invalidations per batch: 2,000 of them one by one kept a node's main thread from renewing
     // its lease, and it fenced itself).
     await forger`select pg_notify(${channel}, json_build_object('t', 'user', 'id', gen_random_uuid(), 'end', true)::text) from generate_series(1, 2000)`;
+    // Hints that end nothing but make a node read the database again (a node gone, a route
+    // changed): a flood of them costs one read at a time, not one each.
+    await forger`select pg_notify(${channel}, json_build_object('t', 'node', 'id', gen_random_uuid(), 'up', false)::text) from generate_series(1, 3000)`;
+    await forger`select pg_notify(${channel}, json_build_object('t', 'route', 'id', 'r' || g)::text) from generate_series(1, 3000) g`;
+    await forger`select pg_notify(${channel}, json_build_object('t', 'route', 'id', 'c-forged')::text) from generate_series(1, 3000)`;
+    // Malformed ones are counted, not logged one by one.
+    await forger`select pg_notify(${channel}, 'not json ' || g) from generate_series(1, 3000) g`;
     // Before the fix every node ended both tunnels (and the user) within milliseconds.
     await new Promise((r) => setTimeout(r, 1_500));
     assert.equal(events, [], 'no Closed, Fatal or close on either connection');
@@ -193,6 +200,8 @@ test('notifications forged by a database role with no grant end nothing on any n
     assert.ok(await liveAnywhere('c-forged'));
     assert.ok(await liveAnywhere('c-forged-b'));
     for (const n of cluster.nodes) {
+      const logged = n.stderr().split('\n').filter((l) => l.includes('malformed notifications ignored')).length;
+      assert.ok(logged >= 1 && logged <= 5, `${logged} log lines for 3,000 malformed notifications at ${n.nodeUrl}`);
       assert.is((await api(n, 'GET', '/keys', { key })).status, 200, `the key still authenticates at ${n.nodeUrl}`);
       for (const id of ['c-forged', 'c-forged-b']) assert.is((await api(n, 'GET', `/tunnels/${id}`, { key: cluster.adminKey })).status, 200, `${id} listed at ${n.nodeUrl}`);
     }
