@@ -290,8 +290,12 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     screen.stop();
     void Promise.all([client.stop(), inspector?.close()]).finally(() => process.exit(130));
   };
-  process.once('SIGINT', abortConnecting);
-  process.once('SIGTERM', abortConnecting);
+  // One listener for the whole run, whose action changes with the phase: removing one listener
+  // and adding another left an instant with none, and a Ctrl-C then killed burrow outright.
+  let onSignal: () => void = abortConnecting;
+  const signalled = (): void => onSignal();
+  process.on('SIGINT', signalled);
+  process.on('SIGTERM', signalled);
   screen.start();
   try {
     const started = await client.startAll();
@@ -309,6 +313,8 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     });
     tellParent(specs.map((s) => started.find((t) => t.name === s.name)).flatMap((t) => (t?.url === undefined ? [] : [named ? `${t.name} ${t.url}` : t.url])), notes);
   } catch (e) {
+    process.removeListener('SIGINT', signalled);
+    process.removeListener('SIGTERM', signalled);
     screen.stop();
     await inspector?.close();
     if (e instanceof TunnelRefused) {
@@ -324,9 +330,6 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       throw new CliError(code, title, e.message, refusalHint(code, await hintOpts(spec, e.code), e.message));
     }
     throw unreachable(target.server, e);
-  } finally {
-    process.removeListener('SIGINT', abortConnecting);
-    process.removeListener('SIGTERM', abortConnecting);
   }
 
   // Who this is, for the status block; a failure here only leaves the line out.
@@ -337,12 +340,11 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     );
   }
 
-  const stopOnSignal = () => finish(EXIT.ok);
-  process.once('SIGINT', stopOnSignal);
-  process.once('SIGTERM', stopOnSignal);
+  // Started: a signal is a stop now (the same listener, so none falls between the two).
+  onSignal = () => finish(EXIT.ok);
   const code = await done;
-  process.removeListener('SIGINT', stopOnSignal);
-  process.removeListener('SIGTERM', stopOnSignal);
+  process.removeListener('SIGINT', signalled);
+  process.removeListener('SIGTERM', signalled);
   // The last frame first, while the connection (and its latency) is still there.
   screen.stop();
   await client.stop().catch(() => undefined);
