@@ -57,7 +57,7 @@ async function measure(kind: Kind, bare: boolean): Promise<void> {
   try {
     const ids = new Map([['web', 'k3j2h4g5']]);
     // `bare`: an observer that declines, so the row is what the harness itself costs (its heads,
-    // buffers and calls) — subtract it from the others.
+    // buffers and calls), a lower bound: V8 may drop the allocations nobody keeps.
     const observer: TunnelObserver = bare ? { request: () => null } : inspector.observer(() => ids.get('web') ?? 'web', local);
     for (let i = 0; i < 20_000; i++) exchange(observer, kind); // warm up, fill the ring
     // Allocation: batches right after a full collection; the median drops the odd batch that
