@@ -67,7 +67,8 @@ class Side {
       }
       used += cost;
     }
-    this.flat = flat;
+    // Cut short: only the kept part stays (the rest was not counted against the budget).
+    this.flat = this.headersTruncated ? flat.slice(0, i) : flat;
     this.headerFields = i;
     this.pairs = null;
     return used;
