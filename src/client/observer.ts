@@ -1,8 +1,8 @@
 // What the tunnel client tells an observer (the request inspector, src/client/inspector/) about
 // each HTTP exchange it carries to the local service. The client calls these synchronously on
-// its hot path, so an observer must return at once, copy what it keeps (the buffers are the
-// client's) and never throw; the client also guards every call, so a faulty observer costs a
-// capture, never a request.
+// its hot path, so an observer must return at once, copy the body bytes it keeps (the buffers are
+// the client's; a head's header array is handed over, never changed after) and never throw; the
+// client also guards every call, so a faulty observer costs a capture, never a request.
 
 /** One HTTP exchange, as the local service sees it. */
 export interface ExchangeObserver {
@@ -52,33 +52,70 @@ function reasonInWords(reason: string, local: string): string {
 
 /**
  * What the tunnel client holds per exchange: the observer's calls, each guarded, so an observer
- * that throws loses its capture and nothing else; null when the observer declines.
+ * that throws loses its capture and nothing else; null when the observer declines. `local` (the
+ * tunnel's local service) is put in words only when an exchange fails.
  */
-export function guardedExchange(observer: TunnelObserver, head: { method: string; target: string; headers: readonly string[] }, local: string): ExchangeObserver | null {
+export function guardedExchange(observer: TunnelObserver, head: { method: string; target: string; headers: readonly string[] }, local: { host: string; port: number }): ExchangeObserver | null {
   let inner: ExchangeObserver | null;
   try {
     inner = observer.request(head);
   } catch {
     return null;
   }
-  if (!inner) return null;
-  const o = inner;
-  let broken = false;
-  const guard =
-    <A extends unknown[]>(f: (...a: A) => void) =>
-    (...a: A): void => {
-      if (broken) return;
-      try {
-        f(...a);
-      } catch {
-        broken = true;
-      }
-    };
-  return {
-    requestBody: guard((c: Uint8Array) => o.requestBody(c)),
-    response: guard((s: number, h: readonly string[], line?: StatusLine) => o.response(s, h, line)),
-    responseBody: guard((c: Uint8Array) => o.responseBody(c)),
-    end: guard(() => o.end()),
-    fail: guard((reason: string) => o.fail(reasonInWords(reason, local))),
-  };
+  return inner ? new GuardedExchange(inner, local) : null;
+}
+
+/** A class, not closures: one object per exchange on the client's hot path. */
+class GuardedExchange implements ExchangeObserver {
+  private broken = false;
+
+  constructor(
+    private readonly inner: ExchangeObserver,
+    private readonly local: { host: string; port: number },
+  ) {}
+
+  requestBody(chunk: Uint8Array): void {
+    if (this.broken) return;
+    try {
+      this.inner.requestBody(chunk);
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  response(status: number, headers: readonly string[], line?: StatusLine): void {
+    if (this.broken) return;
+    try {
+      this.inner.response(status, headers, line);
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  responseBody(chunk: Uint8Array): void {
+    if (this.broken) return;
+    try {
+      this.inner.responseBody(chunk);
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  end(): void {
+    if (this.broken) return;
+    try {
+      this.inner.end();
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  fail(reason: string): void {
+    if (this.broken) return;
+    try {
+      this.inner.fail(reasonInWords(reason, `${this.local.host}:${this.local.port}`));
+    } catch {
+      this.broken = true;
+    }
+  }
 }

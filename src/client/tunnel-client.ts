@@ -635,7 +635,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
       head.kind === 'http' ? new RawHttpStream(sid, link.sender, onFinish, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
-    if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, `${t.opts.local.host}:${t.opts.local.port}`);
+    if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, t.opts.local);
     link.streams.set(sid, s);
     this.owner.set(s, t);
     t.open++;

@@ -9,6 +9,7 @@ import { hostAllowed, InspectorListenError, parseInspectAddress, startInspector,
 import type { CaptureJson } from '../../src/client/inspector/store.js';
 import type { TunnelObserver } from '../../src/client/observer.js';
 import { call, readEvents } from './http.js';
+import { waitFor } from '../cli/harness.js';
 
 let insp: Inspector;
 let observer: TunnelObserver;
@@ -215,6 +216,19 @@ test('live list: a snapshot on connect, then added and updated as requests happe
   const live = events.filter((e) => e.data.includes('"/live"')).map((e) => [e.event, JSON.parse(e.data).state]);
   assert.equal(live[0], ['added', 'pending']);
   assert.equal(live.at(-1), ['updated', 'complete']);
+});
+
+test('no page open, no summaries: the server follows the store only while a live list is open', async () => {
+  const following = () => insp.store.listenerCount('added') + insp.store.listenerCount('updated');
+  await waitFor(() => (following() === 0 ? true : undefined), 5000, 'the server stops following the store once no page is open');
+  const evs = readEvents(`${insp.url}/api/events`, (e) => e.some((x) => x.event === 'updated' && JSON.parse(x.data).path === '/followed'));
+  await waitFor(() => (following() === 2 ? true : undefined), 5000, 'the server follows the store while a page is open');
+  feed('GET', '/followed', '', 200, 'ok');
+  await evs; // the reader hangs up
+  await waitFor(() => (following() === 0 ? true : undefined), 5000, 'the server stops following the store when the page goes');
+  feed('GET', '/unfollowed', '', 200, 'ok'); // recorded all the same
+  const r = await call(`${insp.url}/api/requests?view=summary&path=/unfollowed`);
+  assert.equal(r.json<{ path: string; state: string }[]>().map((c) => [c.path, c.state]), [['/unfollowed', 'complete']]);
 });
 
 test('filter: method, status class, path and text in headers or bodies; the page asks for summaries', async () => {

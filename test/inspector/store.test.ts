@@ -2,6 +2,7 @@
 // body truncation, byte accounting, and the HAR 1.2 document's shape.
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
+import { performance } from 'node:perf_hooks';
 import { CaptureStore, DEFAULT_LIMITS, type CaptureSummary } from '../../src/client/inspector/store.js';
 import { harChunks, visitorUrl } from '../../src/client/inspector/har.js';
 
@@ -144,6 +145,116 @@ test('HAR 1.2: entries oldest first, URL from Host and X-Forwarded-Proto, text a
   assert.is(e2.response.content.text, 'nope');
   assert.is(e2.response.content.encoding, undefined);
   for (const e of har.log.entries) for (const k of ['startedDateTime', 'time', 'request', 'response', 'cache', 'timings']) assert.ok(k in e, `entry lacks ${k}`);
+});
+
+/** Runs `f` with both clocks the store reads set by the test: `wall` (Date.now) and `mono` (performance.now). */
+function withClocks<T>(clocks: { wall: number; mono: number }, f: () => T): T {
+  const now = Date.now;
+  const perfNow = performance.now;
+  Date.now = () => clocks.wall;
+  performance.now = () => clocks.mono;
+  try {
+    return f();
+  } finally {
+    Date.now = now;
+    performance.now = perfNow;
+  }
+}
+
+test('recorded as numbers and references, shown exactly as before: the JSON of a capture read mid-way and at its end', () => {
+  const store = new CaptureStore({ ...DEFAULT_LIMITS, maxBodyBytes: 10, maxHeadBytes: 60 });
+  const seen: CaptureSummary[] = [];
+  store.on('updated', (s) => seen.push(s));
+  const clocks = { wall: Date.UTC(2027, 2, 4, 5, 6, 7, 89), mono: 1000 };
+  const c = withClocks(clocks, () => {
+    const requestHeaders = ['Host', 'web.example.test', 'Content-Type', 'application/json'];
+    const o = store.begin('web', { method: 'POST', target: '/orders?x=1', headers: requestHeaders });
+    const chunk = Buffer.from('{"a":');
+    o.requestBody(chunk);
+    chunk.fill(0x7a); // the client reuses its buffer
+    const mid = store.get('1')!.toJSON();
+    assert.is(mid.state, 'pending');
+    assert.is(mid.duration_ms, null);
+    assert.is(Buffer.from(mid.request.body_base64, 'base64').toString(), '{"a":');
+    o.requestBody(Buffer.from('1,"b":'));
+    o.requestBody(Buffer.from('2}'));
+    // 32 + 19 bytes of header fields fit in 60; X-Extra's 18 more do not.
+    o.response(201, ['Content-Type', 'application/json', 'X-Request-ID', 'r-1', 'X-Extra', 'dropped'], { version: 'HTTP/1.0', reason: 'Made' });
+    o.responseBody(Buffer.from('{"id":'));
+    o.responseBody(Buffer.from('7}'));
+    clocks.mono = 1012.34;
+    clocks.wall += 12;
+    o.end();
+    return store.get('1')!;
+  });
+  const expected = {
+    id: '1',
+    tunnel: 'web',
+    method: 'POST',
+    path: '/orders?x=1',
+    status: 201,
+    status_text: 'Made',
+    http_version: 'HTTP/1.0',
+    duration_ms: 12.3,
+    started_at: '2027-03-04T05:06:07.089Z',
+    state: 'complete',
+    error: null,
+    replay_of: null,
+    request: {
+      headers: [['Host', 'web.example.test'], ['Content-Type', 'application/json']],
+      body_base64: Buffer.from('{"a":1,"b"').toString('base64'),
+      truncated: true,
+      size: 13,
+      headers_truncated: false,
+    },
+    response: {
+      headers: [['Content-Type', 'application/json'], ['X-Request-ID', 'r-1']],
+      body_base64: Buffer.from('{"id":7}').toString('base64'),
+      truncated: false,
+      size: 8,
+      headers_truncated: true,
+    },
+  };
+  // The API's text, key order included, and the live list's summary.
+  assert.is(JSON.stringify(c), JSON.stringify(expected));
+  const { request: _request, response: _response, ...summary } = expected;
+  assert.is(JSON.stringify(c.summary()), JSON.stringify(summary));
+  assert.is(JSON.stringify(seen.at(-1)), JSON.stringify(summary));
+  assert.is(c.startedAt.toISOString(), '2027-03-04T05:06:07.089Z');
+  // Read twice: the same.
+  assert.is(JSON.stringify(c), JSON.stringify(expected));
+});
+
+test('a capture still being filled is never the one dropped: the next oldest goes, and the order holds', () => {
+  const limits = { maxEntries: 3, maxBodyBytes: 64 * 1024, maxHeadBytes: 1024, maxTotalBytes: 40 * 1024 };
+  const store = new CaptureStore(limits);
+  const oldest = store.begin('web', head('/a'));
+  for (const p of ['/b', '/c']) store.begin('web', head(p)).end();
+  const small = store.get('2')!.bytes;
+  // One byte over the budget: the oldest but the one growing (/b) goes.
+  oldest.responseBody(Buffer.alloc(limits.maxTotalBytes - store.bytes + 1));
+  assert.equal(store.list().map((c) => c.path), ['/c', '/a']);
+  assert.ok(store.bytes <= limits.maxTotalBytes);
+  oldest.responseBody(Buffer.alloc(small));
+  assert.equal(store.list().map((c) => c.path), ['/a']);
+  assert.ok(store.bytes <= limits.maxTotalBytes);
+  assert.is(store.get('2'), undefined);
+  assert.is(store.get('3'), undefined);
+  oldest.end();
+  store.begin('web', head('/d')).end(); // over again: now /a is just the oldest
+  assert.equal(store.list().map((c) => c.path), ['/d']);
+  assert.is(store.get('1'), undefined);
+  assert.is(store.bytes, store.list().reduce((n, c) => n + c.bytes, 0));
+  // Many more: the ring stays 3, newest first, and its bytes add up.
+  for (let i = 0; i < 2000; i++) store.begin('web', head(`/n${i}`)).end();
+  assert.equal(store.list().map((c) => c.path), ['/n1999', '/n1998', '/n1997']);
+  assert.is(store.get('2004')!.path, '/n1999');
+  assert.is(store.get('2001'), undefined);
+  assert.is(store.bytes, store.list().reduce((n, c) => n + c.bytes, 0));
+  store.clear();
+  assert.equal(store.list(), []);
+  store.begin('web', head('/after-clear')).end();
+  assert.equal(store.list().map((c) => c.path), ['/after-clear']);
 });
 
 test.run();

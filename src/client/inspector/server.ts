@@ -187,16 +187,30 @@ class InspectorServer {
     if (this.sse.size > 0) this.broadcast(this.statusEvent());
   };
 
+  // Every request passes the store (the tunnel's hot path): it builds summaries only for
+  // listeners, and these listen only while a page has the live list open.
+  private readonly onAdded = (s: CaptureSummary) => this.broadcast(`event: added\ndata: ${JSON.stringify(s)}\n\n`);
+  private readonly onUpdated = (s: CaptureSummary) => this.broadcast(`event: updated\ndata: ${JSON.stringify(s)}\n\n`);
+  private listening = false;
+
   constructor(readonly store: CaptureStore) {
-    // Every request passes here (the tunnel's hot path): no JSON unless a page is listening.
-    const send = (event: string) => (s: CaptureSummary) => {
-      if (this.sse.size > 0) this.broadcast(`event: ${event}\ndata: ${JSON.stringify(s)}\n\n`);
-    };
-    store.on('added', send('added'));
-    store.on('updated', send('updated'));
     store.on('cleared', () => this.broadcast('event: cleared\ndata: {}\n\n'));
     this.keepalive = setInterval(() => this.broadcast(': keepalive\n\n'), SSE_KEEPALIVE_MS);
     this.keepalive.unref();
+  }
+
+  /** Listens to the store while (and only while) a live list is open. */
+  private followStore(): void {
+    const want = this.sse.size > 0;
+    if (want === this.listening) return;
+    this.listening = want;
+    if (want) {
+      this.store.on('added', this.onAdded);
+      this.store.on('updated', this.onUpdated);
+    } else {
+      this.store.off('added', this.onAdded);
+      this.store.off('updated', this.onUpdated);
+    }
   }
 
   showStatus(source: StatusSource): void {
@@ -221,6 +235,7 @@ class InspectorServer {
     clearInterval(this.keepalive);
     for (const r of this.sse) r.end();
     this.sse.clear();
+    this.followStore();
   }
 
   private broadcast(text: string): void {
@@ -232,6 +247,7 @@ class InspectorServer {
       }
       r.write(text);
     }
+    this.followStore();
   }
 
   handle(req: IncomingMessage, res: ServerResponse): void {
@@ -351,7 +367,11 @@ class InspectorServer {
     // The list as it is now (newest first), then every change as it happens.
     res.write(`retry: 2000\nevent: snapshot\ndata: ${JSON.stringify(this.store.list().map((c) => c.summary()))}\n\n${this.statusEvent()}`);
     this.sse.add(res);
-    res.on('close', () => this.sse.delete(res));
+    this.followStore();
+    res.on('close', () => {
+      this.sse.delete(res);
+      this.followStore();
+    });
   }
 }
 

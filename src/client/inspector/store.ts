@@ -34,43 +34,66 @@ const CAPTURE_OVERHEAD_BYTES = 512;
 export type Header = [name: string, value: string];
 export type CaptureState = 'pending' | 'complete' | 'failed';
 
-/** One side (request or response) of a capture. */
+const NO_HEADERS: readonly string[] = [];
+
+/**
+ * One side (request or response) of a capture. Recording is cheap (it runs on the tunnel's hot
+ * path, for every request, page open or not): the head is the client's own flat array, kept by
+ * reference (the client never changes one it handed over) and paired into Header[] when read;
+ * a body is one copy per chunk, joined when read.
+ */
 class Side {
-  headers: Header[] = [];
+  /** The flat head [name, value, …] as handed over; only its first `headerFields` entries are kept. */
+  private flat: readonly string[] = NO_HEADERS;
+  private headerFields = 0;
+  private pairs: Header[] | null = null;
   headersTruncated = false;
-  private chunks: Buffer[] = [];
+  /** The kept body: nothing, one copied chunk, or several. */
+  private chunks: Buffer | Buffer[] | null = null;
   /** Bytes kept of the body. */
   kept = 0;
   /** Bytes seen of the body (kept or not). */
   size = 0;
 
-  /** Adds headers up to `maxHeadBytes`; returns the bytes kept. */
+  /** Keeps headers up to `maxHeadBytes` (by reference); returns the bytes kept. */
   setHeaders(flat: readonly string[], maxHeadBytes: number): number {
     let used = 0;
-    const out: Header[] = [];
-    for (let i = 0; i + 1 < flat.length; i += 2) {
-      const name = String(flat[i]);
-      const value = String(flat[i + 1]);
-      const cost = name.length + value.length + 4;
+    let i = 0;
+    for (; i + 1 < flat.length; i += 2) {
+      const cost = String(flat[i]).length + String(flat[i + 1]).length + 4;
       if (used + cost > maxHeadBytes) {
         this.headersTruncated = true;
         break;
       }
       used += cost;
-      out.push([name, value]);
     }
-    this.headers = out;
+    // Cut short: only the kept part stays (the rest was not counted against the budget).
+    this.flat = this.headersTruncated ? flat.slice(0, i) : flat;
+    this.headerFields = i;
+    this.pairs = null;
     return used;
+  }
+
+  /** The kept headers as [name, value] pairs (made on the first read). */
+  get headers(): Header[] {
+    if (this.pairs) return this.pairs;
+    const out: Header[] = [];
+    for (let i = 0; i < this.headerFields; i += 2) out.push([String(this.flat[i]), String(this.flat[i + 1])]);
+    return (this.pairs = out);
   }
 
   /** Copies at most the room left under `maxBodyBytes`; returns the bytes kept. */
   addBody(chunk: Uint8Array, maxBodyBytes: number): number {
     this.size += chunk.byteLength;
     const room = maxBodyBytes - this.kept;
-    if (room <= 0) return 0;
+    if (room <= 0 || chunk.byteLength === 0) return 0;
     const n = Math.min(room, chunk.byteLength);
     // A copy: the caller's buffer is reused or transferred after this returns.
-    this.chunks.push(Buffer.from(chunk.subarray(0, n)));
+    const copy = Buffer.allocUnsafe(n);
+    copy.set(n === chunk.byteLength ? chunk : chunk.subarray(0, n));
+    if (this.chunks === null) this.chunks = copy;
+    else if (Array.isArray(this.chunks)) this.chunks.push(copy);
+    else this.chunks = [this.chunks, copy];
     this.kept += n;
     return n;
   }
@@ -80,13 +103,15 @@ class Side {
   }
 
   body(): Buffer {
-    if (this.chunks.length > 1) this.chunks = [Buffer.concat(this.chunks)];
-    return this.chunks[0] ?? Buffer.alloc(0);
+    if (Array.isArray(this.chunks)) this.chunks = Buffer.concat(this.chunks);
+    return this.chunks ?? Buffer.alloc(0);
   }
 
   drop(): void {
-    this.chunks = [];
-    this.headers = [];
+    this.chunks = null;
+    this.flat = NO_HEADERS;
+    this.headerFields = 0;
+    this.pairs = null;
   }
 
   toJSON(): { headers: Header[]; body_base64: string; truncated: boolean; size: number; headers_truncated: boolean } {
@@ -125,8 +150,10 @@ export class Capture {
   durationMs: number | null = null;
   state: CaptureState = 'pending';
   error: string | null = null;
-  readonly startedAt = new Date();
+  /** When the request head arrived (epoch ms; formatted only when read). */
+  readonly startedAtMs = Date.now();
   private readonly t0 = performance.now();
+  private startedIso: string | null = null;
   /** Set when the ring dropped it or the store was cleared: later observer calls change nothing and count nothing. */
   evicted = false;
   /** Bytes this capture holds, as charged to the store. */
@@ -142,6 +169,10 @@ export class Capture {
     readonly target: ReplayTarget | null,
   ) {}
 
+  get startedAt(): Date {
+    return new Date(this.startedAtMs);
+  }
+
   finishTiming(): void {
     if (this.durationMs === null) this.durationMs = Math.round((performance.now() - this.t0) * 10) / 10;
   }
@@ -156,7 +187,7 @@ export class Capture {
       status_text: this.status === null ? '' : this.statusLine?.reason || (STATUS_CODES[this.status] ?? ''),
       http_version: this.statusLine?.version ?? null,
       duration_ms: this.durationMs,
-      started_at: this.startedAt.toISOString(),
+      started_at: (this.startedIso ??= this.startedAt.toISOString()),
       state: this.state,
       error: this.error,
       replay_of: this.replayOf,
@@ -184,6 +215,9 @@ export interface CaptureStoreEvents {
 
 export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
   private readonly captures = new Map<string, Capture>();
+  /** The kept captures oldest first, from `head` on (a queue: eviction takes from the front in O(1)). */
+  private order: (Capture | undefined)[] = [];
+  private head = 0;
   private nextId = 1;
   private total = 0;
 
@@ -204,7 +238,7 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
 
   /** Newest first. */
   list(): Capture[] {
-    return [...this.captures.values()].reverse();
+    return (this.order.slice(this.head) as Capture[]).reverse();
   }
 
   get(id: string): Capture | undefined {
@@ -215,6 +249,8 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
   clear(): void {
     for (const c of this.captures.values()) this.forget(c);
     this.captures.clear();
+    this.order = [];
+    this.head = 0;
     this.total = 0;
     this.emit('cleared');
   }
@@ -229,28 +265,58 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
     c.bytes += c.method.length + c.path.length + tunnel.length;
     c.bytes += c.request.setHeaders(head.headers, this.limits.maxHeadBytes);
     this.captures.set(c.id, c);
+    this.order.push(c);
     this.total += c.bytes;
     this.evict(c);
-    this.emit('added', c.summary());
-    return this.observerOf(c);
+    // A summary is built only for a listener (a page open: see server.ts).
+    if (this.listenerCount('added') > 0) this.emit('added', c.summary());
+    return new Recorder(this, c);
   }
 
-  private charge(c: Capture, n: number): void {
+  /** Counts `n` more bytes kept by `c` (a Recorder's; `c` is not evicted). */
+  charge(c: Capture, n: number): void {
     if (n === 0 || c.evicted) return;
     c.bytes += n;
     this.total += n;
     this.evict(c);
   }
 
+  /** `c` changed (response head, end, failure): tells a listener, if any. */
+  changed(c: Capture): void {
+    if (!c.evicted && this.listenerCount('updated') > 0) this.emit('updated', c.summary());
+  }
+
   /** Drops the oldest captures while over a bound (never `keep`, the one being filled). */
   private evict(keep: Capture): void {
-    for (const [id, old] of this.captures) {
-      if (this.captures.size <= this.limits.maxEntries && this.total <= this.limits.maxTotalBytes) return;
-      if (old === keep) continue;
-      this.captures.delete(id);
+    while (this.captures.size > this.limits.maxEntries || this.total > this.limits.maxTotalBytes) {
+      const old = this.takeOldest(keep);
+      if (!old) break;
+      this.captures.delete(old.id);
       this.total -= old.bytes;
       this.forget(old);
     }
+    // The queue's spent front is dropped once it is most of the array (amortised O(1)).
+    if (this.head > 64 && this.head * 2 > this.order.length) {
+      this.order = this.order.slice(this.head);
+      this.head = 0;
+    }
+  }
+
+  /** Takes the oldest capture other than `keep` off the queue; null when `keep` is all there is. */
+  private takeOldest(keep: Capture): Capture | null {
+    const order = this.order;
+    const first = this.head;
+    if (first >= order.length) return null;
+    let old = order[first]!;
+    if (old === keep) {
+      if (first + 1 >= order.length) return null;
+      // The second oldest goes; `keep` moves into its place, so the order stays oldest first.
+      old = order[first + 1]!;
+      order[first + 1] = keep;
+    }
+    order[first] = undefined;
+    this.head = first + 1;
+    return old;
   }
 
   private forget(c: Capture): void {
@@ -258,33 +324,48 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
     c.request.drop();
     c.response.drop();
   }
+}
 
-  private observerOf(c: Capture): CaptureHandle {
-    const { maxBodyBytes, maxHeadBytes } = this.limits;
-    const settle = (state: CaptureState, error: string | null) => {
-      if (c.state !== 'pending') return;
-      c.state = state;
-      c.error = error;
-      c.finishTiming();
-      if (!c.evicted) this.emit('updated', c.summary());
-    };
-    return {
-      capture: c,
-      requestBody: (chunk) => {
-        if (!c.evicted) this.charge(c, c.request.addBody(chunk, maxBodyBytes));
-      },
-      response: (status, headers, line) => {
-        if (c.evicted || c.status !== null) return;
-        c.status = status;
-        c.statusLine = line ?? null;
-        this.charge(c, c.response.setHeaders(headers, maxHeadBytes));
-        this.emit('updated', c.summary());
-      },
-      responseBody: (chunk) => {
-        if (!c.evicted) this.charge(c, c.response.addBody(chunk, maxBodyBytes));
-      },
-      end: () => settle('complete', null),
-      fail: (reason) => settle('failed', String(reason)),
-    };
+/** The observer that fills one capture (a class: no closures per request). */
+class Recorder implements CaptureHandle {
+  constructor(
+    private readonly store: CaptureStore,
+    readonly capture: Capture,
+  ) {}
+
+  requestBody(chunk: Uint8Array): void {
+    const c = this.capture;
+    if (!c.evicted) this.store.charge(c, c.request.addBody(chunk, this.store.limits.maxBodyBytes));
+  }
+
+  response(status: number, headers: readonly string[], line?: StatusLine): void {
+    const c = this.capture;
+    if (c.evicted || c.status !== null) return;
+    c.status = status;
+    c.statusLine = line ?? null;
+    this.store.charge(c, c.response.setHeaders(headers, this.store.limits.maxHeadBytes));
+    this.store.changed(c);
+  }
+
+  responseBody(chunk: Uint8Array): void {
+    const c = this.capture;
+    if (!c.evicted) this.store.charge(c, c.response.addBody(chunk, this.store.limits.maxBodyBytes));
+  }
+
+  end(): void {
+    this.settle('complete', null);
+  }
+
+  fail(reason: string): void {
+    this.settle('failed', String(reason));
+  }
+
+  private settle(state: CaptureState, error: string | null): void {
+    const c = this.capture;
+    if (c.state !== 'pending') return;
+    c.state = state;
+    c.error = error;
+    c.finishTiming();
+    this.store.changed(c);
   }
 }
