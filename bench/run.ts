@@ -52,7 +52,8 @@ flags:
                        burrow: adds a burrow/1 shard ratio; burrow-mesh is burrow with a client
                        that opens no lanes (--no-lanes): adds a burrow/no lanes ratio; node-proxy (a plain node:http reverse
                        proxy, the floor) and relay are HTTP only: http, https and hol measure them,
-                       tcp, idle and churn leave them out
+                       tcp, idle and churn leave them out (https leaves the relay out too: it
+                       reads plain HTTP)
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
   --workers N          burrowd --workers for the burrow target (default: burrowd's own default,
                        the CPU count)
@@ -161,7 +162,9 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
 async function runScenario(scenario: Scenario, allSettings: Settings, targetsNamed: boolean, install: boolean, write: boolean): Promise<void> {
   // HTTP-only targets (node-proxy) in scenarios that expose TCP or hold idle tunnels: left out,
   // with a line in the results when --targets named them.
-  const leftOut = scenario.httpOnlyTargets ? [] : allSettings.targets.filter((t) => HTTP_ONLY_TARGETS.includes(t));
+  // The relay reads plain HTTP/1.1 at its edge and has no TLS: https leaves it out too.
+  const plainHttpOnly = (t: TargetName) => scenario.tls === true && t === 'relay';
+  const leftOut = allSettings.targets.filter((t) => (!scenario.httpOnlyTargets && HTTP_ONLY_TARGETS.includes(t)) || plainHttpOnly(t));
   // The http scenarios read system calls and GC of the Node targets' processes (lib/probes.ts),
   // and --perf records them.
   const probed = scenario.name === 'http' || scenario.name === 'https';
@@ -181,7 +184,7 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
   const opened: Pick<Context, 'targets' | 'info'> = scenario.opensOwnTargets ? { targets: [], info: {} } : await openTargets(settings, repoRoot, scenario.tls ? await benchCertificate() : undefined);
   if (targetsNamed) {
     for (const t of leftOut) {
-      opened.info[t] = { unavailable: `an HTTP reverse proxy: measured by http, https and hol, not by ${scenario.name}` };
+      opened.info[t] = { unavailable: plainHttpOnly(t) ? 'plain HTTP only (no TLS at its edge): measured by http and hol, not by https' : `an HTTP ${t === 'relay' ? 'relay' : 'reverse proxy'}: measured by http, https and hol, not by ${scenario.name}` };
       console.error(`bench: ${t} not available: ${opened.info[t]!.unavailable}`);
     }
   }

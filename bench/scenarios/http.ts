@@ -181,7 +181,7 @@ export async function exposeAll(ctx: Context, origin: Origin, tls = false, negot
 /** What the per-process rows could not count in this run, and how they count what they do. */
 function probeNotes(ctx: Context): string[] {
   const notes = [
-    'CPU µs/req: utime and stime of every thread of each process (and its reaped children) from /proc/<pid>/stat, in 10 ms ticks, over the measured run; GC % of CPU: the pause times node --trace-gc prints (scavenges, mark-compact pauses, incremental marking steps, on every JS thread) over that CPU time; concurrent marking and sweeping on V8\'s helper threads are in the CPU but not in the GC figure',
+    'CPU µs/req: utime and stime of every thread of each process (and its reaped children) from /proc/<pid>/stat, in 10 ms ticks, over the measured run; GC % of CPU: the pause times node --trace-gc prints (scavenges, mark-compact pauses, incremental marking steps, on every JS thread) over that CPU time; concurrent marking and sweeping on V8\'s helper threads are in the CPU but not in the GC figure; the pauses are wall time, so on a busy machine (a thread descheduled inside a pause) the share reads high, past 100 % at worst',
   ];
   if (!ctx.settings.probes?.syscalls) notes.push('system calls: not counted (perf stat does not count raw_syscalls:sys_enter here)');
   else if (ctx.settings.perfDir) notes.push('system calls: not counted with --perf (the Node processes run under perf record instead of perf stat)');
