@@ -77,7 +77,7 @@ export async function openTargets(settings: Settings, repoRoot: string, tls?: Ce
         name === 'direct'
           ? directTarget()
           : name === 'ssh'
-            ? await sshTarget()
+            ? await sshTarget(settings.probes)
             : name === 'node-proxy'
               ? nodeProxyTarget({ tls, probes: settings.probes })
               : name === 'relay'

@@ -50,6 +50,18 @@ export function perfStatWorks(): boolean {
   return perfWorks;
 }
 
+/**
+ * Starts a program that is not Node (sshd, ssh) under perf stat when system calls are counted;
+ * plainly otherwise (and in a --perf run, which records the Node targets only).
+ */
+export function startProbed(name: string, cmd: string, args: string[], probes: ProbeSettings | undefined): Probed {
+  if (probes?.syscalls && !probes.perfDir && perfStatWorks()) {
+    const syscallLog = join(tempDir('perf-stat'), 'stat.csv');
+    return { proc: start(name, 'perf', ['stat', '-I', '100', '-x,', '-e', 'raw_syscalls:sys_enter', '-o', syscallLog, '--', cmd, ...args]), syscallLog };
+  }
+  return { proc: start(name, cmd, args) };
+}
+
 let seq = 0;
 /** Starts `node [nodeArgs] script…` under whichever probes are on. */
 export function startNode(name: string, args: string[], probes: ProbeSettings | undefined, opts: { env?: NodeJS.ProcessEnv } = {}): Probed {

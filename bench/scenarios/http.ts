@@ -185,6 +185,6 @@ function probeNotes(ctx: Context): string[] {
   ];
   if (!ctx.settings.probes?.syscalls) notes.push('system calls: not counted (perf stat does not count raw_syscalls:sys_enter here)');
   else if (ctx.settings.perfDir) notes.push('system calls: not counted with --perf (the Node processes run under perf record instead of perf stat)');
-  else notes.push('system calls: perf stat -I 100 -e raw_syscalls:sys_enter around each Node process (it starts them: perf cannot attach to a running process on this VM), summed over the 100 ms intervals written during the run (±100 ms at each end); only Node targets (burrow, relay, node-proxy): ssh and sshd are not counted');
+  else notes.push('system calls: perf stat -I 100 -e raw_syscalls:sys_enter around each process of a target (it starts them: perf cannot attach to a running process on this VM; sshd with its session children, burrowd with its embedded PostgreSQL), summed over the 100 ms intervals written during the run (±100 ms at each end); GC % is n/a for ssh (not Node)');
   return notes;
 }
