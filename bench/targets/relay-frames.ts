@@ -18,28 +18,54 @@ export const OPEN_HEAD = 5;
 export const HEAD_BYTES = 9;
 export const SLOT_MASK = 0xffff;
 
+/** Payloads smaller than this are copied beside their head into the turn's one buffer. */
+const JOIN_BELOW_BYTES = 1024;
+const JOIN_BUFFER_BYTES = 16 * 1024;
+
 /**
  * Writes frames to the control socket, corked until the end of this turn of the event loop:
+ * heads and small payloads are joined into one buffer, larger payloads written as they are, and
  * every frame of a turn leaves in one writev.
  */
 export function frameWriter(sock: Socket): (type: number, id: number, payload?: Buffer) => void {
-  let corked = false;
-  const uncork = () => {
-    corked = false;
+  let buf: Buffer | null = null;
+  let used = 0;
+  let scheduled = false;
+  const flush = (): void => {
+    if (buf && used > 0) sock.write(used === buf.length ? buf : buf.subarray(0, used));
+    buf = null;
+    used = 0;
+  };
+  const endOfTurn = (): void => {
+    scheduled = false;
+    flush();
     sock.uncork();
   };
   return (type, id, payload) => {
-    if (!corked) {
-      corked = true;
+    if (!scheduled) {
+      scheduled = true;
       sock.cork();
-      setImmediate(uncork);
+      setImmediate(endOfTurn);
     }
-    const head = Buffer.allocUnsafe(HEAD_BYTES);
-    head[0] = type;
-    head.writeUInt32BE(id >>> 0, 1);
-    head.writeUInt32BE(payload ? payload.length : 0, 5);
-    sock.write(head);
-    if (payload && payload.length > 0) sock.write(payload);
+    const len = payload ? payload.length : 0;
+    const inline = len < JOIN_BELOW_BYTES;
+    const need = HEAD_BYTES + (inline ? len : 0);
+    if (!buf || used + need > buf.length) {
+      flush();
+      buf = Buffer.allocUnsafe(Math.max(JOIN_BUFFER_BYTES, need));
+    }
+    buf[used] = type;
+    buf.writeUInt32BE(id >>> 0, used + 1);
+    buf.writeUInt32BE(len, used + 5);
+    used += HEAD_BYTES;
+    if (len === 0) return;
+    if (inline) {
+      payload!.copy(buf, used);
+      used += len;
+    } else {
+      flush();
+      sock.write(payload!);
+    }
   };
 }
 
