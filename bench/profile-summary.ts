@@ -2,8 +2,13 @@
 //   node dist/bench/profile-summary.js bench/profiles/<dir> [topN]
 // One block per .cpuprofile (burrowd's main thread, each shard worker, each client), so the
 // hot path shows without opening DevTools. Idle time and GC appear as their own rows.
+// With --perf the directory holds perf record files (*.perf.data) instead: each is summed by
+// category (kernel, GC, V8 runtime, JIT code, builtins, compiler) and its top functions.
+// The V8 profiler samples wall time (a thread descheduled inside a write is charged to the
+// write); perf samples CPU time.
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, basename } from 'node:path';
+import { formatPerfSummary, summarizePerf } from './lib/perf-summary.js';
 
 interface ProfileNode {
   id: number;
@@ -24,6 +29,10 @@ if (!dir) {
   process.exit(2);
 }
 const top = Number(topText ?? 15);
+
+for (const name of readdirSync(dir).filter((f) => f.endsWith('.perf.data')).sort()) {
+  console.log(`\n${formatPerfSummary(name.replace(/\.perf\.data$/, ''), summarizePerf(join(dir, name), top))}`);
+}
 
 for (const name of readdirSync(dir).filter((f) => f.endsWith('.cpuprofile')).sort()) {
   const path = join(dir, name);

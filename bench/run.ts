@@ -8,7 +8,9 @@
 import { parseArgs } from 'node:util';
 import { fileURLToPath } from 'node:url';
 import { join } from 'node:path';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { perfStatWorks } from './lib/probes.js';
+import { formatPerfSummary, summarizePerf } from './lib/perf-summary.js';
 import { cleanup, killAllNow } from './lib/procs.js';
 import { ensureTools, type Tool } from './lib/tools.js';
 import { environment } from './lib/env.js';
@@ -43,12 +45,15 @@ flags:
   --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
   --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
   --threads N          wrk threads, capped at the connection count (default 1)
-  --targets LIST       any of direct,burrow,burrow1,burrow-mesh,node-proxy,ssh (default
-                       direct,burrow,node-proxy,ssh); burrow1 is burrowd with --workers 1, beside
+  --targets LIST       any of direct,burrow,burrow1,burrow-mesh,relay,node-proxy,ssh (default
+                       direct,burrow,relay,node-proxy,ssh); relay is the bare Node tunnel (an
+                       edge and a client, 9-byte frames: the floor under burrowd and the CLI);
+                       burrow1 is burrowd with --workers 1, beside
                        burrow: adds a burrow/1 shard ratio; burrow-mesh is burrow with a client
                        that opens no lanes (--no-lanes): adds a burrow/no lanes ratio; node-proxy (a plain node:http reverse
-                       proxy, the floor) is HTTP only: http, https and hol measure it, tcp, idle
-                       and churn leave it out
+                       proxy, the floor) and relay are HTTP only: http, https and hol measure them,
+                       tcp, idle and churn leave them out (https leaves the relay out too: it
+                       reads plain HTTP)
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
   --workers N          burrowd --workers for the burrow target (default: burrowd's own default,
                        the CPU count)
@@ -59,6 +64,12 @@ flags:
   --database-url URL   burrowd --database-url (default: the embedded database in a temp dir)
   --cpu-prof           V8 CPU profiles of burrowd (every thread) and the burrow clients into
                        bench/profiles/<time>-<scenario>/ (open in Chrome DevTools)
+  --perf               http, https: perf record -g (cpu-clock) of burrowd, the CLI and the relay,
+                       node started with --perf-basic-prof, for ${5} s of wrk after the measured run
+                       of GET 14 B at the first connection count >= 64; a summary by category
+                       (kernel, GC, V8 runtime, JIT code, builtins, compiler) per process in
+                       bench/profiles/<time>-<scenario>/perf-summary.txt (system calls are not
+                       counted in that run)
   --no-install         never run apt-get; print what to install instead
   --no-write           print the table only, do not write bench/results/
 
@@ -99,6 +110,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       workers: { type: 'string' },
       'database-url': { type: 'string' },
       'cpu-prof': { type: 'boolean', default: false },
+      perf: { type: 'boolean', default: false },
       'calm-wait': { type: 'string', default: '20' },
       repeat: { type: 'string', default: '1' },
       'no-install': { type: 'boolean', default: false },
@@ -141,6 +153,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       calmWaitSecs: positive(values['calm-wait'], 'calm-wait', 0, 600),
       burrowDatabaseUrl: values['database-url'],
       cpuProfDir: values['cpu-prof'] ? join(repoRoot, 'bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${name}`) : undefined,
+      perfDir: values.perf ? join(repoRoot, 'bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${name}-perf`) : undefined,
       burrowWorkers: values.workers === undefined ? undefined : positive(values.workers, 'workers', 1, 256),
     },
   };
@@ -149,9 +162,21 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
 async function runScenario(scenario: Scenario, allSettings: Settings, targetsNamed: boolean, install: boolean, write: boolean): Promise<void> {
   // HTTP-only targets (node-proxy) in scenarios that expose TCP or hold idle tunnels: left out,
   // with a line in the results when --targets named them.
-  const leftOut = scenario.httpOnlyTargets ? [] : allSettings.targets.filter((t) => HTTP_ONLY_TARGETS.includes(t));
-  const settings: Settings = { ...allSettings, targets: allSettings.targets.filter((t) => !leftOut.includes(t)) };
+  // The relay reads plain HTTP/1.1 at its edge and has no TLS: https leaves it out too.
+  const plainHttpOnly = (t: TargetName) => scenario.tls === true && t === 'relay';
+  const leftOut = allSettings.targets.filter((t) => (!scenario.httpOnlyTargets && HTTP_ONLY_TARGETS.includes(t)) || plainHttpOnly(t));
+  // The http scenarios read system calls and GC of the Node targets' processes (lib/probes.ts),
+  // and --perf records them.
+  const probed = scenario.name === 'http' || scenario.name === 'https';
+  const perfDir = probed ? allSettings.perfDir : undefined;
+  const settings: Settings = {
+    ...allSettings,
+    targets: allSettings.targets.filter((t) => !leftOut.includes(t)),
+    perfDir,
+    probes: probed ? { traceGc: true, syscalls: !perfDir && perfStatWorks(), perfDir } : undefined,
+  };
   if (settings.cpuProfDir) mkdirSync(settings.cpuProfDir, { recursive: true });
+  if (perfDir) mkdirSync(perfDir, { recursive: true });
   const missingOptional: Tool[] = ensureTools(scenario.required, scenario.optional, install);
   if (missingOptional.length) console.error(`bench: without ${missingOptional.join(', ')} (optional) — using fallbacks`);
   const env = environment(repoRoot);
@@ -159,7 +184,7 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
   const opened: Pick<Context, 'targets' | 'info'> = scenario.opensOwnTargets ? { targets: [], info: {} } : await openTargets(settings, repoRoot, scenario.tls ? await benchCertificate() : undefined);
   if (targetsNamed) {
     for (const t of leftOut) {
-      opened.info[t] = { unavailable: `an HTTP reverse proxy: measured by http, https and hol, not by ${scenario.name}` };
+      opened.info[t] = { unavailable: plainHttpOnly(t) ? 'plain HTTP only (no TLS at its edge): measured by http and hol, not by https' : `an HTTP ${t === 'relay' ? 'relay' : 'reverse proxy'}: measured by http, https and hol, not by ${scenario.name}` };
       console.error(`bench: ${t} not available: ${opened.info[t]!.unavailable}`);
     }
   }
@@ -192,7 +217,24 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
   } finally {
     await Promise.all(ctx.targets.map((t) => t.close()));
     if (settings.cpuProfDir) console.error(`bench: CPU profiles in ${settings.cpuProfDir}`);
+    if (perfDir) writePerfSummary(perfDir);
   }
+}
+
+/** perf record files of a run (written when their processes ended) → perf-summary.txt beside them. */
+function writePerfSummary(dir: string): void {
+  const parts: string[] = [];
+  for (const f of readdirSync(dir).filter((n) => n.endsWith('.perf.data')).sort()) {
+    try {
+      parts.push(formatPerfSummary(f.replace(/\.perf\.data$/, ''), summarizePerf(join(dir, f))));
+    } catch (err) {
+      parts.push(`${f}: perf report failed: ${(err as Error).message.split('\n')[0]}`);
+    }
+  }
+  const text = parts.join('\n\n') + '\n';
+  writeFileSync(join(dir, 'perf-summary.txt'), text);
+  console.log(`\n## perf record (--perf)\n\n\`\`\`\n${text}\`\`\`\n`);
+  console.error(`bench: perf records and perf-summary.txt in ${dir}`);
 }
 
 let interrupted = false;

@@ -9,6 +9,8 @@ import { directTarget } from '../targets/direct.js';
 import { sshTarget } from '../targets/ssh.js';
 import { burrowTarget } from '../targets/burrow.js';
 import { nodeProxyTarget } from '../targets/node-proxy.js';
+import { relayTarget } from '../targets/relay.js';
+import type { ProbeSettings } from './probes.js';
 import type { Certificate } from './tls.js';
 
 export interface Settings {
@@ -29,6 +31,10 @@ export interface Settings {
   burrowDatabaseUrl?: string;
   /** --cpu-prof: V8 profiles of burrowd and its clients go here. */
   cpuProfDir?: string;
+  /** --perf: perf record of the Node targets' processes goes here (see probes). */
+  perfDir?: string;
+  /** How Node targets are started (--trace-gc, perf): set by run.ts for the http scenarios. */
+  probes?: ProbeSettings;
   /** Rounds per measurement; the median (by the first metric) is reported. */
   repeat: number;
   /** Longest wait for a calm machine (background CPU low) before each measurement. */
@@ -71,10 +77,12 @@ export async function openTargets(settings: Settings, repoRoot: string, tls?: Ce
         name === 'direct'
           ? directTarget()
           : name === 'ssh'
-            ? await sshTarget()
+            ? await sshTarget(settings.probes)
             : name === 'node-proxy'
-              ? nodeProxyTarget({ tls })
-              : await burrowTarget({ name, repoRoot, workers: name === 'burrow1' ? 1 : settings.burrowWorkers, lanes: name !== 'burrow-mesh', databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls });
+              ? nodeProxyTarget({ tls, probes: settings.probes })
+              : name === 'relay'
+                ? relayTarget({ probes: settings.probes })
+                : await burrowTarget({ name, repoRoot, workers: name === 'burrow1' ? 1 : settings.burrowWorkers, lanes: name !== 'burrow-mesh', databaseUrl: settings.burrowDatabaseUrl, cpuProfDir: settings.cpuProfDir, tls, probes: settings.probes });
       targets.push(t);
       info[name] = { describe: t.describe };
     } catch (err) {

@@ -25,20 +25,39 @@ function systemTicks(): { busy: number; total: number } {
   return { busy: f[0]! + f[1]! + f[2]!, total };
 }
 
-function procTicks(pid: number | 'self'): number {
+/** User and system ticks of a process: every thread's, and its reaped children's. */
+function procSplitTicks(pid: number | 'self'): { user: number; system: number } {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     // After ")": state(0) ppid(1) … utime(11) stime(12) cutime(13) cstime(14)
-    return Number(f[11]) + Number(f[12]) + Number(f[13]) + Number(f[14]);
+    return { user: Number(f[11]) + Number(f[13]), system: Number(f[12]) + Number(f[14]) };
   } catch {
-    return 0;
+    return { user: 0, system: 0 };
   }
+}
+
+function procTicks(pid: number | 'self'): number {
+  const t = procSplitTicks(pid);
+  return t.user + t.system;
 }
 
 /** CPU time (user + system, reaped children included) of these processes, in microseconds. */
 export function cpuMicros(pids: number[]): number {
-  return pids.reduce((us, pid) => us + procTicks(pid), 0) * (1e6 / CLOCK_TICKS_PER_SEC);
+  const t = cpuSplitMicros(pids);
+  return t.user + t.system;
+}
+
+/** cpuMicros() split into user and system time. */
+export function cpuSplitMicros(pids: number[]): { user: number; system: number } {
+  let user = 0;
+  let system = 0;
+  for (const pid of pids) {
+    const t = procSplitTicks(pid);
+    user += t.user;
+    system += t.system;
+  }
+  return { user: user * (1e6 / CLOCK_TICKS_PER_SEC), system: system * (1e6 / CLOCK_TICKS_PER_SEC) };
 }
 
 /** USER_HZ: /proc reports CPU time in these ticks (100 on every Linux this runs on). */

@@ -45,7 +45,7 @@ export interface ScenarioResult {
   tableNote?: string;
 }
 
-const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'burrow-mesh': 'burrow, no lanes', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
+const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'burrow-mesh': 'burrow, no lanes', relay: 'relay', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
 
 function fmt(v: number | undefined, metric: string): string {
   if (v === undefined || !Number.isFinite(v)) return 'n/a';
@@ -68,6 +68,7 @@ export function table(r: ScenarioResult): string {
   // add their own ratios.
   const shown = TARGET_NAMES.filter((t) => r.targets[t] !== undefined);
   const floor = shown.includes('node-proxy');
+  const relay = shown.includes('relay');
   const oneShard = shown.includes('burrow1');
   const mesh = shown.includes('burrow-mesh');
   const head = [
@@ -75,6 +76,7 @@ export function table(r: ScenarioResult): string {
     'metric',
     ...shown.map((t) => TARGET_LABEL[t]),
     'burrow/direct',
+    ...(relay ? ['burrow/relay'] : []),
     ...(floor ? ['burrow/node-proxy'] : []),
     'burrow/ssh',
     'ssh/direct',
@@ -91,6 +93,7 @@ export function table(r: ScenarioResult): string {
       `${m.metric} ${m.higherIsBetter ? '↑' : '↓'}`,
       ...shown.map((t) => `${fmt(m.values[t], m.metric)}${m.values[t] !== undefined && busy(m.case, t) ? BUSY_MARK : ''}`),
       ratio(m.values.burrow, m.values.direct),
+      ...(relay ? [ratio(m.values.burrow, m.values.relay)] : []),
       ...(floor ? [ratio(m.values.burrow, m.values['node-proxy'])] : []),
       ratio(m.values.burrow, m.values.ssh),
       ratio(m.values.ssh, m.values.direct),
@@ -100,7 +103,7 @@ export function table(r: ScenarioResult): string {
     // After a case's last metric: how much CPU other processes took during each run.
     const cpu = cpuByCase.get(m.case);
     if (cpu && r.measurements[i + 1]?.case !== m.case) {
-      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', ...(floor ? [''] : []), '', '', ...(oneShard ? [''] : []), ...(mesh ? [''] : [])]);
+      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', ...(relay ? [''] : []), ...(floor ? [''] : []), '', '', ...(oneShard ? [''] : []), ...(mesh ? [''] : [])]);
     }
   });
   const lines = [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`);

@@ -11,6 +11,7 @@ import { start, stop, tempDir, waitForOutput, descendants, type Proc } from '../
 import { LOOPBACK } from '../lib/net.js';
 import { Unavailable, type Endpoint, type Target } from './target.js';
 import type { Certificate } from '../lib/tls.js';
+import { startNode, withoutProbeLines, type ProbeSettings, type Probed } from '../lib/probes.js';
 
 const START_TIMEOUT_MS = 30_000;
 /** SIGTERM → exit: burrowd drains, and --cpu-prof writes its profiles on the way out. */
@@ -31,6 +32,8 @@ export interface BurrowOptions {
   cpuProfDir?: string;
   /** burrowd serves HTTPS with this certificate (--tls-cert/--tls-key); the CLI trusts it (--ca). */
   tls?: Certificate;
+  /** --trace-gc, perf stat or perf record around burrowd and the CLI (lib/probes.ts) */
+  probes?: ProbeSettings;
 }
 
 export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
@@ -59,18 +62,20 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
   // The environment burrowd's shebang gives it (README "Memory"): the harness starts node
   // itself, so it reads the shebang and passes the same variables.
-  const server = start('burrowd', process.execPath, args, { env: { ...process.env, ...shebangEnv(serverJs) } });
+  const probedServer = startNode('burrowd', args, opts.probes, { env: { ...process.env, ...shebangEnv(serverJs) } });
+  const server = probedServer.proc;
+  const out = (t: string) => withoutProbeLines(t);
 
   let key: string;
   let port: number;
   try {
     // First stdout line: the seeded admin key. A later line says where it listens.
-    key = await waitForOutput(server, 'stdout', (t) => KEY_RE.exec(t.split('\n')[0] ?? '')?.[0], START_TIMEOUT_MS, 'the seeded admin key');
+    key = await waitForOutput(server, 'stdout', (t) => KEY_RE.exec(out(t).split('\n')[0] ?? '')?.[0], START_TIMEOUT_MS, 'the seeded admin key');
     port = await waitForOutput(
       server,
       'stdout',
       (t) => {
-        for (const line of t.split('\n').slice(1)) {
+        for (const line of out(t).split('\n').slice(1)) {
           const m = /(?:127\.0\.0\.1|localhost|0\.0\.0\.0|\[::\]|\]):(\d{2,5})\b/.exec(line) ?? /\bport (\d{2,5})\b/i.exec(line);
           if (m) return Number(m[1]);
         }
@@ -89,22 +94,25 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   const home = tempDir('burrow-home');
   const cliEnv = { ...process.env, HOME: home, XDG_CONFIG_HOME: join(home, '.config'), BURROW_SERVER: '', BURROW_TOKEN: '' };
   const tunnels: Proc[] = [];
+  const probedClients: Probed[] = [];
 
   async function expose(kind: 'http' | 'tcp', originPort: number): Promise<Endpoint> {
     // 127.0.0.1, not a bare port: the CLI reads a bare port as localhost, which may resolve to
     // ::1 first while the origins listen on IPv4 only. --quiet: no line per request (ssh -N
     // prints none either; the output goes to a file anyway, never a pipe).
-    const proc = start(
+    const probed = startNode(
       `burrow-${kind}`,
-      process.execPath,
       [...prof, cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key, ...ca, ...(kind === 'http' && opts.lanes === false ? ['--no-lanes'] : [])],
+      opts.probes,
       { env: cliEnv },
     );
+    const proc = probed.proc;
     tunnels.push(proc);
+    probedClients.push(probed);
     const first = await waitForOutput(
       proc,
       'stdout',
-      (t) => (t.includes('\n') ? t.slice(0, t.indexOf('\n')).trim() : null),
+      (t) => ((t = out(t)).includes('\n') ? t.slice(0, t.indexOf('\n')).trim() : null),
       START_TIMEOUT_MS,
       'the public URL (first stdout line)',
     );
@@ -158,8 +166,11 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     expose,
     openIdleTunnels,
     serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),
-    clientPids: () => tunnels.filter((t) => t.isRunning()).map((t) => t.pid),
+    // under perf, each CLI is perf's child
+    clientPids: () => tunnels.filter((t) => t.isRunning()).flatMap((t) => [t.pid, ...descendants(t.pid)]),
+    probes: () => ({ server: server.isRunning() ? [probedServer] : [], client: probedClients.filter((p) => p.proc.isRunning()) }),
     closeTunnels: async () => {
+      probedClients.splice(0);
       await Promise.all(tunnels.splice(0).map((t) => stop(t, STOP_GRACE_MS)));
     },
     close: async () => {

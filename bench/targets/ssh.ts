@@ -12,11 +12,13 @@ import { start, stop, run, sleep, tempDir, waitForOutput, descendants, type Proc
 import { freePort, freePorts, waitForPort, LOOPBACK } from '../lib/net.js';
 import { toolPath } from '../lib/tools.js';
 import { Unavailable, type Target } from './target.js';
+import { startProbed, type ProbeSettings, type Probed } from '../lib/probes.js';
 
 export const SSH_CIPHER = 'aes128-gcm@openssh.com';
 const START_TIMEOUT_MS = 10_000;
 
-export async function sshTarget(): Promise<Target> {
+/** `probes`: sshd and ssh under perf stat (the http scenarios' system-call rows). */
+export async function sshTarget(probes?: ProbeSettings): Promise<Target> {
   const sshd = toolPath('sshd');
   const ssh = toolPath('ssh');
   const keygen = toolPath('ssh-keygen');
@@ -54,7 +56,10 @@ export async function sshTarget(): Promise<Target> {
       '',
     ].join('\n'),
   );
-  const daemon = start('sshd', sshd, ['-D', '-e', '-f', config]);
+  const probedDaemon = startProbed('sshd', sshd, ['-D', '-e', '-f', config], probes);
+  const daemon = probedDaemon.proc;
+  // under perf stat, sshd itself is the daemon process's one child
+  const ownChildren = probedDaemon.syscallLog ? 1 : 0;
   try {
     await waitForPort(port, START_TIMEOUT_MS, 'sshd');
   } catch (err) {
@@ -64,10 +69,11 @@ export async function sshTarget(): Promise<Target> {
 
   // The readiness probe made sshd fork a pre-auth child; let it leave, or it would count as
   // part of the idle server's memory and then vanish from later samples.
-  for (const deadline = Date.now() + 5_000; descendants(daemon.pid).length > 0 && Date.now() < deadline; ) await sleep(50);
+  for (const deadline = Date.now() + 5_000; descendants(daemon.pid).length > ownChildren && Date.now() < deadline; ) await sleep(50);
 
   const user = userInfo().username;
   const tunnels: Proc[] = [];
+  const probedTunnels: Probed[] = [];
   const version = await run('ssh-version', ssh, ['-V'], START_TIMEOUT_MS);
 
   /** One ssh connection carrying `count` remote forwards to originPort; resolves their ports. */
@@ -80,7 +86,7 @@ export async function sshTarget(): Promise<Target> {
     // -tt and a remote command, as an interactive user runs ssh: with a pty both ends set
     // TCP_NODELAY (OpenSSH's "interactive" session). `-N` leaves Nagle on, which alone costs a
     // small request ~40 ms at p99 (delayed ACK); that peer would be an unfairly slow one.
-    const proc = start('ssh-R', ssh!, [
+    const probed = startProbed('ssh-R', ssh!, [
       '-tt',
       '-o', 'BatchMode=yes',
       '-o', 'StrictHostKeyChecking=no',
@@ -95,8 +101,10 @@ export async function sshTarget(): Promise<Target> {
       `${user}@${LOOPBACK}`,
       // Holds the session (and so the pty) open; the harness's stdin is /dev/null.
       'exec sleep 2147483647',
-    ]);
+    ], probes);
+    const proc = probed.proc;
     tunnels.push(proc);
+    probedTunnels.push(probed);
     if (count === 1) {
       // With -R 0:… sshd picks the port and ssh reports it: "Allocated port N for remote forward to …".
       const port = await waitForOutput(proc, 'stderr', (t) => /Allocated port (\d+) for remote forward/.exec(t)?.[1], START_TIMEOUT_MS, 'the allocated remote port');
@@ -121,8 +129,11 @@ export async function sshTarget(): Promise<Target> {
       if (dead) throw new Error(`an ssh -R process exited: ${dead.stderr().trim().split('\n').pop()}`);
     },
     serverPids: () => (daemon.isRunning() ? [daemon.pid, ...descendants(daemon.pid)] : []),
-    clientPids: () => tunnels.filter((t) => t.isRunning()).map((t) => t.pid),
+    // under perf stat, each ssh is perf's child
+    clientPids: () => tunnels.filter((t) => t.isRunning()).flatMap((t) => [t.pid, ...descendants(t.pid)]),
+    probes: () => ({ server: daemon.isRunning() ? [probedDaemon] : [], client: probedTunnels.filter((p) => p.proc.isRunning()) }),
     closeTunnels: async () => {
+      probedTunnels.splice(0);
       await Promise.all(tunnels.splice(0).map((t) => stop(t)));
     },
     close: async () => {

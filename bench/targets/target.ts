@@ -1,3 +1,5 @@
+import type { Probed } from '../lib/probes.js';
+
 // A target is one way of reaching the local origin: straight (direct), through burrow,
 // through `ssh -R`, or through a plain Node reverse proxy (node-proxy). Scenarios only see
 // this interface, so every measurement runs the same load tool with the same arguments
@@ -9,15 +11,17 @@
 // visitors who reach another shard than the tunnel's cross threads on the server instead (the
 // mesh), measured beside `burrow` to show whether lanes pay for their extra connections.
 // `node-proxy` is the floor: a plain node:http reverse proxy (node-proxy.ts), HTTP only.
-export type TargetName = 'direct' | 'burrow' | 'burrow1' | 'burrow-mesh' | 'node-proxy' | 'ssh';
-export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'burrow1', 'burrow-mesh', 'node-proxy', 'ssh'];
+// `relay` is the floor under a Node *tunnel*: a bare edge and client joined by one TCP
+// connection with 9-byte frames (relay.ts), HTTP only.
+export type TargetName = 'direct' | 'burrow' | 'burrow1' | 'burrow-mesh' | 'relay' | 'node-proxy' | 'ssh';
+export const TARGET_NAMES: readonly TargetName[] = ['direct', 'burrow', 'burrow1', 'burrow-mesh', 'relay', 'node-proxy', 'ssh'];
 /**
  * What a run measures unless --targets says otherwise; a scenario that cannot measure an
  * HTTP-only target (tcp, idle, churn) leaves it out.
  */
-export const DEFAULT_TARGETS: readonly TargetName[] = ['direct', 'burrow', 'node-proxy', 'ssh'];
+export const DEFAULT_TARGETS: readonly TargetName[] = ['direct', 'burrow', 'relay', 'node-proxy', 'ssh'];
 /** Targets that only proxy HTTP requests: no TCP forwarding, no idle tunnels (Scenario.httpOnlyTargets). */
-export const HTTP_ONLY_TARGETS: readonly TargetName[] = ['node-proxy'];
+export const HTTP_ONLY_TARGETS: readonly TargetName[] = ['relay', 'node-proxy'];
 
 /**
  * Where the load tool connects: 127.0.0.1:port, with a Host header for burrow's HTTP routing,
@@ -54,6 +58,11 @@ export interface Target {
   serverPids(): number[];
   /** Processes of the tunnel clients (burrow CLI; ssh); none for direct and node-proxy. */
   clientPids(): number[];
+  /**
+   * Node targets: their processes as started under the probes (lib/probes.ts: --trace-gc,
+   * perf stat, perf record), server and client side, for the system calls and GC of a run.
+   */
+  probes?(): { server: Probed[]; client: Probed[] };
   /** Closes every tunnel opened by expose(), keeping the server up. */
   closeTunnels(): Promise<void>;
   close(): Promise<void>;
