@@ -5,7 +5,7 @@ import type { TokenBucket } from './token-bucket.js';
 import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsHeader, parseClosePayload } from './ws-frames.js';
 
 // One end of a WebSocket on a raw socket (binary messages): the tunnel client's control socket
-// (client/ws-client.ts, role 'client') and the edge's end of it (edge/control-socket.ts, role
+// (client/ws-client.ts, role 'client') and the edge's end of it (edge/control.ts, role
 // 'server'). Framing is ws-frames.ts; this adds message reassembly (bounded), ping/pong, the
 // close handshake and one write per loop turn.
 
