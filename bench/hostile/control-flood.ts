@@ -7,7 +7,9 @@
 //             default --max-connections-per-user), each flooding one kind of answered frame
 //   burrowd: its own process's RSS (shards are threads) before, at peak, and after
 //
-//   npm run build && node dist/bench/hostile/control-flood.js [--flood-ms 10000] [--connections 32]
+//   npm run build && node dist/bench/hostile/control-flood.js [--flood-ms 10000] [--connections 32] [--reconnect]
+//
+// --reconnect: the attacker opens a connection again as soon as burrowd closes one.
 //
 // It prints a markdown table; a run with an older build (a checkout's dist) gives the "before" rows.
 import http from 'node:http';
@@ -18,7 +20,7 @@ import { start, stop, tempDir, waitForOutput, cleanup, sleep } from '../lib/proc
 import { rssKiB } from '../lib/rss.js';
 import { LOOPBACK } from '../lib/net.js';
 
-const { values } = parseArgs({ options: { 'flood-ms': { type: 'string', default: '10000' }, connections: { type: 'string', default: '32' }, root: { type: 'string' } } });
+const { values } = parseArgs({ options: { 'flood-ms': { type: 'string', default: '10000' }, connections: { type: 'string', default: '32' }, root: { type: 'string' }, reconnect: { type: 'boolean', default: false } } });
 const FLOOD_MS = Number(values['flood-ms']);
 const CONNECTIONS = Number(values.connections);
 const CALM_MS = 3_000;
@@ -83,7 +85,7 @@ async function phase(name: string, ms: number, during: Promise<unknown> = Promis
 const rows: Row[] = [];
 rows.push({ ...(await phase('calm', CALM_MS)), closed: '' });
 for (const kind of ['ping', 'open', 'wsping']) {
-  const flood = start(`flood-${kind}`, process.execPath, [fileURLToPath(new URL('./flood-peer.js', import.meta.url)), root, `http://${LOOPBACK}:${port}`, adminKey, kind, String(CONNECTIONS), String(FLOOD_MS)]);
+  const flood = start(`flood-${kind}`, process.execPath, [fileURLToPath(new URL('./flood-peer.js', import.meta.url)), root, `http://${LOOPBACK}:${port}`, adminKey, kind, String(CONNECTIONS), String(FLOOD_MS), ...(values.reconnect ? ['reconnect'] : [])]);
   const ready = await waitForOutput(flood, 'stdout', (t) => (t.includes('ready') ? true : null), 60_000, 'the flood connections').catch((err: Error) => err);
   if (ready instanceof Error) {
     console.error(`${kind} flood not measured: ${ready.message}`);
@@ -92,7 +94,8 @@ for (const kind of ['ping', 'open', 'wsping']) {
   }
   const row = await phase(`${kind} flood`, FLOOD_MS, flood.exited);
   const closed = /closed (\d+)/.exec(flood.stdout())?.[1] ?? '?';
-  rows.push({ ...row, closed: `${closed}/${CONNECTIONS}` });
+  const again = /reconnects (\d+)/.exec(flood.stdout())?.[1] ?? '0';
+  rows.push({ ...row, closed: `${closed}/${CONNECTIONS}${values.reconnect ? ` (${again} reconnects)` : ''}` });
   if (!server.isRunning()) break;
   await sleep(2_000);
 }
@@ -102,7 +105,7 @@ await stop(server, 30_000);
 const exit = await server.exited;
 
 const mib = (kib: number): string => (kib / 1024).toFixed(0);
-console.log(`burrowd ${root}: ${CONNECTIONS} flooding connections, ${FLOOD_MS} ms each flood\n`);
+console.log(`burrowd ${root}: ${CONNECTIONS} flooding connections${values.reconnect ? ', each opened again once closed' : ''}, ${FLOOD_MS} ms each flood\n`);
 console.log('| phase | victim visits | failed | p50 ms | p99 ms | max ms | RSS before → peak → after (MiB) | peak growth | flood connections closed by burrowd |');
 console.log('|---|---|---|---|---|---|---|---|---|');
 for (const r of rows) console.log(`| ${r.phase} | ${r.visits} | ${r.failed} | ${r.p50.toFixed(2)} | ${r.p99.toFixed(2)} | ${r.max.toFixed(1)} | ${mib(r.rssBefore)} → ${mib(r.rssPeak)} → ${mib(r.rssAfter)} | +${mib(r.rssPeak - r.rssBefore)} | ${r.closed} |`);
