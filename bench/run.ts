@@ -70,6 +70,9 @@ flags:
                        (kernel, GC, V8 runtime, JIT code, builtins, compiler) per process in
                        bench/profiles/<time>-<scenario>/perf-summary.txt (system calls are not
                        counted in that run)
+  --no-probes          http, https: run the Node targets without --trace-gc and perf stat (their
+                       GC % and syscalls rows read n/a); the probes cost burrow about 13 % of
+                       its req/s, so throughput comparisons with older results want this
   --no-install         never run apt-get; print what to install instead
   --no-write           print the table only, do not write bench/results/
 
@@ -111,6 +114,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       'database-url': { type: 'string' },
       'cpu-prof': { type: 'boolean', default: false },
       perf: { type: 'boolean', default: false },
+      'no-probes': { type: 'boolean', default: false },
       'calm-wait': { type: 'string', default: '20' },
       repeat: { type: 'string', default: '1' },
       'no-install': { type: 'boolean', default: false },
@@ -154,6 +158,7 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       burrowDatabaseUrl: values['database-url'],
       cpuProfDir: values['cpu-prof'] ? join(repoRoot, 'bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${name}`) : undefined,
       perfDir: values.perf ? join(repoRoot, 'bench', 'profiles', `${new Date().toISOString().replace(/[:.]/g, '-')}-${name}-perf`) : undefined,
+      noProbes: values['no-probes'],
       burrowWorkers: values.workers === undefined ? undefined : positive(values.workers, 'workers', 1, 256),
     },
   };
@@ -167,13 +172,14 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
   const leftOut = allSettings.targets.filter((t) => (!scenario.httpOnlyTargets && HTTP_ONLY_TARGETS.includes(t)) || plainHttpOnly(t));
   // The http scenarios read system calls and GC of the Node targets' processes (lib/probes.ts),
   // and --perf records them.
-  const probed = scenario.name === 'http' || scenario.name === 'https';
+  // --no-probes: no --trace-gc and no perf stat (they cost burrow about 13 % of its req/s).
+  const probed = (scenario.name === 'http' || scenario.name === 'https') && !(allSettings.noProbes && !allSettings.perfDir);
   const perfDir = probed ? allSettings.perfDir : undefined;
   const settings: Settings = {
     ...allSettings,
     targets: allSettings.targets.filter((t) => !leftOut.includes(t)),
     perfDir,
-    probes: probed ? { traceGc: true, syscalls: !perfDir && perfStatWorks(), perfDir } : undefined,
+    probes: probed ? { traceGc: !allSettings.noProbes, syscalls: !allSettings.noProbes && !perfDir && perfStatWorks(), perfDir } : undefined,
   };
   if (settings.cpuProfDir) mkdirSync(settings.cpuProfDir, { recursive: true });
   if (perfDir) mkdirSync(perfDir, { recursive: true });

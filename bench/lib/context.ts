@@ -33,6 +33,8 @@ export interface Settings {
   cpuProfDir?: string;
   /** --perf: perf record of the Node targets' processes goes here (see probes). */
   perfDir?: string;
+  /** --no-probes: the http scenarios run without --trace-gc and perf stat. */
+  noProbes?: boolean;
   /** How Node targets are started (--trace-gc, perf): set by run.ts for the http scenarios. */
   probes?: ProbeSettings;
   /** Rounds per measurement; the median (by the first metric) is reported. */
