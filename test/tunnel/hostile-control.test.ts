@@ -301,6 +301,8 @@ function frames(run: number): fc.Arbitrary<unknown> {
     fc.constantFrom(F.Welcome, F.Opened, F.Refused, F.Closed, F.Fatal, F.GoAway).map((t) => [t, { code: 'deleted', message: 'm', permanent: true }]),
     // A well-formed GoAway is still the server's frame alone.
     or(fc.nat()).map((ms) => [F.GoAway, { timeoutMs: ms }]),
+    // So is a Ticket, well-formed or not.
+    or(fc.string({ maxLength: 200 })).map((resume) => [F.Ticket, { resume }]),
     fc.tuple(fc.integer({ min: -3, max: 40 }), weird).map(([t, x]) => [t, x, x]),
     weird,
   );
