@@ -58,10 +58,15 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   private readonly meter = new CreditMeter((n) => this.up?.credit(n));
   /** Bytes the socket buffers for this visitor, counted in the shard's budget until 'drain' (or the close). */
   private parked = 0;
-  /** The client's address group, whose share of the budget they count in (set by serveVisitor). */
-  group = '';
+  /** The client's address (set by serveVisitor); its group is worked out only once bytes are held. */
+  clientIp = '';
+  private groupOf: string | null = null;
+  /** The client's address group, whose share of the budget its bytes count in. */
+  get group(): string {
+    return (this.groupOf ??= addressGroup(this.clientIp));
+  }
   private readonly onDrain = (): void => {
-    visitorBuffers.release(this.group, this.parked);
+    if (this.parked > 0) visitorBuffers.release(this.group, this.parked);
     this.parked = 0;
     this.meter.drained();
     this.meter.holdBack(visitorBuffers.creditHeld);
@@ -278,17 +283,20 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     socket.off('drain', this.onDrain);
     // The answer's last bytes may still wait in the socket: counted until they leave or it closes.
     const parked = this.parked;
-    const group = this.group;
     this.parked = 0;
-    if (parked > 0 && !socket.destroyed) {
-      const free = (): void => {
-        socket.off('drain', free);
-        socket.off('close', free);
-        visitorBuffers.release(group, parked);
-      };
-      socket.on('drain', free);
-      socket.on('close', free);
-    } else visitorBuffers.release(group, parked);
+    if (parked > 0) {
+      const group = this.group;
+      if (socket.destroyed) visitorBuffers.release(group, parked);
+      else {
+        const free = (): void => {
+          socket.off('drain', free);
+          socket.off('close', free);
+          visitorBuffers.release(group, parked);
+        };
+        socket.on('drain', free);
+        socket.on('close', free);
+      }
+    }
     this.onDone?.();
   }
 }
@@ -308,8 +316,8 @@ export function serveVisitor(visitor: TunnelVisitor, request: RequestHead, clien
     end: !request.hasBody && !request.upgrade,
   };
   // Past the budget of bytes held for slow visitors, a new answer to one of them would only add to it.
-  visitor.group = addressGroup(client.ip);
-  if (visitorBuffers.refuses(visitor.group)) return visitor.problem('unavailable', 'the server holds as much as it can for visitors that read slowly right now; read the answers you asked for, or try again shortly', null);
+  visitor.clientIp = client.ip;
+  if (visitorBuffers.full && visitorBuffers.refuses(visitor.group)) return visitor.problem('unavailable', 'the server holds as much as it can for visitors that read slowly right now; read the answers you asked for, or try again shortly', null);
   const up = open(tunnelId, head, visitor);
   if (!up) return visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`, null);
   visitor.up = up;

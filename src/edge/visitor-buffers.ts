@@ -48,6 +48,11 @@ export class VisitorBuffers {
     return this.total * 2 >= this.budget ? INITIAL_WINDOW_BYTES - PRESSED_WINDOW_BYTES : 0;
   }
 
+  /** At or past the budget: refuses() has something to decide (its group is worked out only then). */
+  get full(): boolean {
+    return this.total >= this.budget;
+  }
+
   /** No room for another answer to a client of `group`: its new tunnelled request is answered 503. */
   refuses(group: string): boolean {
     if (this.total < this.budget) return false;
