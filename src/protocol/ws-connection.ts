@@ -114,7 +114,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
    * small frames is one chunk in the socket's queue, not two per frame.
    */
   private corked = false;
-  private joined: Uint8Array[] = [];
+  private readonly joined: Uint8Array[] = [];
   private joinedBytes = 0;
   /** Chunks handed to the socket whose write has not completed (each costs CHUNK_OVERHEAD_BYTES). */
   private chunksQueued = 0;
@@ -164,7 +164,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
     const n = this.joined.length;
     if (n === 0) return;
     const chunk = n === 1 ? this.joined[0]! : Buffer.concat(this.joined, this.joinedBytes);
-    this.joined = [];
+    this.joined.length = 0; // the same array every turn
     this.joinedBytes = 0;
     this.writeChunk(chunk);
   }
@@ -222,7 +222,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
   private finish(code: number, reason: string): void {
     if (this.closed) return;
     this.closed = true;
-    this.joined = [];
+    this.joined.length = 0;
     this.joinedBytes = 0;
     this.pendingPong = null;
     // After a close frame the socket ends gracefully, so what was written (the close, and the
