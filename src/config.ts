@@ -3,6 +3,7 @@ import { availableParallelism } from 'node:os';
 import { parseCidr, type Cidr } from './protocol/cidr.js';
 import { browserBlockedPort } from './listen.js';
 import { burrowVersion } from './version.js';
+import { defaultLogFormat, type LogFormat } from './log.js';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
 // BURROW_FOO_BAR unless the spec names its own variable (README "Server flags").
@@ -59,6 +60,8 @@ export interface Config {
   oidc: OidcConfig | null;
   loginKeyTtlSecs: number;
   logLevel: string;
+  /** json lines, or pretty (one readable line per entry); default pretty on a terminal. */
+  logFormat: LogFormat;
   authFailureLimit: number;
   shutdownTimeoutMs: number;
   /** Tunnel control connections: Ping interval (a connection silent for HEARTBEAT_MISSES of them is dropped). */
@@ -284,6 +287,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--proxy-protocol-from <cidrs>', 'with --proxy-protocol: the load balancers (CIDR[,CIDR...]) allowed to send the header; connections from anyone else are closed').argParser(nonEmptyCidrList('--proxy-protocol-from')))
     .addOption(opt('--fault-injection', 'tests only: enable POST /__fault/crash-shard').default(false).hideHelp())
     .addOption(opt('--resume-ticket-ttl <ms>', 'tests only: how long a resumption ticket lives').argParser(int('--resume-ticket-ttl', 2_000, 86_400_000)).default(86_400_000).hideHelp())
+    .addOption(opt('--log-format <format>', 'stderr log lines: json (one JSON object per line, for journald and log shippers) or pretty (readable, coloured on a terminal)').choices(['json', 'pretty']).default(undefined, 'pretty on a terminal, json otherwise'))
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .version(burrowVersion(), '-V, --version', 'print the burrow version')
     .showHelpAfterError('(burrowd --help lists every flag)')
@@ -372,6 +376,7 @@ export function configFromOptions(o: Opts): Config {
     oidc,
     loginKeyTtlSecs: o.loginKeyTtl as number,
     logLevel: String(o.logLevel),
+    logFormat: o.logFormat === 'json' || o.logFormat === 'pretty' ? o.logFormat : defaultLogFormat(),
     authFailureLimit: o.authFailureLimit as number,
     shutdownTimeoutMs: o.shutdownTimeout as number,
     heartbeatIntervalMs: o.heartbeatInterval as number,

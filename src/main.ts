@@ -22,7 +22,8 @@ import { RegistryActor } from './actors/registry.js';
 import { FailureLimiter } from './auth/failure-limiter.js';
 import { addressGroup, isVeryBroad } from './protocol/cidr.js';
 import { INVALIDATE_TIMEOUT_MS } from './auth/api-keys.js';
-import { ensureSeedKey, seedKeyHint, type SeedKey } from './seed-key.js';
+import { ensureSeedKey, noAdminWarning, seedKeyHint, type SeedKey } from './seed-key.js';
+import { noUserExists } from './db/users.js';
 import { assertPortFree, bindScope, listenAddress, probePort } from './listen.js';
 import type { HandlerAnswer, IpBlock, KeyVerdict, ShardToMain, ShardToMainReplies } from './protocol/messages.js';
 import { ApiError } from './errors.js';
@@ -42,7 +43,7 @@ try {
   process.stderr.write(`error: ${(err as Error).message}\n`);
   process.exit(2);
 }
-const log = createLogger(parsed.logLevel);
+const log = createLogger(parsed.logLevel, {}, parsed.logFormat);
 const t0 = performance.now();
 const broadTrust = parsed.trustProxy.filter(isVeryBroad);
 if (broadTrust.length > 0) {
@@ -248,6 +249,7 @@ function seedKey(): Promise<SeedKey> {
 process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 
 const seeded = config.seedApiKey ? await seedKey() : null;
+if (!config.seedApiKey && config.initialAdminEmail === null && (await noUserExists(sql))) log.warn({ dataDir: config.dataDir }, noAdminWarning());
 await cluster?.start();
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));

@@ -114,3 +114,15 @@ export function seedKeyHint(seed: SeedKey, baseUrl: string): string {
 function shellQuote(s: string): string {
   return /^[\w./+-]+$/.test(s) ? s : `'${s.replace(/'/g, `'\\''`)}'`;
 }
+
+/**
+ * The start-up warning of a burrowd nobody can administer: no user in the database, no seed key
+ * asked for, no --initial-admin-email. Every admin route would answer 401 to every key there is.
+ */
+export function noAdminWarning(): string {
+  return (
+    'no user exists and neither --seed-api-key (BURROW_SEED_API_KEY=1) nor --initial-admin-email (BURROW_INITIAL_ADMIN_EMAIL) is set: nobody can become an admin. ' +
+    'Set BURROW_SEED_API_KEY=1 (under systemd: in /etc/burrow/burrowd.env) and restart: the admin key is the first stdout line (journalctl -u burrowd) and is kept in the data dir as seed-api-key; ' +
+    'or, with a login provider configured, set BURROW_INITIAL_ADMIN_EMAIL to the address whose first browser login becomes admin'
+  );
+}

@@ -14,6 +14,7 @@ function messageOf(e: ValueError): string {
   const allowed = s.anyOf?.map((x) => x.const).filter((x) => x !== undefined);
   if (allowed && allowed.length) return `must be one of ${allowed.map((a) => JSON.stringify(a)).join(', ')}`;
   if (s.format === 'uuid') return 'must be a UUID';
+  if (s.format === 'email') return 'must be an email address such as name@example.com';
   if (s.format === 'date-time') return 'must be an ISO 8601 date-time such as 2030-01-31T12:00:00Z';
   if (s.type === 'integer' && s.minimum !== undefined && s.maximum !== undefined) return `must be an integer in ${s.minimum}..${s.maximum}`;
   if (e.message.startsWith('Unexpected property')) return 'is not a known field';

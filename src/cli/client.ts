@@ -142,10 +142,12 @@ function problemError(status: number, json: unknown, retryAfter: string | null, 
   const title = typeof p.title === 'string' && p.title ? p.title : `HTTP ${status}`;
   let detail = typeof p.detail === 'string' && p.detail ? p.detail : json === undefined ? 'the server answered without a problem body' : '';
   if (Array.isArray(p.errors) && p.errors.length > 0) {
+    // The detail already says the first field's problem: repeating it reads as two errors.
     const fields = p.errors
+      .filter((e: { message?: unknown }) => !(detail && typeof e.message === 'string' && detail.includes(e.message)))
       .map((e: { field?: unknown; message?: unknown }) => `${String(e.field ?? '')} ${String(e.message ?? '')}`.trim())
       .join('; ');
-    detail = detail ? `${detail} (${fields})` : fields;
+    if (fields) detail = detail ? `${detail} (${fields})` : fields;
   }
   let hint = hints[status] ?? DEFAULT_HINTS[status] ?? (status >= 500 ? DEFAULT_HINTS[500] : undefined);
   if (status === 429) hint = `too many failed logins from this address; wait ${retryAfter ?? 'a minute'}s and check the key`;

@@ -5,6 +5,7 @@ import { createRequire } from 'node:module';
 import type { Document, Node } from 'yaml';
 import { CliError, EXIT } from './errors.js';
 import { validateTunnel, type TunnelSpec } from './tunnel-spec.js';
+import { unknownKeyMessage } from './did-you-mean.js';
 
 // burrow.yml: several tunnels in one file, for `burrow start` and `burrow config check`.
 //
@@ -112,7 +113,7 @@ export function parseTunnelFile(text: string, path: string, now = Date.now()): {
   }
   for (const pair of root.items) {
     const k = isScalar(pair.key) ? String(pair.key.value) : String(pair.key);
-    if (!(TOP_KEYS as readonly string[]).includes(k)) at(pair.key, k, `unknown key (allowed: ${TOP_KEYS.join(', ')})`);
+    if (!(TOP_KEYS as readonly string[]).includes(k)) at(pair.key, k, unknownKeyMessage(k, TOP_KEYS));
   }
 
   const version: unknown = root.get('version', true);

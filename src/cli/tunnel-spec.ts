@@ -2,6 +2,7 @@ import { InvalidArgumentError } from 'commander';
 import { basicAuthProblem, expiryProblem, MAX_BASIC_AUTH, MAX_CIDRS, parseCidr, type AccessRules } from '../protocol/access.js';
 import { tunnelIdProblem } from '../protocol/tunnel-id.js';
 import { parseExpires } from './keys.js';
+import { unknownKeyMessage } from './did-you-mean.js';
 
 // One tunnel's options, validated once for both ways of giving them: `burrow http|tcp` flags
 // and an entry of burrow.yml (tunnel-file.ts). Both build the same raw record (the YAML key
@@ -119,7 +120,7 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
   const err = (field: string, message: string, index?: number) => errors.push({ field, message, ...(index === undefined ? {} : { index }) });
 
   for (const k of Object.keys(raw)) {
-    if (!(TUNNEL_KEYS as readonly string[]).includes(k)) err(k, `unknown key (allowed: ${TUNNEL_KEYS.join(', ')})`);
+    if (!(TUNNEL_KEYS as readonly string[]).includes(k)) err(k, unknownKeyMessage(k, TUNNEL_KEYS));
   }
 
   let type: 'http' | 'tcp' | null = null;

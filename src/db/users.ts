@@ -49,6 +49,12 @@ export async function userNames(sql: Sql, ids: readonly string[]): Promise<Map<s
   return new Map(rows.map((r) => [r.id, { name: r.name, email: r.email }]));
 }
 
+/** True when the database holds no user at all (a first start). */
+export async function noUserExists(sql: Sql): Promise<boolean> {
+  const [row] = await sql<{ any: boolean }[]>`select exists (select 1 from users) as any`;
+  return !row?.any;
+}
+
 export async function listUsers(sql: Sql, limit: number): Promise<User[]> {
   const rows = await sql<UserRow[]>`select * from users order by created_at desc, id desc limit ${limit}`;
   return rows.map(toUser);

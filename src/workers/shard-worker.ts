@@ -57,7 +57,7 @@ const SQL_POOL_PER_SHARD = 4;
 const MAX_API_BODY_BYTES = 64 * 1024;
 const VERIFY_TIMEOUT_MS = 15_000;
 
-const log = createLogger(config.logLevel, { shard: index });
+const log = createLogger(config.logLevel, { shard: index }, config.logFormat);
 // The App sees every request through the front, with a PROXY v2 header naming the client.
 setAddressPolicy({ tls: config.tls !== null, trustProxy: config.trustProxy, proxyProtocol: true });
 const { uws, from } = loadUws();

@@ -61,6 +61,18 @@ test('config check: every error with its line and field, exit 2', async () => {
   assert.match(r.stderr, /hint: /);
 });
 
+test('config check: a misspelt key gets "did you mean", a far-off one only the allowed list', async () => {
+  const p = file('typo.yml', 'version: 1\ntunnel:\n  web: { proto: http, adr: 3000 }\n');
+  const r = await burrow({ configDir: home.dir }, ['config', 'check', '--config', p]);
+  assert.is(r.code, 2, r.stderr);
+  assert.match(r.stderr, /typo\.yml:2: tunnel: unknown key \(did you mean `tunnels`\? allowed: version, server, tunnels\)/);
+  const { errors } = parseTunnelFile('version: 1\ntunnels:\n  web: { proto: http, adr: 3000, Remote-Port: 1, colour: red }\n', 'x.yml');
+  const messages = errors.map((e) => `${e.field}: ${e.message}`);
+  assert.ok(messages.some((m) => m.startsWith('tunnels.web.adr: unknown key (did you mean `addr`? allowed: proto, addr,')), messages.join('\n'));
+  assert.ok(messages.some((m) => m.startsWith('tunnels.web.Remote-Port: unknown key (did you mean `remote_port`?')), messages.join('\n'));
+  assert.ok(messages.some((m) => m.startsWith('tunnels.web.colour: unknown key (allowed: ')), messages.join('\n'));
+});
+
 test('config check --json: the errors as data', async () => {
   const p = file('broken2.yml', 'version: 1\ntunnels:\n  web: { proto: htp, addr: 3000 }\n');
   const r = await burrow({ configDir: home.dir }, ['config', 'check', '--config', p, '--json']);

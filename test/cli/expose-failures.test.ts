@@ -32,13 +32,14 @@ test.after(async () => {
   home?.remove();
 });
 
-function get(host: string, path = '/'): Promise<number> {
+/** The whole response, as the visitor's browser (Accept: text/html) or a script gets it. */
+function fetchRaw(host: string, path = '/', accept = '*/*'): Promise<string> {
   return withDeadline(
-    new Promise<number>((resolve, reject) => {
-      const s = connect(srv.port, '127.0.0.1', () => s.write(`GET ${path} HTTP/1.1\r\nHost: ${host}\r\nConnection: close\r\n\r\n`));
+    new Promise<string>((resolve, reject) => {
+      const s = connect(srv.port, '127.0.0.1', () => s.write(`GET ${path} HTTP/1.1\r\nHost: ${host}\r\nAccept: ${accept}\r\nConnection: close\r\n\r\n`));
       let data = '';
       s.on('data', (d) => (data += d));
-      s.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d+)/.exec(data)?.[1] ?? 0)));
+      s.on('end', () => resolve(data));
       s.on('error', reject);
     }),
     15_000,
@@ -46,7 +47,11 @@ function get(host: string, path = '/'): Promise<number> {
   );
 }
 
-test('local service down: the visitor gets 502 and burrow says "connection refused by host:port" (line and --json)', async () => {
+async function get(host: string, path = '/'): Promise<number> {
+  return Number(/^HTTP\/1\.1 (\d+)/.exec(await fetchRaw(host, path))?.[1] ?? 0);
+}
+
+test('local service down: the visitor gets 502 without the local address; burrow says "connection refused by host:port" (line and --json)', async () => {
   const port = await closedPort();
   const json = burrows.start(alice, ['http', `127.0.0.1:${port}`, '--id', 'down-json', '--json']);
   await burrows.firstLine(json);
@@ -64,6 +69,13 @@ test('local service down: the visitor gets 502 and burrow says "connection refus
   assert.is(await get(`down-plain.localhost:${srv.port}`, '/y'), 502);
   const line = await waitFor(() => plain.output.stdout.split('\n').find((l) => / GET /.test(l)), 10_000, 'request line');
   assert.match(line, new RegExp(`^\\d\\d:\\d\\d:\\d\\d\\.\\d{3}  GET\\s+/y\\s+502 Bad Gateway\\s+\\S+\\s+connection refused by 127\\.0\\.0\\.1:${port}$`));
+  // The public never learns the local address (nor that it is 127.0.0.1): only the client says it.
+  for (const accept of ['text/html', 'application/json']) {
+    const page = await fetchRaw(`down-plain.localhost:${srv.port}`, '/z', accept);
+    assert.match(page, /^HTTP\/1\.1 502 /);
+    assert.match(page, /the tunnel client could not reach its local service/);
+    assert.not.match(page, new RegExp(`127\\.0\\.0\\.1|${port}|refused`), page);
+  }
   plain.kill('SIGINT');
   await exitOf(plain, 10_000, 'plain exit');
 });
