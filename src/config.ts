@@ -290,6 +290,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--log-format <format>', 'stderr log lines: json (one JSON object per line, for journald and log shippers) or pretty (readable, coloured on a terminal)').choices(['json', 'pretty']).default(undefined, 'pretty on a terminal, json otherwise'))
     .addOption(opt('--log-level <level>', 'pino level: fatal, error, warn, info, debug, trace, silent').choices(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'))
     .version(burrowVersion(), '-V, --version', 'print the burrow version')
+    .addHelpText('after', '\nCommands:\n  burrowd service print  a systemd unit for this installation, on stdout (burrowd service --help)\n')
     .showHelpAfterError('(burrowd --help lists every flag)')
     .allowExcessArguments(false);
 }

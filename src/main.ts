@@ -31,10 +31,12 @@ import { loadCertificates } from './http/tls.js';
 import { shardSockets } from './main-thread/shards.js';
 import { sharedPortSupported } from './edge/front.js';
 import { ClusterNode } from './cluster/node.js';
+import { runServiceCommand } from './service-unit.js';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
 process.title = 'burrowd';
+if (process.argv[2] === 'service') process.exit(runServiceCommand(process.argv.slice(3)));
 const parsed = parseConfig(process.argv.slice(2));
 try {
   // Unusable provider settings (e.g. plain-http endpoints off loopback) stop the start-up.

@@ -2,6 +2,7 @@ import { CliError, EXIT, exitCodeForStatus } from './errors.js';
 import type { Target } from './config.js';
 import { fetchTrusting, tlsError } from './tls-trust.js';
 import { keyHint, notLoggedIn } from './key-hint.js';
+import { isJsonType, isProxyUnavailable, notBurrowdMessage } from '../client/not-burrowd.js';
 
 // The management API client: JSON in, JSON out, problem+json turned into a CliError whose exit
 // code follows the status (README "The CLI"), and a hint naming the next command to try.
@@ -58,6 +59,10 @@ export class ApiClient {
       throw unreachable(this.server, err);
     }
     const text = await res.text();
+    if (text.length > 0 && !isJsonType(res.headers.get('content-type'))) {
+      const proxy = isProxyUnavailable(res.status);
+      throw new CliError(proxy ? exitCodeForStatus(res.status) : EXIT.unreachable, this.server, notBurrowdMessage(res.status, res.headers.get('content-type'), method, url.pathname), proxy ? 'try again shortly; else check the proxy and burrowd' : WRONG_SERVER_HINT);
+    }
     let json: unknown = undefined;
     if (text.length > 0) {
       try {
@@ -91,6 +96,8 @@ export class ApiClient {
     return this.request<T>('DELETE', path, opts);
   }
 }
+
+export const WRONG_SERVER_HINT = 'check --server, BURROW_SERVER or `burrow context current`';
 
 function serverHint(server: string): string {
   return `is ${server} a burrow server? check --server, BURROW_SERVER or \`burrow context current\``;

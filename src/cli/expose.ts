@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { ApiClient, unreachable } from './client.js';
+import { ApiClient, unreachable, WRONG_SERVER_HINT } from './client.js';
 import { trustedCas } from './tls-trust.js';
 import { storedTicket, ticketKeeper } from './ticket-store.js';
 import { act, examples, positiveInt, UUID_RE, type ActionContext } from './common.js';
@@ -321,6 +321,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       if (e.code === 'tls') {
         throw new CliError(EXIT.error, 'TLS verification failed', e.message, 'if the server uses a private CA, pass its certificate with --ca FILE (or BURROW_CA, or store it in the context: `burrow context create NAME --server URL --ca FILE`)');
       }
+      if (e.code === 'not-burrowd') throw new CliError(EXIT.unreachable, target.server, e.message, WRONG_SERVER_HINT);
       if (e.code === 'unreachable') {
         throw new CliError(EXIT.unreachable, 'server unreachable', e.message, 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`');
       }

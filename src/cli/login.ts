@@ -7,7 +7,8 @@ import type { Command } from 'commander';
 import { resolve as resolvePath } from 'node:path';
 import { fetchTrusting } from './tls-trust.js';
 import { htmlPage } from '../auth/oauth/pages.js';
-import { ApiClient, unreachable } from './client.js';
+import { ApiClient, unreachable, WRONG_SERVER_HINT } from './client.js';
+import { isJsonType, isProxyUnavailable, notBurrowdMessage } from '../client/not-burrowd.js';
 import { act, examples, type ActionContext } from './common.js';
 import { checkServerUrl, loadConfig, normalizeServer, sameServer, setContextToken } from './config.js';
 import { CliError, EXIT, exitCodeForStatus } from './errors.js';
@@ -176,6 +177,11 @@ async function checkProvider(server: string, provider: string, ca: string | null
     res = await fetchTrusting(ca, `${server}/auth/v1/providers`, { headers: { accept: 'application/json' }, signal: AbortSignal.timeout(TOKEN_TIMEOUT_MS) });
   } catch (e) {
     throw unreachable(server, e);
+  }
+  // Another server's 404 page is not "no login provider": nothing it says is about burrow's login.
+  if (!isJsonType(res.headers.get('content-type'))) {
+    await res.body?.cancel();
+    throw new CliError(isProxyUnavailable(res.status) ? EXIT.error : EXIT.unreachable, server, notBurrowdMessage(res.status, res.headers.get('content-type'), 'GET', new URL(`${server}/auth/v1/providers`).pathname), WRONG_SERVER_HINT);
   }
   const body = (await res.json().catch(() => null)) as { providers?: unknown } | null;
   const names = Array.isArray(body?.providers) ? body.providers.filter((n): n is string => typeof n === 'string') : null;

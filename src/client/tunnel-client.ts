@@ -10,6 +10,7 @@ import { verificationProblem } from './tls-verify.js';
 import { WsClient, WsRefused } from './ws-client.js';
 import { printable } from './terminal-text.js';
 import { describeLocalError } from './local-error.js';
+import { isJsonType, isProxyUnavailable, notBurrowdMessage } from './not-burrowd.js';
 import { hostPort, withHostHeader, type LocalTarget } from './local-target.js';
 import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
 import { LocalPool } from './local-pool.js';
@@ -89,6 +90,7 @@ export class TunnelRefused extends Error {
 }
 
 const CONNECT_TIMEOUT_MS = 10_000;
+const CONNECT_PATH = '/tunnel/v1/connect';
 const BACKOFF_FIRST_MS = 250;
 /** The longest wait between attempts (README "Reconnecting"), unless the server's Retry-After says more. */
 const BACKOFF_MAX_MS = 1_000;
@@ -103,7 +105,11 @@ const POOL_LEAVE_MS = 10_000;
 // pool to themselves. (The edge bounds streams per connection and requests per visitor IP.)
 
 /** Maps a refused upgrade's HTTP status to a refusal. */
-function refusalOfStatus(status: number, body: string, retryAfterS: number | null): TunnelRefused {
+function refusalOfStatus(status: number, body: string, retryAfterS: number | null, contentType: string | null): TunnelRefused {
+  if (body !== '' && !isJsonType(contentType)) {
+    const message = notBurrowdMessage(status, contentType, 'GET', CONNECT_PATH);
+    return isProxyUnavailable(status) ? new TunnelRefused('unavailable', message, false, undefined, retryAfterS) : new TunnelRefused('not-burrowd', message, true);
+  }
   let detail = body;
   try {
     detail = (JSON.parse(body) as { detail?: string }).detail ?? body;
@@ -315,7 +321,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   private wsUrl(server: string): string {
     const u = new URL(server);
-    u.pathname = `${u.pathname.replace(/\/$/, '')}/tunnel/v1/connect`;
+    u.pathname = `${u.pathname.replace(/\/$/, '')}${CONNECT_PATH}`;
     return u.toString();
   }
 
@@ -359,7 +365,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       // A certificate we do not trust will not become trusted by retrying: permanent.
       const untrusted = verificationProblem(err);
       const refusal =
-        err instanceof WsRefused ? refusalOfStatus(err.status, err.body, err.retryAfterS)
+        err instanceof WsRefused ? refusalOfStatus(err.status, err.body, err.retryAfterS, err.contentType)
         : untrusted ? new TunnelRefused('tls', `${new URL(this.opts.server).host}: ${untrusted}`, true)
         : new TunnelRefused('unreachable', `cannot connect to ${server} (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`, false);
       return this.lost(refusal);

@@ -15,6 +15,8 @@ export class WsRefused extends Error {
     readonly body: string,
     /** The answer's Retry-After in seconds (delta form only, 0..3600); null when absent or other. */
     readonly retryAfterS: number | null = null,
+    /** The answer's Content-Type: burrowd's refusals are problem+json, another server's are not. */
+    readonly contentType: string | null = null,
   ) {
     super(`upgrade refused with HTTP ${status}`);
   }
@@ -57,7 +59,7 @@ export class WsClient extends WsConnection {
         let body = '';
         res.setEncoding('utf8');
         res.on('data', (d: string) => (body += d.length < 4096 ? d : ''));
-        res.on('end', () => reject(new WsRefused(res.statusCode ?? 0, body, retryAfterOf(res.headers['retry-after']))));
+        res.on('end', () => reject(new WsRefused(res.statusCode ?? 0, body, retryAfterOf(res.headers['retry-after']), res.headers['content-type'] ?? null)));
         res.on('error', reject);
       });
       req.on('upgrade', (res, socket: Socket, head: Buffer) => {

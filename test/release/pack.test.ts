@@ -8,7 +8,7 @@
 // dist/src first, so a release never ships a stale file). Runs once, on the embedded pass: the
 // package is the same on the PostgreSQL pass.
 import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, symlinkSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -83,6 +83,10 @@ test('npm install -g --omit=dev puts burrowd and burrow on PATH, without TypeScr
     const v = spawnSync(bin(name), ['--version'], { env, encoding: 'utf8', timeout: 20_000 });
     assert.is(v.stdout, `${PKG.version}\n`, `${name} --version: ${v.stderr}`);
   }
+  // The unit it prints names this node and the installed main script (the bin's target).
+  const unit = spawnSync(bin('burrowd'), ['service', 'print'], { env, encoding: 'utf8', timeout: 20_000 });
+  assert.is(unit.status, 0, unit.stderr);
+  assert.match(unit.stdout, new RegExp(`^ExecStart=${process.execPath.replace(/[.]/g, '\\.')} ${realpathSync(join(installed, 'dist', 'src', 'main.js')).replace(/[.]/g, '\\.')}$`, 'm'));
 });
 
 test('the installed burrowd serves the API and a tunnel opened by the installed burrow', async () => {
