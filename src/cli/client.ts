@@ -127,12 +127,21 @@ export function unreachable(server: string, err: unknown): CliError {
     return new CliError(EXIT.error, 'request failed', `${server}: ${code}`, serverHint(server));
   }
   const why = code ?? innermostMessage(err);
-  return new CliError(
-    EXIT.unreachable,
-    'server unreachable',
-    `cannot connect to ${server} (${why})`,
-    'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`',
-  );
+  return new CliError(EXIT.unreachable, 'server unreachable', `cannot connect to ${server} (${why})`, unreachableHint(server, why));
+}
+
+/** What to check when nothing answered: a name that does not resolve is not a server that is down. */
+export function unreachableHint(server: string, code: string): string {
+  if (/\b(ENOTFOUND|EAI_AGAIN|EAI_NONAME|EAI_NODATA)\b/.test(code)) {
+    let host = server;
+    try {
+      host = new URL(server).hostname;
+    } catch {
+      /* keep the text */
+    }
+    return `the name ${host} does not resolve (DNS): check its spelling in --server, BURROW_SERVER or \`burrow context current\`, or its DNS record`;
+  }
+  return 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`';
 }
 
 const DEFAULT_HINTS: Record<number, string> = {

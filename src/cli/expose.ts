@@ -1,5 +1,5 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { ApiClient, unreachable, WRONG_SERVER_HINT } from './client.js';
+import { ApiClient, unreachable, unreachableHint, WRONG_SERVER_HINT } from './client.js';
 import { trustedCas } from './tls-trust.js';
 import { storedTicket, ticketKeeper } from './ticket-store.js';
 import { act, examples, positiveInt, UUID_RE, type ActionContext } from './common.js';
@@ -323,7 +323,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
       }
       if (e.code === 'not-burrowd') throw new CliError(EXIT.unreachable, target.server, e.message, WRONG_SERVER_HINT);
       if (e.code === 'unreachable') {
-        throw new CliError(EXIT.unreachable, 'server unreachable', e.message, 'is burrowd running there? check --server, BURROW_SERVER or `burrow context current`');
+        throw new CliError(EXIT.unreachable, 'server unreachable', e.message, unreachableHint(target.server, e.message));
       }
       const code = exitCodeForRefusal(e.code);
       const spec = specs.find((s) => s.name === e.tunnel) ?? specs[0]!;

@@ -3,6 +3,7 @@ import { rootCertificates } from 'node:tls';
 import type { Dispatcher } from 'undici';
 import { CliError, EXIT } from './errors.js';
 import { verificationProblem } from '../client/tls-verify.js';
+import { isLoopbackName, lookupLoopbackNames } from '../client/loopback-names.js';
 
 // Which certificates the CLI trusts: the system's CAs (Node's bundled roots) plus --ca FILE
 // (env BURROW_CA, or a context's `ca`), for the API, login and the control WebSocket alike.
@@ -26,15 +27,21 @@ export function trustedCas(caFile: string | null): string[] | undefined {
 
 const dispatchers = new Map<string, Dispatcher>();
 
-/** An undici dispatcher trusting --ca as well (undefined: the default one). */
-async function dispatcherFor(caFile: string | null): Promise<Dispatcher | undefined> {
+/**
+ * An undici dispatcher trusting --ca as well and resolving names under .localhost to loopback
+ * (client/loopback-names.ts); undefined when neither is needed (the default one serves).
+ */
+async function dispatcherFor(caFile: string | null, url: URL): Promise<Dispatcher | undefined> {
   const ca = trustedCas(caFile);
-  if (!ca || caFile === null) return undefined;
-  let d = dispatchers.get(caFile);
+  // `localhost` itself the system resolves; only names under it need ours.
+  const loopback = url.hostname.toLowerCase() !== 'localhost' && isLoopbackName(url.hostname);
+  if (!ca && !loopback) return undefined;
+  const key = `${caFile ?? ''}\n${loopback}`;
+  let d = dispatchers.get(key);
   if (!d) {
     const { Agent } = await import('undici');
-    d = new Agent({ connect: { ca } });
-    dispatchers.set(caFile, d);
+    d = new Agent({ connect: { ...(ca ? { ca } : {}), ...(loopback ? { lookup: lookupLoopbackNames } : {}) } });
+    dispatchers.set(key, d);
   }
   return d;
 }
@@ -47,12 +54,12 @@ export interface FetchInit {
 }
 
 /**
- * fetch for the CLI's HTTP requests, trusting --ca as well. Without --ca it is Node's own fetch
- * (the same undici, built in): loading the npm undici costs more than the rest of a CLI start,
- * so it loads only when --ca needs its Agent.
+ * fetch for the CLI's HTTP requests, trusting --ca as well. Without --ca (and a name under
+ * .localhost) it is Node's own fetch (the same undici, built in): loading the npm undici costs
+ * more than the rest of a CLI start, so it loads only when its Agent is needed.
  */
 export async function fetchTrusting(caFile: string | null, url: string | URL, init: FetchInit): Promise<Response> {
-  const dispatcher = await dispatcherFor(caFile);
+  const dispatcher = await dispatcherFor(caFile, new URL(url));
   if (!dispatcher) return fetch(url, init);
   const undici = await import('undici');
   return (await undici.fetch(url, { ...init, dispatcher })) as unknown as Response;

@@ -3,6 +3,7 @@ import https from 'node:https';
 import { randomBytes } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { WsConnection } from '../protocol/ws-connection.js';
+import { lookupLoopbackNames } from './loopback-names.js';
 
 // The client end of the control WebSocket, on a raw socket (RFC 6455, binary messages only).
 // Why not undici's WebSocket: a refused upgrade must tell 401 from 403 from 503 (permanent
@@ -50,6 +51,7 @@ export class WsClient extends WsConnection {
           'sec-websocket-key': randomBytes(16).toString('base64'),
         },
         timeout: timeoutMs,
+        lookup: lookupLoopbackNames,
         ...(secure && ca ? { ca } : {}),
       });
       req.on('socket', (s: Socket) => s.setNoDelay(true));
