@@ -4,7 +4,8 @@
 // 8080 and 3000 swapped for free ports so that the suite can run anywhere, and the database
 // given through DATABASE_URL.
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer as createHttpServer } from 'node:http';
 import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -131,6 +132,70 @@ test('the runnable blocks run verbatim and do what their comments say', async ()
     // burrowd drains on SIGTERM: give the group a while, then SIGKILL what is left.
     for (let waited = 0; waited < STOP_TIMEOUT_MS && groupAlive(bash.pid!); waited += 200) await new Promise((r) => setTimeout(r, 200));
     if (groupAlive(bash.pid!)) killGroup('SIGKILL');
+  }
+});
+
+/** The first runnable block up to its KEY= line, then the key it settled on: how the walk-through starts. */
+function startLines(port: number): string {
+  const first = blocks.find((b) => b.info === 'runnable')!.body;
+  const upToKey = first.slice(0, first.indexOf('\n', first.indexOf('KEY=$(')) + 1);
+  return `${upToKey.replace(/\b8080\b/g, String(port))}echo "KEY=$KEY"\n`;
+}
+
+/** Runs `script` in bash in a checkout-like directory (bin, dist linked in); its output. */
+async function runIn(dir: string, script: string): Promise<{ code: number | null; out: string; err: string }> {
+  const env: NodeJS.ProcessEnv = { ...process.env, TMPDIR: dir, NO_COLOR: '1' };
+  for (const k of Object.keys(env)) if (k.startsWith('BURROW_') || k === 'DATABASE_URL') delete env[k];
+  const bash = spawn('bash', ['-c', script], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  let out = '';
+  let err = '';
+  bash.stdout.on('data', (d) => (out += d));
+  bash.stderr.on('data', (d) => (err += d));
+  const code = await withDeadline(new Promise<number | null>((r) => bash.once('exit', (c) => r(c))), 60_000, `the start lines: ${out}\n${err}`).finally(() => {
+    try {
+      process.kill(-bash.pid!, 'SIGKILL');
+    } catch {
+      // the group is gone already
+    }
+  });
+  return { code, out, err };
+}
+
+test("pasted while `npm start` runs on the port: the walk-through uses that server's kept key", async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'burrow-readme-start-'));
+  const key = 'bk_AAAAAAAAAAAA_BBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBBB';
+  // Stands in for `npm start`: answers GET /api/v1/me to its key only.
+  const running = createHttpServer((req, res) => {
+    res.writeHead(req.headers.authorization === `Bearer ${key}` ? 200 : 401, { 'content-type': 'application/json' });
+    res.end('{}');
+  });
+  try {
+    for (const name of ['bin', 'dist', 'node_modules']) symlinkSync(join(ROOT, name), join(dir, name));
+    mkdirSync(join(dir, 'burrow-data'));
+    writeFileSync(join(dir, 'burrow-data', 'seed-api-key'), `${key}\n`);
+    await new Promise<void>((r) => running.listen(0, '127.0.0.1', r));
+    const r = await runIn(dir, startLines((running.address() as AddressInfo).port));
+    assert.is(r.code, 0, r.err);
+    assert.match(r.out, new RegExp(`^KEY=${key}$`, 'm'), r.err);
+  } finally {
+    running.close();
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('pasted while another program holds the port: the wait stops at once with burrowd\'s reason', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'burrow-readme-taken-'));
+  const blocker = createServer();
+  try {
+    for (const name of ['bin', 'dist', 'node_modules']) symlinkSync(join(ROOT, name), join(dir, name));
+    await new Promise<void>((r) => blocker.listen(0, '127.0.0.1', r));
+    const port = (blocker.address() as AddressInfo).port;
+    const r = await runIn(dir, startLines(port));
+    assert.is(r.code, 0, r.err);
+    assert.match(r.err, new RegExp(`^burrowd did not start:\nburrowd: port ${port} on 127\\.0\\.0\\.1 is already in use \\(another burrowd or another program\\): stop it or choose another --port$`, 'm'));
+  } finally {
+    blocker.close();
+    rmSync(dir, { recursive: true, force: true });
   }
 });
 
