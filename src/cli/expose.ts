@@ -14,6 +14,7 @@ import { resolveTeam } from './teams.js';
 import { flagOf, localLabel, parseTunnelExpiry, validateTunnel, type RawTunnel, type TunnelSpec } from './tunnel-spec.js';
 import type { User } from './types.js';
 import { burrowVersion } from '../version.js';
+import { delay, EXIT_DEADLINE_MS, ExitDeadline, GOODBYE_MS } from './exit-deadline.js';
 import { basicAuthProblem, parseCidr, type AccessRules } from '../protocol/access.js';
 
 // burrow http <port|host:port> and burrow tcp <port|host:port>: expose a local service through
@@ -172,7 +173,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   const hintOpts = async (s: TunnelSpec, refusal: string) => ({ id: s.id, remotePort: s.remotePort, team: s.team, refusal, keyHint: refusal === 'unauthorized' ? await keyHint(target) : '' });
 
   // Loaded here so management commands do not pay for the tunnel code at start-up.
-  const { TunnelClient, TunnelRefused } = await import('../client/tunnel-client.js');
+  const { TunnelClient, TunnelRefused, POOL_LEAVE_MS } = await import('../client/tunnel-client.js');
   // One inspector for the run, started before the tunnels so their first request is captured.
   const inspection = specs.some((s) => s.type === 'http') ? await startInspectorFromFlag(ctx.opts.inspect) : null;
   const inspector = inspection?.inspector ?? null;
@@ -290,10 +291,20 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     screen.stop();
     void Promise.all([client.stop(), inspector?.close()]).finally(() => process.exit(130));
   };
+  const pooled = specs.some((s) => s.pool);
+  // A forced exit shows the cursor again (the live block hides it); the block stays as drawn.
+  const exitDeadline = new ExitDeadline(() => screen.tty && process.stderr.write('\x1b[?25h'));
   // One listener for the whole run, whose action changes with the phase: removing one listener
   // and adding another left an instant with none, and a Ctrl-C then killed burrow outright.
   let onSignal: () => void = abortConnecting;
-  const signalled = (): void => onSignal();
+  const signalled = (): void => {
+    // The second Ctrl-C leaves at once; the first within EXIT_DEADLINE_MS (a pool member's
+    // open requests may take POOL_LEAVE_MS), whatever the server does.
+    if (exitDeadline.armed) return exitDeadline.now(130);
+    exitDeadline.arm(pooled ? POOL_LEAVE_MS + EXIT_DEADLINE_MS : EXIT_DEADLINE_MS);
+    if (pooled && registered.size > 0) screen.note('leaving the pool: open requests finish first (up to 10 s); Ctrl-C again to leave now');
+    onSignal();
+  };
   process.on('SIGINT', signalled);
   process.on('SIGTERM', signalled);
   screen.start();
@@ -344,16 +355,26 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   // Started: a signal is a stop now (the same listener, so none falls between the two).
   onSignal = () => finish(EXIT.ok);
   const code = await done;
-  process.removeListener('SIGINT', signalled);
-  process.removeListener('SIGTERM', signalled);
+  // Ended by the server (no signal): leaving is bounded all the same.
+  if (!exitDeadline.armed) exitDeadline.arm(EXIT_DEADLINE_MS);
+  const exitCode = failure ? (failure as CliError).exitCode : code === EXIT.ok ? laterCode : code;
+  exitDeadline.code = exitCode;
   // The last frame first, while the connection (and its latency) is still there.
   screen.stop();
-  await client.stop().catch(() => undefined);
-  await inspector?.close();
+  // The goodbye (Close frames, the WebSocket close, the inspector) is sent at once; waiting on a
+  // server that answers nothing would hold the exit: it gets GOODBYE_MS, a pool member's open
+  // requests their POOL_LEAVE_MS.
+  await Promise.race([Promise.all([client.stop().catch(() => undefined), inspector?.close()]), delay(pooled ? POOL_LEAVE_MS : GOODBYE_MS)]);
   screen.closed(ending.code, ending.reason);
   if (!ctx.json) screen.summary();
+  // What is left (a socket whose peer never closes its side) must not keep burrow running: the
+  // deadline ends the process if the event loop has not emptied by then.
+  process.removeListener('SIGINT', signalled);
+  process.removeListener('SIGTERM', signalled);
+  process.once('SIGINT', () => exitDeadline.now(130));
+  process.once('SIGTERM', () => exitDeadline.now(130));
   if (failure) throw failure;
-  process.exitCode = code === EXIT.ok ? laterCode : code;
+  process.exitCode = exitCode;
 }
 
 export function registerExpose(program: Command): void {

@@ -98,7 +98,7 @@ const AGENT = `burrow-client/${PROTOCOL_VERSION}`;
 /** Connections to the local service at most; further requests wait in the pool (streams are capped per tunnel). */
 const MAX_LOCAL_CONNECTIONS = 256;
 /** How long a pool member that stops waits for its open streams to finish (the server sends it no new one). */
-const POOL_LEAVE_MS = 10_000;
+export const POOL_LEAVE_MS = 10_000;
 // Requests with a body take a second, uncapped pool: a visitor that stalls its upload holds its
 // local connection until the body ends, and 256 such visitors made every GET of the tunnel queue
 // behind them for seconds. Bodiless requests, which never stall on the visitor, keep the capped
