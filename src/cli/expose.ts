@@ -200,7 +200,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
         access: Object.keys(s.access).length ? s.access : undefined,
         localLabel: localLabel(s),
         pool: s.pool,
-        observer: s.type === 'http' ? inspector?.observer(named ? s.name : () => ids.get(s.name) ?? s.id ?? s.name, local) : undefined,
+        observer: s.type === 'http' ? inspector?.observer(named ? s.name : () => ids.get(s.name) ?? s.id ?? s.name, local, s.access.basicAuth?.[0] ?? null) : undefined,
       };
     }),
   });

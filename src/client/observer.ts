@@ -1,3 +1,5 @@
+import { describeLocalError } from './local-error.js';
+
 // What the tunnel client tells an observer (the request inspector, src/client/inspector/) about
 // each HTTP exchange it carries to the local service. The client calls these synchronously on
 // its hot path, so an observer must return at once, copy the body bytes it keeps (the buffers are
@@ -14,8 +16,12 @@ export interface ExchangeObserver {
   responseBody(chunk: Uint8Array): void;
   /** The exchange completed. */
   end(): void;
-  /** The exchange failed (local service unreachable, timed out, reset by either side). */
-  fail(reason: string): void;
+  /**
+   * The exchange failed (local service unreachable, timed out, reset by either side): why, in
+   * words, and the status the edge answered the visitor with in its place (502, 504; null when
+   * the visitor got none, or part of the local service's own answer).
+   */
+  fail(reason: string, visitorStatus?: number | null): void;
 }
 
 /** The rest of the status line, as the local service wrote it. */
@@ -30,15 +36,50 @@ export interface TunnelObserver {
   request(head: { method: string; target: string; headers: readonly string[] }): ExchangeObserver | null;
 }
 
-/** A reset code (src/protocol/frames.ts ResetCode), or the client's own reasons, in words. */
-function reasonInWords(reason: string, local: string): string {
+/** What the edge answers the visitor in place of the local service's answer, per reset code. */
+const VISITOR_STATUS: Record<string, number> = { 'local-unreachable': 502, 'local-invalid': 502, 'local-timeout': 504 };
+
+/** System errors that mean no connection was made at all (as opposed to one that broke), in words. */
+const NOT_CONNECTED: Record<string, string> = {
+  ECONNREFUSED: 'refused',
+  ENOTFOUND: 'host name not found',
+  EAI_AGAIN: 'host name not found',
+  EHOSTUNREACH: 'unreachable',
+  ENETUNREACH: 'unreachable',
+  ETIMEDOUT: 'timed out',
+  UND_ERR_CONNECT_TIMEOUT: 'timed out',
+};
+
+function codeOf(err: Error): string | undefined {
+  const code = (err as { code?: unknown }).code;
+  return typeof code === 'string' ? code : undefined;
+}
+
+/** Why no answer came from the local service, when a connection (or none) is what failed. */
+function unreachableInWords(local: string, err: Error | null | undefined): string {
+  const code = err ? codeOf(err) : undefined;
+  if (!err) return `no connection to ${local}`;
+  if (code === 'ECONNRESET' || code === 'EPIPE') return 'the local service reset the connection';
+  if (code && NOT_CONNECTED[code]) return `no connection to ${local}: ${NOT_CONNECTED[code]}`;
+  // No code: the client's own words ("the local service closed the connection without an answer").
+  return code ? describeLocalError(err, local) : err.message;
+}
+
+/**
+ * A reset code (src/protocol/frames.ts ResetCode), or the client's own reasons, in words; `err`
+ * is the local service's error when the client knows it. "No connection" only when none was
+ * made: a connection the local service reset or closed is said as such.
+ */
+function reasonInWords(reason: string, local: string, err: Error | null | undefined): string {
+  const status = VISITOR_STATUS[reason];
+  const got = status ? ` (the visitor got ${status})` : '';
   switch (reason) {
     case 'local-unreachable':
-      return `no connection to ${local} (the visitor got 502)`;
+      return `${unreachableInWords(local, err)}${got}`;
     case 'local-invalid':
-      return `${local} sent something that is not an HTTP/1.x response (the visitor got 502)`;
+      return `${local} sent something that is not an HTTP/1.x response${got}`;
     case 'local-timeout':
-      return `${local} sent no response in time (the visitor got 504)`;
+      return `${local} sent no response in time${got}`;
     case 'visitor-gone':
       return 'the visitor went away';
     case 'closing':
@@ -50,12 +91,18 @@ function reasonInWords(reason: string, local: string): string {
   }
 }
 
+/** The observer as the tunnel client calls it: failures as reset codes and the local error. */
+export interface GuardedObserver extends Omit<ExchangeObserver, 'fail'> {
+  /** `reason`: a reset code; `err`: the local service's error, when known. */
+  fail(reason: string, err?: Error | null): void;
+}
+
 /**
  * What the tunnel client holds per exchange: the observer's calls, each guarded, so an observer
  * that throws loses its capture and nothing else; null when the observer declines. `local` (the
  * tunnel's local service) is put in words only when an exchange fails.
  */
-export function guardedExchange(observer: TunnelObserver, head: { method: string; target: string; headers: readonly string[] }, local: { host: string; port: number }): ExchangeObserver | null {
+export function guardedExchange(observer: TunnelObserver, head: { method: string; target: string; headers: readonly string[] }, local: { host: string; port: number }): GuardedObserver | null {
   let inner: ExchangeObserver | null;
   try {
     inner = observer.request(head);
@@ -66,7 +113,7 @@ export function guardedExchange(observer: TunnelObserver, head: { method: string
 }
 
 /** A class, not closures: one object per exchange on the client's hot path. */
-class GuardedExchange implements ExchangeObserver {
+class GuardedExchange implements GuardedObserver {
   private broken = false;
 
   constructor(
@@ -110,10 +157,10 @@ class GuardedExchange implements ExchangeObserver {
     }
   }
 
-  fail(reason: string): void {
+  fail(reason: string, err?: Error | null): void {
     if (this.broken) return;
     try {
-      this.inner.fail(reasonInWords(reason, `${this.local.host}:${this.local.port}`));
+      this.inner.fail(reasonInWords(reason, `${this.local.host}:${this.local.port}`, err), VISITOR_STATUS[reason] ?? null);
     } catch {
       this.broken = true;
     }

@@ -2,7 +2,7 @@ import net from 'node:net';
 import { F, type Frame, type HttpHead, type ResetCode, type TcpHead } from '../protocol/frames.js';
 import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/flow-control.js';
 import type { ResponseHead } from '../protocol/http1-parser.js';
-import type { ExchangeObserver } from './observer.js';
+import type { GuardedObserver } from './observer.js';
 import { connectOptions, type LocalTarget } from './local-target.js';
 import type { ConnUser, LocalConn, LocalPool } from './local-pool.js';
 
@@ -33,7 +33,7 @@ export abstract class ClientStream implements Source {
   bytesOut = 0;
   readonly startedMs = Date.now();
   /** The observer's view of this HTTP exchange (null: nobody observes; it copies ≤ 64 KiB a body). */
-  capture: ExchangeObserver | null = null;
+  capture: GuardedObserver | null = null;
   /** The local service gave no answer: its error, or null for a timeout (see local-error.ts). */
   localFailure: { err: Error | null } | null = null;
 
@@ -96,7 +96,7 @@ export abstract class ClientStream implements Source {
 
   protected reset(code: ResetCode): void {
     if (this.ends.done) return;
-    this.capture?.fail(code);
+    this.capture?.fail(code, this.localFailure?.err);
     this.out.send([F.Reset, this.sid, code]);
     this.ends.finish();
   }

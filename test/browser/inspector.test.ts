@@ -7,7 +7,7 @@
 // INSPECTOR_SCREENSHOTS=DIR also saves the screenshots of docs/screenshots there.
 import http from 'node:http';
 import { execFile } from 'node:child_process';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -29,6 +29,8 @@ let page: Page;
 const burrows = new RunningBurrows();
 const seen: string[] = [];
 const UI_MS = 15_000;
+/** A 1×1 PNG. */
+const PIXEL_PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
 
 test.before(async () => {
   try {
@@ -45,6 +47,15 @@ test.before(async () => {
       req.on('data', (d) => (body += d));
       req.on('end', () => {
         seen.push(`${req.method} ${req.url} ${body}`);
+        if (req.url === '/page.html') {
+          // A script and a remote image: the preview must run and load neither.
+          res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' });
+          return void res.end('<!doctype html><h1>Hello preview</h1><script>document.body.append("script ran")</script><img src="http://127.0.0.1:9/tracker.png">');
+        }
+        if (req.url === '/pixel.png') {
+          res.writeHead(200, { 'content-type': 'image/png' });
+          return void res.end(PIXEL_PNG);
+        }
         res.writeHead(req.url!.startsWith('/missing') ? 404 : 200, { 'content-type': 'application/json' });
         res.end(JSON.stringify({ greeting: 'hello from the local service', body }));
       });
@@ -97,11 +108,29 @@ test('a request through the tunnel appears live, with its heads and bodies', asy
   await row.first().focus();
   await page.keyboard.press('Enter');
   await page.locator('#detail h2', { hasText: 'POST /from-the-browser-test' }).waitFor({ timeout: UI_MS });
-  const detail = await page.locator('#detail').innerText();
+  // The Summary tab first; the request and the response each one tab away, never below each other.
+  assert.is(await page.getByRole('tab', { selected: true }).innerText(), 'Summary');
+  assert.match(await page.locator('#summary-response').innerText(), /^200 OK · application\/json · \d+ bytes · /);
+  await page.getByRole('tab', { name: 'Request', exact: true }).click();
+  let detail = await page.locator('#detail').innerText();
   assert.match(detail, /x-trace\s+browser-1/i);
   assert.match(detail, /"a": \[\s+1,\s+2\s+\]/); // the JSON request body, pretty-printed
+  assert.not.match(detail, /hello from the local service/);
+  // Arrow keys move between the tabs.
+  await page.getByRole('tab', { name: 'Request', exact: true }).press('ArrowRight');
+  await page.getByRole('tab', { name: 'Response', exact: true, selected: true }).waitFor({ timeout: UI_MS });
+  detail = await page.locator('#detail').innerText();
   assert.match(detail, /"greeting": "hello from the local service"/);
   assert.match(detail, /200 OK/);
+  // The date in ISO 8601 (local time, with its offset), the instant the list's row names.
+  const time = page.locator('#detail-time');
+  assert.match(await time.innerText(), /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}[+-]\d\d:\d\d$/);
+  assert.is(Date.parse(await time.innerText()), Date.parse((await time.getAttribute('datetime'))!));
+  await page.getByRole('tab', { name: 'Summary', exact: true }).click();
+});
+
+test('the list shows the reason phrase with the status', async () => {
+  assert.match(await rowsFor('/from-the-browser-test').first().locator('.st').innerText(), /^200 OK$/);
 });
 
 test('Replay adds a second entry that reached the local service', async () => {
@@ -155,7 +184,7 @@ test('each row shows when it came and through which tunnel; the header shows the
 test('the raw view shows the request as written to the local service and the response as received', async () => {
   await rowsFor('/from-the-browser-test').last().click();
   await page.locator('#detail h2', { hasText: 'POST /from-the-browser-test' }).waitFor({ timeout: UI_MS });
-  await page.getByRole('button', { name: 'Raw', exact: true }).click();
+  await page.getByRole('tab', { name: 'Raw', exact: true }).click();
   const request = await page.locator('#raw-request').textContent();
   assert.match(request!, /^POST \/from-the-browser-test HTTP\/1\.1\r\n/);
   assert.match(request!, new RegExp(`\r\nHost: ${tunnelHost()}\r\n`, 'i'));
@@ -170,7 +199,7 @@ test('the raw view shows the request as written to the local service and the res
   await rowsFor('/edited-in-the-browser').first().click();
   await page.locator('#raw-request', { hasText: 'POST /edited-in-the-browser HTTP/1.1' }).waitFor({ timeout: UI_MS });
   await screenshot(page, 'inspector-raw-1280');
-  await page.getByRole('button', { name: 'Parsed', exact: true }).click();
+  await page.getByRole('tab', { name: 'Summary', exact: true }).click();
 });
 
 test('copy as cURL puts a command on the clipboard that sends the request through the tunnel again', async () => {
@@ -194,7 +223,7 @@ test('the filter: by method, status class, path and text in headers or bodies', 
   await visit(srv.port, tunnelHost(), { method: 'POST', path: '/orders', headers: { 'content-type': 'text/plain' }, body: 'order with needle-42 inside' });
   await visit(srv.port, tunnelHost(), { path: '/missing/page' });
   await visit(srv.port, tunnelHost(), { path: '/plain', headers: { 'x-client': 'needle-in-a-header' } });
-  for (const p of ['/orders', '/missing/page', '/plain']) await page.locator('#list button', { hasText: p }).filter({ has: page.locator('.st', { hasText: /^\d{3}$/ }) }).first().waitFor({ timeout: UI_MS });
+  for (const p of ['/orders', '/missing/page', '/plain']) await page.locator('#list button', { hasText: p }).filter({ has: page.locator('.st', { hasText: /^\d{3}\b/ }) }).first().waitFor({ timeout: UI_MS });
   const total = await page.locator('#list li').count();
   const settled = () => page.locator('#filter:not([aria-busy])').waitFor({ timeout: UI_MS });
   const expectShown = async (paths: string[]) => {
@@ -243,7 +272,7 @@ test('a phone-sized viewport (400 px): nothing wider than the screen; list above
     assert.ok(list.y + list.height <= detail.y + 1, `list (${list.y}+${list.height}) above detail (${detail.y})`);
     assert.ok(detail.width > 350, `detail is ${detail.width} px wide`);
     await screenshot(phone, 'inspector-detail-400');
-    await phone.getByRole('button', { name: 'Raw', exact: true }).click();
+    await phone.getByRole('tab', { name: 'Raw', exact: true }).click();
     await phone.locator('#raw-request').waitFor({ timeout: UI_MS });
     o = await overflow();
     assert.ok(o.scroll <= o.inner, `the raw view is ${o.scroll} px wide in a ${o.inner} px viewport`);
@@ -264,6 +293,17 @@ test('the status page: tunnel, URL, local address, server, state, latency and ve
   await tunnel.waitFor({ timeout: UI_MS });
   const cells = await tunnel.locator('td').allInnerTexts();
   assert.equal(cells, ['http (insp-browser)', `http://${tunnelHost()}`, `http://localhost:${local.port}`, 'up']);
+  // The terminal's figures: every request so far counted, none open, the percentiles known.
+  const figures = page.locator('#st-figures tr', { hasText: 'http' });
+  await page.waitForFunction('Number(document.querySelector("#st-figures td:nth-child(2)")?.textContent) > 5', undefined, { timeout: UI_MS });
+  const [name, ttl, opn, rt1, rt5, p50, p90] = await figures.locator('td').allInnerTexts();
+  assert.is(name, 'http');
+  assert.ok(Number(ttl) > 5, `ttl ${ttl}`);
+  assert.is(opn, '0');
+  assert.match(rt1!, /^\d+\.\d\d$/);
+  assert.match(rt5!, /^\d+\.\d\d$/);
+  assert.match(p50!, /^\d+(\.\d+)?m?s$/);
+  assert.match(p90!, /^\d+(\.\d+)?m?s$/);
   assert.is(await page.locator('#st-server').innerText(), srv.url);
   assert.is(await page.locator('#st-state').innerText(), 'online');
   assert.match(await page.locator('#st-latency').innerText(), /^(—|\d+ ms)$/);
@@ -283,6 +323,93 @@ test('Clear empties the list and the inspector\'s store; new requests show after
   await visit(srv.port, tunnelHost(), { path: '/after-clear' });
   await rowsFor('/after-clear').first().waitFor({ timeout: UI_MS });
   assert.match(await page.locator('#count').innerText(), /^1 request$/);
+});
+
+test('Summary: the query parameters and urlencoded form fields as tables', async () => {
+  await visit(srv.port, tunnelHost(), { method: 'POST', path: '/search?q=burrow+tunnels&page=2&tag=a&tag=b', headers: { 'content-type': 'application/x-www-form-urlencoded' }, body: 'name=Ada+Lovelace&lang=en&note=%3Cb%3Ehi%3C%2Fb%3E' });
+  await rowsFor('/search').first().click();
+  await page.locator('#detail h2', { hasText: 'POST /search' }).waitFor({ timeout: UI_MS });
+  const rowsOf = async (label: string) => {
+    const table = page.getByRole('table', { name: label });
+    return Promise.all((await table.locator('tr').all()).map(async (tr) => [await tr.locator('th').innerText(), await tr.locator('td').innerText()]));
+  };
+  assert.equal(await rowsOf('Query parameters'), [['q', 'burrow tunnels'], ['page', '2'], ['tag', 'a'], ['tag', 'b']]);
+  // Decoded, and shown as text (the <b> is not markup).
+  assert.equal(await rowsOf('Form fields'), [['name', 'Ada Lovelace'], ['lang', 'en'], ['note', '<b>hi</b>']]);
+  await screenshot(page, 'inspector-summary-1280');
+});
+
+test('previews: HTML rendered without scripts or network, JSON highlighted, an image shown', async () => {
+  await visit(srv.port, tunnelHost(), { path: '/page.html' });
+  await rowsFor('/page.html').first().click();
+  await page.getByRole('tab', { name: 'Response', exact: true }).click();
+  const frame = page.locator('iframe.body-preview');
+  await frame.waitFor({ timeout: UI_MS });
+  assert.is(await frame.getAttribute('sandbox'), '');
+  const inside = page.frameLocator('iframe.body-preview');
+  assert.is(await inside.locator('h1').innerText({ timeout: UI_MS }), 'Hello preview');
+  assert.not.match(await inside.locator('body').innerText(), /script ran/);
+  // The source is one click away.
+  assert.match(await page.locator('#detail details pre').textContent() ?? '', /<h1>Hello preview<\/h1>/);
+
+  await visit(srv.port, tunnelHost(), { path: '/pixel.png' });
+  await rowsFor('/pixel.png').first().click();
+  const img = page.locator('img.body-preview');
+  await img.waitFor({ timeout: UI_MS });
+  await page.waitForFunction('document.querySelector("img.body-preview").complete');
+  assert.is(await img.evaluate((i: unknown) => (i as { naturalWidth: number }).naturalWidth), 1);
+
+  await rowsFor('/after-clear').first().click();
+  await page.locator('.body-json .j-key', { hasText: '"greeting"' }).waitFor({ timeout: UI_MS });
+  assert.is(await page.locator('.body-json .j-str', { hasText: 'hello from the local service' }).count(), 1);
+  await screenshot(page, 'inspector-response-1280');
+  await page.getByRole('tab', { name: 'Summary', exact: true }).click();
+});
+
+test('a basic-auth tunnel: Copy as cURL carries the credentials only with its visible toggle on; a failed request shows the 502 the visitor got', async () => {
+  const file = join(home.dir, 'two-tunnels.yml');
+  const down = await closedPort();
+  writeFileSync(file, `version: 1\ntunnels:\n  locked: { proto: http, addr: ${local.port}, id: insp-locked, basic_auth: [ "alice:s3cret" ] }\n  down: { proto: http, addr: ${down}, id: insp-down }\n`);
+  const alice = adminOf(srv, home.dir);
+  const child = burrows.start({ ...alice, env: { ...alice.env, BURROW_INSPECT_BASE_PORT: String(await closedPort()) } }, ['start', '--config', file]);
+  await waitFor(() => (/insp-down/.test(child.output.stdout) && /insp-locked/.test(child.output.stdout) ? true : undefined), UI_MS, `both tunnels: ${child.output.stderr}`);
+  const url = await waitFor(() => /^burrow: inspector at (http:\/\/\S+)$/m.exec(child.output.stderr)?.[1], UI_MS, 'inspector address');
+  const locked = `insp-locked.localhost:${srv.port}`;
+  const second = await browser!.newPage({ viewport: { width: 1280, height: 800 } });
+  try {
+    await second.context().grantPermissions(['clipboard-read', 'clipboard-write'], { origin: new URL(url).origin });
+    assert.is((await visit(srv.port, locked, { path: '/secret', headers: { authorization: `Basic ${Buffer.from('alice:s3cret').toString('base64')}` } })).status, 200);
+    assert.is((await visit(srv.port, `insp-down.localhost:${srv.port}`, { path: '/nothing-there' })).status, 502);
+    await withDeadline(second.goto(url), UI_MS, 'open the second inspector');
+
+    // The failed request: the status the visitor got, and why, not ERR.
+    const failed = second.locator('#list button', { hasText: '/nothing-there' }).first();
+    await failed.locator('.st', { hasText: '502 Bad Gateway' }).waitFor({ timeout: UI_MS });
+    await failed.click();
+    assert.match(await second.locator('#detail .error').first().innerText(), new RegExp(`^no connection to localhost:${down}: refused \\(the visitor got 502\\)$`));
+
+    await second.locator('#list button', { hasText: '/secret' }).first().click();
+    await second.locator('#detail h2', { hasText: 'GET /secret' }).waitFor({ timeout: UI_MS });
+    const toggle = second.getByLabel("include the tunnel's basic-auth credentials");
+    assert.ok(await toggle.isVisible(), 'the toggle is in sight, next to the button');
+    assert.is(await toggle.isChecked(), false);
+    await second.getByRole('button', { name: 'Copy as cURL' }).click();
+    await second.locator('#replay-msg', { hasText: /^Copied as cURL:/ }).waitFor({ timeout: UI_MS });
+    const without = (await second.evaluate('navigator.clipboard.readText()')) as string;
+    assert.not.match(without, /s3cret|-u /);
+    await toggle.check();
+    await second.getByRole('button', { name: 'Copy as cURL' }).click();
+    await second.locator('#replay-msg', { hasText: 'Copied as cURL with the basic-auth credentials' }).waitFor({ timeout: UI_MS });
+    const withCredentials = (await second.evaluate('navigator.clipboard.readText()')) as string;
+    assert.is(withCredentials, [`curl 'http://${locked}/secret'`, `  -u 'alice:s3cret'`].join(' \\\n'));
+    // Pasted into a shell it gets past the edge's basic auth to the local service.
+    seen.length = 0;
+    await new Promise<void>((resolve, reject) => execFile('/bin/sh', ['-c', `${withCredentials} --silent --show-error --fail`], { timeout: UI_MS }, (err, _o, stderr) => (err ? reject(new Error(`${err.message} ${stderr}`)) : resolve())));
+    assert.equal(seen, ['GET /secret ']);
+  } finally {
+    await second.close();
+    child.kill('SIGINT');
+  }
 });
 
 test.run();

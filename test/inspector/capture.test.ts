@@ -3,6 +3,7 @@
 // local service: a failure in words), and an observer that throws costs its capture, never the
 // request.
 import http from 'node:http';
+import net from 'node:net';
 import { createHash } from 'node:crypto';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -101,7 +102,22 @@ test('a local service that refuses: the visitor gets 502, the capture says why',
   assert.is((await visit(server.port, host, { path: '/x' })).status, 502);
   const c = await waitFor(() => (store.list()[0]?.state === 'failed' ? store.list()[0] : undefined), 10_000, 'capture failed');
   assert.is(c.status, null);
-  assert.is(c.error, `no connection to 127.0.0.1:${port} (the visitor got 502)`);
+  assert.is(c.error, `no connection to 127.0.0.1:${port}: refused (the visitor got 502)`);
+  assert.is(c.summary().visitor_status, 502);
+});
+
+test('a local service that takes the connection and resets it: said as a reset, not "no connection"', async () => {
+  const store = new CaptureStore();
+  const resetter = await listen(net.createServer((s) => s.once('data', () => s.resetAndDestroy())));
+  try {
+    const host = await tunnel('cap-reset', { request: (head) => store.begin('cap-reset', head) }, resetter.port);
+    assert.is((await visit(server.port, host, { path: '/r' })).status, 502);
+    const c = await waitFor(() => (store.list()[0]?.state === 'failed' ? store.list()[0] : undefined), 10_000, 'capture failed');
+    assert.is(c.error, 'the local service reset the connection (the visitor got 502)');
+    assert.is(c.summary().visitor_status, 502);
+  } finally {
+    await resetter.close();
+  }
 });
 
 test('an observer that throws everywhere costs nothing but its captures', async () => {

@@ -118,4 +118,21 @@ test('the URL is the public one even when the Host was rewritten for the local s
   assert.match(curlCommand(c), new RegExp(`^curl 'http://127\\.0\\.0\\.1:${port}/x'$`));
 });
 
+test("a basic-auth tunnel's credential: added as -u only when asked, and a hostile one stays one word", async () => {
+  const store = new CaptureStore();
+  const credential = `al'ice:$(touch pwned-cred)`;
+  const obs = store.begin('web', { method: 'GET', target: '/secret', headers: ['Host', 'localhost:3000', 'x-forwarded-host', `127.0.0.1:${port}`] }, { credentials: credential });
+  obs.end();
+  const c = obs.capture;
+  assert.is(c.summary().basic_auth, true);
+  assert.not.ok(JSON.stringify(c).includes('pwned-cred'), 'the credential is never in the capture JSON');
+  assert.not.match(curlCommand(c), / -u /);
+  const cmd = curlCommand(c, true);
+  const got = await send(cmd);
+  assert.is(pairs(got.headers).find(([n]) => n === 'Authorization')?.[1], `Basic ${Buffer.from(credential).toString('base64')}`);
+  assert.equal(readdirSync(scratch), []);
+  // A tunnel without basic auth: nothing to add.
+  assert.not.match(curlCommand(captured('GET', '/open', []), true), / -u /);
+});
+
 test.run();

@@ -199,7 +199,9 @@ test('recorded as numbers and references, shown exactly as before: the JSON of a
     started_at: '2027-03-04T05:06:07.089Z',
     state: 'complete',
     error: null,
+    visitor_status: null,
     replay_of: null,
+    basic_auth: false,
     request: {
       headers: [['Host', 'web.example.test'], ['Content-Type', 'application/json']],
       body_base64: Buffer.from('{"a":1,"b"').toString('base64'),

@@ -25,7 +25,11 @@ function has(headers: readonly Header[], lower: string): boolean {
   return headers.some(([n]) => n.toLowerCase() === lower);
 }
 
-export function curlCommand(c: Capture): string {
+/**
+ * `withCredentials`: on a basic-auth tunnel, `-u USER:PASS` with the tunnel's credential, so the
+ * command gets past the edge (which removed the visitor's Authorization before capture).
+ */
+export function curlCommand(c: Capture, withCredentials = false): string {
   const url = visitorUrl(c);
   const body = c.request.body();
   const first: string[] = [];
@@ -38,6 +42,7 @@ export function curlCommand(c: Capture): string {
   if (/(^|\/)\.\.?(\/|$)/.test(c.path.split('?')[0]!)) first.push('--path-as-is');
   first.push(shellQuote(url));
   const options = c.request.headers.filter(([n]) => !LEFT_TO_CURL.has(n.toLowerCase())).map(([n, v]) => `-H ${shellQuote(`${n}: ${v}`)}`);
+  if (withCredentials && c.credentials !== null) options.unshift(`-u ${shellQuote(c.credentials)}`);
   let stdin = '';
   if (body.length > 0) {
     // -d would add a form Content-Type the visitor did not send: an empty -H removes it.

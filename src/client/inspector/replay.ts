@@ -110,7 +110,7 @@ export async function replay(store: CaptureStore, original: Capture, edits: Repl
   // node:http adds neither when given the headers as a list: HTTP/1.1 needs a Host, and a body its length.
   if (!flat.some((n, i) => i % 2 === 0 && n.toLowerCase() === 'host')) flat.unshift('Host', hostPort(target));
   if (body.length || !['GET', 'HEAD'].includes(method)) flat.push('Content-Length', String(body.length));
-  const obs = store.begin(original.tunnel, { method, target: path, headers: flat }, { replayOf: original.id, target });
+  const obs = store.begin(original.tunnel, { method, target: path, headers: flat }, { replayOf: original.id, target, credentials: original.credentials });
   if (body.length) obs.requestBody(body);
   const ac = new AbortController();
   const timer = setTimeout(() => ac.abort(), REPLAY_TIMEOUT_MS);

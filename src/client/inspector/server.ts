@@ -98,9 +98,11 @@ export interface Inspector {
   store: CaptureStore;
   /**
    * The observer to give a tunnel's client; its captures are labelled `tunnel` (a function: the
-   * id, once the server assigned one) and replays of them go to `target`.
+   * id, once the server assigned one) and replays of them go to `target`. `credentials`: the
+   * tunnel's basic-auth USER:PASS, which "Copy as cURL" adds when asked (the edge removes the
+   * visitor's Authorization, so the capture does not hold it).
    */
-  observer(tunnel: string | (() => string), target: ReplayTarget): TunnelObserver;
+  observer(tunnel: string | (() => string), target: ReplayTarget, credentials?: string | null): TunnelObserver;
   /** What the status page and the page's header show (tunnels, server, connection). */
   showStatus(source: StatusSource): void;
   close(): Promise<void>;
@@ -331,8 +333,10 @@ class InspectorServer {
         if (!only('GET')) return;
         if (!capture) return problem(res, 404, 'Not Found', `no request ${JSON.stringify(id)} is kept (the inspector keeps the last ${this.store.limits.maxEntries})`);
         if (!m[2]) return json(res, 200, capture);
+        // ?credentials=1: with the tunnel's basic-auth credential (the page's toggle, off by default).
+        const withCredentials = url.searchParams.get('credentials') === '1';
         res.writeHead(200, { ...SECURITY_HEADERS, 'content-type': 'text/plain; charset=utf-8' });
-        return void res.end(method === 'HEAD' ? undefined : `${curlCommand(capture)}\n`);
+        return void res.end(method === 'HEAD' ? undefined : `${curlCommand(capture, withCredentials)}\n`);
       }
       if (!only('POST')) return;
       const foreign = crossOrigin(req);
@@ -424,9 +428,9 @@ export async function startInspector(opts: InspectorOptions = {}): Promise<Inspe
   return {
     url: `http://${host}:${port}`,
     store,
-    observer(tunnel, target) {
+    observer(tunnel, target, credentials = null) {
       const label = typeof tunnel === 'function' ? tunnel : () => tunnel;
-      return { request: (head) => store.begin(label(), head, { target }) };
+      return { request: (head) => store.begin(label(), head, { target, credentials }) };
     },
     showStatus: (source) => inspector.showStatus(source),
     close: () =>

@@ -134,7 +134,11 @@ export interface CaptureSummary {
   started_at: string;
   state: CaptureState;
   error: string | null;
+  /** What the edge answered the visitor with when the local service gave no answer (502, 504). */
+  visitor_status: number | null;
   replay_of: string | null;
+  /** The tunnel asks for basic auth: its visitors' credentials were checked and removed at the edge. */
+  basic_auth: boolean;
 }
 
 export type CaptureJson = CaptureSummary & {
@@ -150,6 +154,7 @@ export class Capture {
   durationMs: number | null = null;
   state: CaptureState = 'pending';
   error: string | null = null;
+  visitorStatus: number | null = null;
   /** When the request head arrived (epoch ms; formatted only when read). */
   readonly startedAtMs = Date.now();
   private readonly t0 = performance.now();
@@ -167,6 +172,8 @@ export class Capture {
     readonly replayOf: string | null,
     /** Where a replay of it goes (its tunnel's local service); null: not replayable. */
     readonly target: ReplayTarget | null,
+    /** The tunnel's basic-auth credential (USER:PASS), for "Copy as cURL" when asked; never in the JSON. */
+    readonly credentials: string | null = null,
   ) {}
 
   get startedAt(): Date {
@@ -190,7 +197,9 @@ export class Capture {
       started_at: (this.startedIso ??= this.startedAt.toISOString()),
       state: this.state,
       error: this.error,
+      visitor_status: this.visitorStatus,
       replay_of: this.replayOf,
+      basic_auth: this.credentials !== null,
     };
   }
 
@@ -259,9 +268,9 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
   begin(
     tunnel: string,
     head: { method: string; target: string; headers: readonly string[] },
-    opts: { replayOf?: string; target?: ReplayTarget } = {},
+    opts: { replayOf?: string; target?: ReplayTarget; credentials?: string | null } = {},
   ): CaptureHandle {
-    const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), opts.replayOf ?? null, opts.target ?? null);
+    const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), opts.replayOf ?? null, opts.target ?? null, opts.credentials ?? null);
     c.bytes += c.method.length + c.path.length + tunnel.length;
     c.bytes += c.request.setHeaders(head.headers, this.limits.maxHeadBytes);
     this.captures.set(c.id, c);
@@ -356,15 +365,16 @@ class Recorder implements CaptureHandle {
     this.settle('complete', null);
   }
 
-  fail(reason: string): void {
-    this.settle('failed', String(reason));
+  fail(reason: string, visitorStatus?: number | null): void {
+    this.settle('failed', String(reason), visitorStatus ?? null);
   }
 
-  private settle(state: CaptureState, error: string | null): void {
+  private settle(state: CaptureState, error: string | null, visitorStatus: number | null = null): void {
     const c = this.capture;
     if (c.state !== 'pending') return;
     c.state = state;
     c.error = error;
+    if (c.status === null) c.visitorStatus = visitorStatus;
     c.finishTiming();
     this.store.changed(c);
   }
