@@ -243,6 +243,11 @@ test('filter: method, status class, path and text in headers or bodies; the page
   assert.equal(await paths('method=post'), ['/filter/orders']);
   assert.equal(await paths('status=4xx'), ['/filter/missing']);
   assert.equal(await paths('status=5xx'), ['/filter/boom']);
+  // A request the local service gave no answer: under what the visitor got (502), and under failed.
+  const down = insp.store.begin('web', { method: 'GET', target: '/filter/unanswered', headers: ['Host', 'x'] });
+  down.fail('no connection to localhost:3000: refused (the visitor got 502)', 502);
+  assert.equal(await paths('status=5xx'), ['/filter/unanswered', '/filter/boom']);
+  assert.equal(await paths('status=failed'), ['/filter/unanswered']);
   assert.equal(await paths('status=2xx&method=GET'), []);
   assert.equal(await paths('text=NEEDLE-in'), ['/filter/orders']); // request body, any case
   assert.equal(await paths('text=maintenance'), ['/filter/boom']); // response body

@@ -43,7 +43,9 @@ export function isEmptyFilter(f: CaptureFilter): boolean {
 
 function statusMatches(c: Capture, want: NonNullable<CaptureFilter['status']>): boolean {
   if (want === 'failed') return c.status === null && c.state === 'failed';
-  return c.status !== null && Math.floor(c.status / 100) === want;
+  // A failed request counts under the status the visitor got (the list shows 502 Bad Gateway).
+  const shown = c.status ?? c.visitorStatus;
+  return shown !== null && Math.floor(shown / 100) === want;
 }
 
 /** `needle` is lower case already. */
