@@ -149,7 +149,9 @@ export async function waitFor<T>(check: () => T | undefined, ms: number, what: s
 
 /** Wait for a child to exit (deadline), returning its code. */
 export function exitOf(child: ChildProcess, ms: number, what: string): Promise<number | null> {
-  if (child.exitCode !== null) return Promise.resolve(child.exitCode);
+  // Killed by a signal, a child has no exit code: it has exited all the same (null), and its
+  // 'exit' event has passed; waiting for it would only time out.
+  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve(child.exitCode);
   return withDeadline(new Promise((resolve) => child.once('exit', (code) => resolve(code))), ms, what);
 }
 
