@@ -292,6 +292,8 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     void Promise.all([client.stop(), inspector?.close()]).finally(() => process.exit(130));
   };
   const pooled = specs.some((s) => s.pool);
+  /** Ctrl-C to exit: a pool member's open requests may first take POOL_LEAVE_MS. */
+  const leaveMs = pooled ? POOL_LEAVE_MS + EXIT_DEADLINE_MS : EXIT_DEADLINE_MS;
   // A forced exit shows the cursor again (the live block hides it); the block stays as drawn.
   const exitDeadline = new ExitDeadline(() => screen.tty && process.stderr.write('\x1b[?25h'));
   // One listener for the whole run, whose action changes with the phase: removing one listener
@@ -301,8 +303,8 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     // The second Ctrl-C leaves at once; the first within EXIT_DEADLINE_MS (a pool member's
     // open requests may take POOL_LEAVE_MS), whatever the server does.
     if (exitDeadline.armed) return exitDeadline.now(130);
-    exitDeadline.arm(pooled ? POOL_LEAVE_MS + EXIT_DEADLINE_MS : EXIT_DEADLINE_MS);
-    if (pooled && registered.size > 0) screen.note('leaving the pool: open requests finish first (up to 10 s); Ctrl-C again to leave now');
+    exitDeadline.arm(leaveMs);
+    if (pooled && registered.size > 0) screen.note(`leaving the pool: open requests finish first (up to ${POOL_LEAVE_MS / 1000} s); Ctrl-C again to leave now`);
     onSignal();
   };
   process.on('SIGINT', signalled);
@@ -356,7 +358,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
   onSignal = () => finish(EXIT.ok);
   const code = await done;
   // Ended by the server (no signal): leaving is bounded all the same.
-  if (!exitDeadline.armed) exitDeadline.arm(EXIT_DEADLINE_MS);
+  if (!exitDeadline.armed) exitDeadline.arm(leaveMs);
   const exitCode = failure ? (failure as CliError).exitCode : code === EXIT.ok ? laterCode : code;
   exitDeadline.code = exitCode;
   // The last frame first, while the connection (and its latency) is still there.
