@@ -30,6 +30,10 @@ import { loadCertificates } from './http/tls.js';
 import { shardSockets } from './main-thread/shards.js';
 import { sharedPortSupported } from './edge/front.js';
 import { ClusterNode } from './cluster/node.js';
+import { CertManager } from './acme/manager.js';
+import { retryDelayMs } from './acme/renewal.js';
+import type { AcmeConfig } from './config.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
@@ -166,6 +170,7 @@ function invalidateHere(keyIds: string[], userIds: string[], endConnections: str
 const metrics = new ServerMetrics({ tunnels: () => registry.liveByType(), shards: async () => (await registry.counts()).shards });
 registry.stats.observer = metrics;
 await registry.start();
+const acme = config.tls?.acme ? await startAcme(config.tls.acme) : null;
 let metricsListener: MetricsListener | null = null;
 if (config.metricsAddr) {
   try {
@@ -176,6 +181,33 @@ if (config.metricsAddr) {
     await sql.end({ timeout: 2 });
     await embedded?.stop();
     process.exit(1);
+  }
+}
+
+/**
+ * --acme-email: the certificates stored so far, then (without --tls-cert) the tunnel wildcard,
+ * before the shards listen: HTTPS needs it, and a first start waits for the CA (retrying).
+ */
+async function startAcme(acmeConfig: AcmeConfig): Promise<CertManager> {
+  const manager = new CertManager({
+    sql,
+    log: log.child({ part: 'acme' }),
+    acme: acmeConfig,
+    domain: config.domain,
+    say: (text) => void process.stdout.write(text),
+    onChange: () => supervisor.askAll({ type: 'acme-reload' }, 10_000).catch((err: unknown) => log.error({ err }, 'ACME: a shard could not load the new certificate')),
+    registry: metrics.registry,
+  });
+  await manager.start();
+  if (config.tls?.certFile) return manager;
+  for (let failures = 1; ; failures++) {
+    try {
+      await manager.wildcard();
+      return manager;
+    } catch {
+      // Logged by the manager; the wait grows as for a failed renewal.
+      await sleep(retryDelayMs(failures, new Date(8.64e15)));
+    }
   }
 }
 
@@ -292,6 +324,7 @@ async function shutdown(reason: string, code = 0): Promise<void> {
     await supervisor.stop(config.shutdownTimeoutMs);
     apiSockets.remove();
     await cluster?.stop();
+    await acme?.stop();
     await registry.stop();
     await jobs.close();
     await sql.end({ timeout: 2 });

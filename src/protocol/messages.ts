@@ -79,7 +79,9 @@ export type MainToShard =
   /** Stop accepting, let in-flight requests finish within `timeoutMs`; answers when idle. */
   | { type: 'drain'; timeoutMs: number }
   /** Read every TLS certificate again and serve new connections with them (SIGHUP); answers `{error}`. */
-  | { type: 'tls-reload' };
+  | { type: 'tls-reload' }
+  /** The ACME certificates changed (src/acme/): read them from the database for new handshakes. */
+  | { type: 'acme-reload' };
 
 
 export type ShardToMain =
@@ -141,6 +143,7 @@ export interface MainToShardReplies extends TunnelMainToShardReplies {
   drain: { idle: boolean };
   /** `error`: why the certificates could not be read (the old ones stay), or null */
   'tls-reload': { error: string | null };
+  'acme-reload': { certificates: number };
 }
 
 /** The reply map of a channel, chosen by what it sends (the Mailbox default; any other channel, such as the mesh, has only tells). */

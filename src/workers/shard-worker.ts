@@ -19,6 +19,7 @@ import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from '../edge/shard-context.js';
 import { setAddressPolicy } from '../http/client-address.js';
 import { loadCertificates, SniContexts } from '../http/tls.js';
+import { AcmeStore } from '../acme/store.js';
 import { CidrSet } from '../protocol/cidr.js';
 import type { Config } from '../config.js';
 import { Front } from '../edge/front.js';
@@ -127,7 +128,8 @@ const redirectHost: FrontHost = {
 let apiListen: us_listen_socket | null = null;
 let front: Front | null = null;
 let redirectFront: Front | null = null;
-const contexts = config.tls ? new SniContexts(loadCertificates(config.tls)) : null;
+const contexts = config.tls ? new SniContexts(loadCertificates(config.tls), config.domain) : null;
+const acmeStore = config.tls?.acme ? new AcmeStore(sql) : null;
 
 // A crash ends this thread only (the supervisor restarts it): close uWS first, because a
 // thread that exits with uWS sockets open aborts the whole process.
@@ -167,6 +169,8 @@ main.handle(async (msg) => {
       return drain(msg.timeoutMs);
     case 'tls-reload':
       return reloadTls();
+    case 'acme-reload':
+      return reloadIssued();
     default:
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return tunnels.onMain(msg);
@@ -203,6 +207,17 @@ function reloadTls(): { error: string | null } {
   log.info({ shard: index }, 'TLS certificates reloaded');
   return { error: null };
 }
+
+/** A new or renewed ACME certificate (main, after this node or another stored it): new handshakes get it, open connections keep theirs. */
+async function reloadIssued(): Promise<{ certificates: number }> {
+  if (!acmeStore || !contexts) return { certificates: 0 };
+  const certs = await acmeStore.certificates();
+  const refused = contexts.setIssued(certs);
+  if (refused.length > 0) log.error({ refused }, 'ACME certificates that cannot be used were skipped');
+  return { certificates: certs.length - refused.length };
+}
+// A restarted shard reads them itself: main told only the shards that were up.
+await reloadIssued();
 
 // Main holds the blocks: a restarted shard applies those in force before it serves anyone.
 for (const b of await main.ask({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);
