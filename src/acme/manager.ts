@@ -176,17 +176,21 @@ export class CertManager {
     }
   }
 
-  private async accountClient(): Promise<AcmeClient> {
-    if (this.client?.accountUrl) return this.client;
+  /** The client of this node's account key (made and stored on first use), registered or not. */
+  private async directoryClient(): Promise<AcmeClient> {
+    if (this.client) return this.client;
     const dirUrl = this.opts.acme.directoryUrl;
     const stored = (await this.store.account(dirUrl)) ?? { keyPem: await this.store.saveAccountKey(dirUrl, newAccountKeyPem()), accountUrl: null };
-    const client = new AcmeClient({ directoryUrl: dirUrl, accountKeyPem: stored.keyPem, accountUrl: stored.accountUrl, ...(this.opts.dispatcher ? { dispatcher: this.opts.dispatcher } : {}) });
-    if (!client.accountUrl) {
-      const dir: Directory = await client.directory();
-      if (dir.meta?.externalAccountRequired && !this.opts.acme.eab) throw new Error(`the CA ${dirUrl} requires external account binding: give --acme-eab-kid and --acme-eab-hmac`);
-      await this.store.saveAccountUrl(dirUrl, await client.register(this.opts.acme.email, this.opts.acme.eab));
-    }
-    this.client = client;
+    this.client = new AcmeClient({ directoryUrl: dirUrl, accountKeyPem: stored.keyPem, accountUrl: stored.accountUrl, ...(this.opts.dispatcher ? { dispatcher: this.opts.dispatcher } : {}) });
+    return this.client;
+  }
+
+  private async accountClient(): Promise<AcmeClient> {
+    const client = await this.directoryClient();
+    if (client.accountUrl) return client;
+    const dir: Directory = await client.directory();
+    if (dir.meta?.externalAccountRequired && !this.opts.acme.eab) throw new Error(`the CA ${this.opts.acme.directoryUrl} requires external account binding: give --acme-eab-kid and --acme-eab-hmac`);
+    await this.store.saveAccountUrl(this.opts.acme.directoryUrl, await client.register(this.opts.acme.email, this.opts.acme.eab));
     return client;
   }
 
@@ -194,7 +198,7 @@ export class CertManager {
   private async window(c: StoredCert): Promise<Window | null> {
     if (!c.ariId) return null;
     try {
-      return await (await this.accountClient()).renewalInfo(c.ariId);
+      return await (await this.directoryClient()).renewalInfo(c.ariId);
     } catch (err) {
       this.opts.log.debug({ err: (err as Error).message, certificate: c.name }, 'ACME: no renewal information; the lifetime rule applies');
       return null;
