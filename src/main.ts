@@ -31,6 +31,7 @@ import { shardSockets } from './main-thread/shards.js';
 import { sharedPortSupported } from './edge/front.js';
 import { ClusterNode } from './cluster/node.js';
 import { CertManager } from './acme/manager.js';
+import { DomainWatch } from './acme/domain-watch.js';
 import { retryDelayMs } from './acme/renewal.js';
 import type { AcmeConfig } from './config.js';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -171,6 +172,14 @@ const metrics = new ServerMetrics({ tunnels: () => registry.liveByType(), shards
 registry.stats.observer = metrics;
 await registry.start();
 const acme = config.tls?.acme ? await startAcme(config.tls.acme) : null;
+const domainWatch = new DomainWatch({
+  sql,
+  log: log.child({ part: 'domains' }),
+  tunnelDomain: config.domain,
+  resolvers: config.tls?.acme?.resolvers ?? null,
+  verified: (name) => customDomainChanged(name).then(() => undefined),
+  issue: acme ? (name) => acme.customDomain(name) : null,
+});
 let metricsListener: MetricsListener | null = null;
 if (config.metricsAddr) {
   try {
@@ -211,6 +220,13 @@ async function startAcme(acmeConfig: AcmeConfig): Promise<CertManager> {
   }
 }
 
+/** A custom domain was verified or removed: every shard routes by the new set, then (verified, with ACME) its certificate is ordered. */
+async function customDomainChanged(name: string): Promise<Record<string, never>> {
+  await supervisor.askAll({ type: 'acme-reload' }, 10_000).catch((err: unknown) => log.error({ err }, 'a shard could not reload the custom domains'));
+  acme?.customDomain(name).catch(() => undefined); // failures are logged and retried by the manager and the minute check
+  return {};
+}
+
 /** The main thread's mailbox: every message a shard sends lands here; an ask's answer is its ShardToMainReplies entry. */
 function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 'ready' }>): HandlerAnswer<ShardToMainReplies> {
   switch (msg.type) {
@@ -237,6 +253,8 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
       return undefined;
     case 'metrics':
       return metrics.render();
+    case 'custom-domain-verified':
+      return customDomainChanged(msg.name);
     default:
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return registry.handle(shard, msg);
@@ -298,6 +316,7 @@ try {
 // Before the lines that tell a supervisor (or a test) we are up: a SIGTERM sent on reading
 // them must find its handler, not the default action that ends the process at once.
 let stopping = false;
+domainWatch.start();
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('SIGHUP', () => void reloadTls());
@@ -324,6 +343,7 @@ async function shutdown(reason: string, code = 0): Promise<void> {
     await supervisor.stop(config.shutdownTimeoutMs);
     apiSockets.remove();
     await cluster?.stop();
+    await domainWatch.stop();
     await acme?.stop();
     await registry.stop();
     await jobs.close();

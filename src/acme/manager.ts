@@ -11,6 +11,8 @@ import { obtain, type Solver } from './order.js';
 import { registeredDomain } from './public-suffix.js';
 import { LongTimer, renewAt, retryDelayMs, type Window } from './renewal.js';
 import { AcmeStore, type StoredCert } from './store.js';
+import { HttpSolver } from './http-solver.js';
+import { domain as customDomainRow } from './domain-store.js';
 
 // The main thread's certificates (one per node; every node runs one on the shared database):
 //
@@ -25,6 +27,8 @@ import { AcmeStore, type StoredCert } from './store.js';
 const LOCK_NAMESPACE = 0x61636d65; // "acme"
 /** Let's Encrypt's certificates per registered domain per week; we stay at it or below. */
 export const ORDERS_PER_REGISTERED_DOMAIN_PER_WEEK = 50;
+/** Orders for one user's custom domains per week (first issuance and renewals together). */
+export const ORDERS_PER_USER_PER_WEEK = 20;
 
 export interface ManagerOptions {
   sql: Sql;
@@ -48,6 +52,7 @@ export class CertManager {
   private readonly timers = new Map<string, LongTimer>();
   private readonly queues = new Map<string, Promise<unknown>>();
   private readonly solvers = new Map<string, Solver>();
+  private readonly http: HttpSolver;
   private listening: { unlisten(): Promise<void> } | null = null;
   private stopped = false;
   private readonly known = new Map<string, StoredCert>();
@@ -56,6 +61,7 @@ export class CertManager {
 
   constructor(private readonly opts: ManagerOptions) {
     this.store = new AcmeStore(opts.sql);
+    this.http = new HttpSolver(this.store, opts.log);
     const registers = opts.registry ? [opts.registry] : [];
     this.failures = opts.registry ? new Counter({ name: 'burrow_cert_renewal_failures_total', help: 'Failed ACME orders (first issuance or renewal), by certificate name.', labelNames: ['name'], registers }) : null;
     if (opts.registry) {
@@ -109,6 +115,20 @@ export class CertManager {
     return [...this.known.values()];
   }
 
+  /**
+   * A custom domain's certificate by HTTP-01: only once its ownership is verified, and within
+   * the user's weekly bound. Null when it may not be issued (not verified, removed).
+   */
+  async customDomain(name: string): Promise<StoredCert | null> {
+    const d = await customDomainRow(this.opts.sql, name);
+    if (!d || !d.verified_at) return null;
+    const stored = this.known.get(name);
+    if (!stored && (await this.store.ordersThisWeek({ userId: d.user_id })) >= ORDERS_PER_USER_PER_WEEK) {
+      throw new Error(`the user who added ${name} had ${ORDERS_PER_USER_PER_WEEK} certificates ordered this week, the most one user gets`);
+    }
+    return this.ensure(name, [name], d.user_id);
+  }
+
   /** The certificate of `name` for `names`: the stored one while it is fresh, else a new order. Throws when the order fails. */
   ensure(name: string, names: string[], userId: string | null = null): Promise<StoredCert> {
     // One attempt per name at a time in this process; the advisory lock does it across nodes.
@@ -141,8 +161,8 @@ export class CertManager {
   }
 
   private async order(name: string, names: string[], userId: string | null, previous: StoredCert | null): Promise<StoredCert> {
-    const solver = this.solvers.get(name);
-    if (!solver) throw new Error(`no way to answer the challenges of ${name}`);
+    const solver = this.solvers.get(name) ?? this.http;
+    if (solver === this.http && !(await customDomainRow(this.opts.sql, name))?.verified_at) throw new Error(`${name} is not a verified custom domain: not ordering a certificate for it`);
     const domain = registeredDomain(name);
     if ((await this.store.ordersThisWeek({ registeredDomain: domain })) >= ORDERS_PER_REGISTERED_DOMAIN_PER_WEEK) {
       throw new Error(`${ORDERS_PER_REGISTERED_DOMAIN_PER_WEEK} certificates were ordered for ${domain} this week (the CA's limit): not ordering ${name} again before the oldest is a week old`);
@@ -217,12 +237,24 @@ export class CertManager {
 
   /** Another node (or this one) stored `name`: read it, reschedule, and reload the shards. */
   private async reloaded(name: string): Promise<void> {
+    // A custom domain verified or removed somewhere: the shards' routes (and certificates) again.
+    if (name.startsWith('domain:')) {
+      const gone = name.slice('domain:'.length);
+      if (!(await this.store.certificate(gone))) this.forget(gone);
+      return this.opts.onChange();
+    }
     const c = await this.store.certificate(name);
     if (!c || this.stopped) return;
     const known = this.known.get(name);
     this.overdue.delete(name);
     this.track(c);
     if (!known || known.certPem !== c.certPem) await this.opts.onChange();
+  }
+
+  private forget(name: string): void {
+    this.timers.get(name)?.cancel();
+    this.timers.delete(name);
+    this.known.delete(name);
   }
 
   private track(c: StoredCert): void {
@@ -242,7 +274,7 @@ export class CertManager {
       c.name,
       new LongTimer(at, () => {
         this.timers.delete(c.name);
-        this.ensure(c.name, c.names).catch(() => undefined);
+        (this.solvers.has(c.name) ? this.ensure(c.name, c.names) : this.customDomain(c.name)).catch(() => undefined);
       }),
     );
   }

@@ -108,7 +108,9 @@ export type ShardToMain =
   /** This shard's edge counters (tell, at most every 250 ms while they change). */
   | { type: 'edge-counters'; totals: EdgeTotals }
   /** GET /metrics on this shard: answers the Prometheus text of the whole server. */
-  | { type: 'metrics' };
+  | { type: 'metrics' }
+  /** A custom domain passed its ownership check: every shard routes it, then its certificate is ordered; answers {} once routed. */
+  | { type: 'custom-domain-verified'; name: string };
 
 /** Main's answer to `health`. */
 export interface ShardsUp {
@@ -134,6 +136,7 @@ export interface ShardToMainReplies extends TunnelShardToMainReplies {
   'auth-invalidate': Ack;
   health: ShardsUp;
   metrics: MetricsReply;
+  'custom-domain-verified': Ack;
 }
 
 /** Request → reply: what a shard answers each ask of main (ip-blocked is a tell). */

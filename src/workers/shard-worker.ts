@@ -20,6 +20,8 @@ import type { ShardContext } from '../edge/shard-context.js';
 import { setAddressPolicy } from '../http/client-address.js';
 import { loadCertificates, SniContexts } from '../http/tls.js';
 import { AcmeStore } from '../acme/store.js';
+import { DomainRoutes } from '../acme/domain-routes.js';
+import { answerChallenge, isChallengeRequest } from '../acme/challenge-route.js';
 import { CidrSet } from '../protocol/cidr.js';
 import type { Config } from '../config.js';
 import { Front } from '../edge/front.js';
@@ -91,11 +93,14 @@ if (config.github || config.oidc) installOauth(ctx);
 route(http, 'any', '/*', 0, (req) => problemReply('not-found', `no such endpoint: ${req.method} ${req.path}`));
 
 const apiTarget = { path: apiPath, defaultHost: config.domain };
+const domainRoutes = new DomainRoutes();
+/** The tunnel a Host names: <id>.<domain> (edge/shard.ts), else a verified custom domain (src/acme/). */
+const tunnelFor = (host: string): string | null => tunnels.tunnelOf(host) ?? domainRoutes.tunnelOf(host);
 /** Who answers each request the front parsed: by Host, then the control path, then the API. */
 const frontHost: FrontHost = {
   log,
   exchange(conn, head, res) {
-    const tunnelId = head.host === null ? null : tunnels.tunnelOf(head.host);
+    const tunnelId = head.host === null ? null : tunnelFor(head.host);
     if (tunnelId !== null) return tunnels.serve(conn, head, res, tunnelId);
     if (isControlRequest(head)) return acceptControl(tunnels.control, conn, head, res);
     if (tunnels.links && isLinkRequest(head)) return acceptLink(tunnels.links, ctx.linkTokens!, conn, head, res);
@@ -107,13 +112,17 @@ const frontHost: FrontHost = {
     return new ApiExchange(conn, head, res, apiTarget);
   },
   // The last descriptors go to tunnel clients and the API (/healthz included), not to visitors.
-  reserved: (head) => head.host === null || tunnels.tunnelOf(head.host) === null,
+  reserved: (head) => head.host === null || tunnelFor(head.host) === null,
 };
 
-/** --http-port: every plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
+/** --http-port: ACME HTTP-01 challenges are answered; every other plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
 const redirectHost: FrontHost = {
   log,
   exchange(_conn, head, res) {
+    if (isChallengeRequest(head)) {
+      answerChallenge(sql, head, res);
+      return DISCARD;
+    }
     const base = new URL(config.baseUrl);
     const httpsPort = base.protocol === 'https:' ? base.port : String(port);
     const sent = (head.host ?? '').replace(/:\d+$/, '');
@@ -208,8 +217,12 @@ function reloadTls(): { error: string | null } {
   return { error: null };
 }
 
-/** A new or renewed ACME certificate (main, after this node or another stored it): new handshakes get it, open connections keep theirs. */
+/**
+ * A new or renewed ACME certificate, or a custom domain verified or removed (main, after this
+ * node or another changed it): new handshakes and requests get them, open connections keep theirs.
+ */
 async function reloadIssued(): Promise<{ certificates: number }> {
+  await domainRoutes.load(sql);
   if (!acmeStore || !contexts) return { certificates: 0 };
   const certs = await acmeStore.certificates();
   const refused = contexts.setIssued(certs);

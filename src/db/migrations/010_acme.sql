@@ -69,3 +69,12 @@ begin
 end $$;
 create trigger acme_certificates_notify after insert or update of cert_pem on acme_certificates
   for each row execute function burrow_acme_notify();
+
+-- A custom domain verified or removed: every node's shards route by the new set.
+create function burrow_custom_domain_notify() returns trigger language plpgsql as $$
+begin
+  perform pg_notify('burrow_certs_' || current_schema(), 'domain:' || coalesce(new.name, old.name));
+  return null;
+end $$;
+create trigger custom_domains_notify after update of verified_at or delete on custom_domains
+  for each row execute function burrow_custom_domain_notify();
