@@ -8,7 +8,8 @@ import { lanePorts } from './ports.js';
 import { eventually } from './deadline.js';
 
 // Pebble, Let's Encrypt's ACME test server (Debian package `pebble`, installed by .ci/run), and
-// its pebble-challtestsrv as the DNS server both Pebble and burrowd ask: on loopback, on the top
+// its pebble-challtestsrv as the DNS server both Pebble and burrowd ask (every name is 127.0.0.1,
+// no AAAA: burrowd listens on IPv4 loopback): on loopback, on the top
 // ports of this file's lane, with a directory certificate signed by a CA the test makes.
 // Challenges are checked at once (PEBBLE_VA_NOSLEEP), nonces never rejected at random, and
 // authorizations never reused, so every order asks for its challenges.
@@ -77,7 +78,7 @@ export async function startPebble(opts: { validitySecs?: number; portOffset?: nu
     p.stderr!.on('data', keep);
     procs.push(p);
   };
-  run('pebble-challtestsrv', ['-dns01', `127.0.0.1:${dnsPort}`, '-http01', '', '-https01', '', '-tlsalpn01', '', '-management', `127.0.0.1:${challMgmtPort}`]);
+  run('pebble-challtestsrv', ['-defaultIPv6', '', '-dns01', `127.0.0.1:${dnsPort}`, '-http01', '', '-https01', '', '-tlsalpn01', '', '-management', `127.0.0.1:${challMgmtPort}`]);
   run('pebble', ['-config', config, '-dnsserver', `127.0.0.1:${dnsPort}`], { PEBBLE_VA_NOSLEEP: '1', PEBBLE_WFE_NONCEREJECT: '0', PEBBLE_AUTHZREUSE: '0' });
   const dispatcher = new Agent({ connect: { ca: readFileSync(ca.cert, 'utf8') } });
   const directoryUrl = `https://127.0.0.1:${acmePort}/dir`;
