@@ -7,6 +7,9 @@ import { eventually, withDeadline } from '../helpers/deadline.js';
 import { createKeyFor, createUser } from '../helpers/fixtures.js';
 import { startPebble, type Pebble } from '../helpers/pebble.js';
 import { DomainRoutes } from '../../src/acme/domain-routes.js';
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { burrow, tempDir } from '../cli/harness.js';
 
 // Custom domains through the API of a burrowd that gets its certificates from Pebble: bad names
 // refused with a clear problem, a failing ownership check refused and nothing issued, then the
@@ -162,6 +165,48 @@ test('with the TXT record in place: verified, routed to its tunnel, and issued b
   const fallback = await certificateFor('shop.customer.org', false);
   assert.not.match(fallback.subjectaltname ?? '', /shop/);
   assert.match(fallback.subjectaltname ?? '', /\*\.tunnel\.example\.com/);
+});
+
+test('the CLI: domains add prints the records (and --json the fields), verify explains a failure, list, get, remove; --help on each', async () => {
+  const cfg = tempDir();
+  try {
+    // The CLI reaches the server by the tunnel domain (its certificate's name): a preload points
+    // that name at loopback, as a hosts file entry would.
+    const preload = join(cfg.dir, 'loopback-dns.mjs');
+    writeFileSync(preload, `import dns from 'node:dns';\nconst lookup = dns.lookup;\ndns.lookup = (host, o, cb) => host.endsWith('example.com') ? (typeof o === 'function' ? o : cb)(null, ...(o && o.all ? [[{ address: '127.0.0.1', family: 4 }]] : ['127.0.0.1', 4])) : lookup(host, o, cb);\n`);
+    const rootFile = join(cfg.dir, 'pebble-root.pem');
+    writeFileSync(rootFile, root);
+    const env = { BURROW_SERVER: `https://${DOMAIN}:${server.port}`, BURROW_TOKEN: alice, BURROW_CA: rootFile, NODE_OPTIONS: `--import=${preload}` };
+    const run = (args: string[]) => burrow({ configDir: cfg.dir, env }, args);
+    const added = await run(['domains', 'add', 'cli.customer.org', '--tunnel', 'web']);
+    assert.is(added.code, 0, added.stderr);
+    assert.match(added.stdout, /_burrow-challenge\.cli\.customer\.org\. TXT "[A-Za-z0-9_-]{43}"/);
+    assert.match(added.stdout, /cli\.customer\.org\. CNAME web\.tunnel\.example\.com\./);
+    const json = await run(['domains', 'add', 'cli2.customer.org', '--tunnel', 'web', '--json']);
+    assert.is(json.code, 0, json.stderr);
+    const d = JSON.parse(json.stdout);
+    for (const k of ['name', 'tunnel', 'verified', 'txt_name', 'txt_value']) assert.ok(k in d, k);
+    assert.is(d.verified, false);
+    const refused = await run(['domains', 'verify', 'cli.customer.org']);
+    assert.is(refused.code, 5, refused.stderr);
+    assert.match(refused.stderr, /not verified: neither the TXT record nor the CNAME/);
+    const bad = await run(['domains', 'add', '10.0.0.1', '--tunnel', 'web']);
+    assert.is(bad.code, 2, bad.stderr);
+    assert.match(bad.stderr, /IP address/);
+    const list = await run(['domains', 'list']);
+    assert.match(list.stdout, /cli\.customer\.org\s+web\s+no/);
+    const got = await run(['domains', 'get', 'cli2.customer.org', '--json']);
+    assert.is(JSON.parse(got.stdout).name, 'cli2.customer.org');
+    assert.is((await run(['domains', 'remove', 'cli2.customer.org'])).code, 0);
+    assert.is((await run(['domains', 'get', 'cli2.customer.org'])).code, 4);
+    for (const sub of ['add', 'verify', 'list', 'get', 'remove']) {
+      const help = await run(['domains', sub, '--help']);
+      assert.is(help.code, 0);
+      assert.match(help.stdout, /Usage: burrow domains/);
+    }
+  } finally {
+    cfg.remove();
+  }
 });
 
 test('the route map: a verified name with any port or a trailing dot, nothing else', () => {
