@@ -1,7 +1,7 @@
 import type { Sql } from '../db/sql.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import type { VisitorResponse } from '../edge/visitor-response.js';
-import { challengeAnswer } from './store.js';
+import { challengeAnswer } from '../db/acme.js';
 
 // GET /.well-known/acme-challenge/<token> on --http-port: the key authorization of a pending
 // HTTP-01 challenge, read from the database so every node answers for every node's orders.

@@ -1,5 +1,5 @@
 import type { Sql } from '../db/sql.js';
-import { verifiedRoutes } from './domain-store.js';
+import { verifiedRoutes } from '../db/custom-domains.js';
 
 // A shard's map of verified custom domains to their tunnel ids: the front asks it for a Host
 // that is not <id>.<domain>. Loaded at start and again whenever main says a domain changed.

@@ -1,7 +1,7 @@
 import type { Sql } from '../db/sql.js';
 import type { Logger } from '../log.js';
 import type { DnsServer } from './dns-wait.js';
-import { domainsWithoutCertificate, pendingDomains, recordCheck } from './domain-store.js';
+import { domainsWithoutCertificate, pendingDomains, recordCheck } from '../db/custom-domains.js';
 import { checkOwnership } from './ownership.js';
 
 // Every minute, on each node (the work is idempotent; the advisory lock keeps orders single):

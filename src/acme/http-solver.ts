@@ -1,5 +1,5 @@
 import type { Logger } from '../log.js';
-import type { AcmeStore } from './store.js';
+import type { AcmeStore } from '../db/acme.js';
 import type { Pending, Solver } from './order.js';
 
 // HTTP-01 (custom domains): the key authorization goes into the database, where any node's

@@ -10,9 +10,9 @@ import { newAccountKeyPem } from './jws.js';
 import { obtain, type Solver } from './order.js';
 import { registeredDomain } from './public-suffix.js';
 import { LongTimer, renewAt, retryDelayMs, type Window } from './renewal.js';
-import { AcmeStore, type StoredCert } from './store.js';
+import { AcmeStore, type StoredCert } from '../db/acme.js';
 import { HttpSolver } from './http-solver.js';
-import { domain as customDomainRow } from './domain-store.js';
+import { domain as customDomainRow } from '../db/custom-domains.js';
 
 // The main thread's certificates (one per node; every node runs one on the shared database):
 //

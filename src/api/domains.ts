@@ -5,7 +5,7 @@ import { getMembership, teamIdsOf } from '../db/teams.js';
 import { serverSecret } from '../db/server-secrets.js';
 import { ApiError } from '../errors.js';
 import { customDomainProblem, ownershipToken, ownershipTxtName } from '../acme/domain-name.js';
-import { countDomains, deleteDomain, domain, domainsVisibleTo, insertDomain, MAX_DOMAINS_PER_USER, recordCheck, type DomainRow } from '../acme/domain-store.js';
+import { countDomains, deleteDomain, domain, domainsVisibleTo, insertDomain, MAX_DOMAINS_PER_USER, recordCheck, type DomainRow } from '../db/custom-domains.js';
 import { checkOwnership } from '../acme/ownership.js';
 import { tunnelIdProblem } from '../protocol/tunnel-id.js';
 import type { ShardContext } from '../edge/shard-context.js';

@@ -19,7 +19,7 @@ import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from '../edge/shard-context.js';
 import { setAddressPolicy } from '../http/client-address.js';
 import { loadCertificates, SniContexts } from '../http/tls.js';
-import { AcmeStore } from '../acme/store.js';
+import { AcmeStore } from '../db/acme.js';
 import { DomainRoutes } from '../acme/domain-routes.js';
 import { answerChallenge, isChallengeRequest } from '../acme/challenge-route.js';
 import { CidrSet } from '../protocol/cidr.js';

@@ -1,4 +1,4 @@
-import type { Sql } from '../db/sql.js';
+import type { Sql } from './sql.js';
 
 // custom_domains (migration 010): a name, its owner (a user, and optionally their team), the
 // tunnel it routes to once verified, and the state of its ownership check.

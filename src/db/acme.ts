@@ -1,6 +1,6 @@
 import { createCipheriv, createDecipheriv, hkdfSync, randomBytes } from 'node:crypto';
-import type { Sql } from '../db/sql.js';
-import { serverSecret } from '../db/server-secrets.js';
+import type { Sql } from './sql.js';
+import { serverSecret } from './server-secrets.js';
 
 // ACME's rows (migration 010): accounts, certificates and HTTP-01 tokens, private keys sealed
 // with AES-256-GCM under a key derived from the server secret `acme-keys`.
