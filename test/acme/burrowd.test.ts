@@ -5,6 +5,7 @@ import { startDatabase, type TestDatabase } from '../helpers/database.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/deadline.js';
 import { startPebble, type Pebble } from '../helpers/pebble.js';
+import { peerCertificate } from '../helpers/https-visit.js';
 
 // burrowd with --acme-email against Pebble: it gets <domain> and *.<domain> by DNS-01 through
 // the hook before it listens, serves HTTPS with them (no --tls-cert), keeps them across a
@@ -28,22 +29,6 @@ function start(): Promise<TestServer> {
     ],
     env: { NODE_EXTRA_CA_CERTS: pebble.caFile },
   });
-}
-
-/** The certificate a fresh handshake with this SNI name gets, verified against Pebble's root. */
-function certificateFor(port: number, servername: string, ca: string): Promise<tls.PeerCertificate> {
-  return withDeadline(
-    new Promise((resolve, reject) => {
-      const s = tls.connect({ host: '127.0.0.1', port, servername, ca }, () => {
-        const c = s.getPeerCertificate();
-        s.destroy();
-        resolve(c);
-      });
-      s.on('error', reject);
-    }),
-    10_000,
-    `handshake as ${servername}`,
-  );
 }
 
 /** One keep-alive request on an open TLS connection; resolves with the status line. */
@@ -89,16 +74,16 @@ test('obtains the wildcard before listening, serves it by SNI, keeps it across a
   server = await start();
   assert.match(server.stdout(), /listening on https:\/\//);
   const root = await pebble.root();
-  const first = await certificateFor(server.port, `app.${DOMAIN}`, root);
+  const first = await peerCertificate(server.port, `app.${DOMAIN}`, root);
   assert.match(first.subjectaltname ?? '', /DNS:\*\.tunnel\.example\.com/);
-  assert.equal((await certificateFor(server.port, DOMAIN, root)).serialNumber, first.serialNumber);
+  assert.equal((await peerCertificate(server.port, DOMAIN, root)).serialNumber, first.serialNumber);
   assert.is(await orders(), 1);
 
   // A restart finds it in the database: no new order, the same certificate.
   await server.stop({ keepDatabase: true });
   server = await start();
   assert.is(await orders(), 1);
-  assert.is((await certificateFor(server.port, `x.${DOMAIN}`, root)).serialNumber, first.serialNumber);
+  assert.is((await peerCertificate(server.port, `x.${DOMAIN}`, root)).serialNumber, first.serialNumber);
   const metricsUrl = /metrics on (http:\/\/\S+\/metrics)/.exec(server.stdout())![1]!;
   const metrics = await (await fetch(metricsUrl)).text();
   const expiry = /burrow_cert_expiry_seconds\{name="tunnel\.example\.com"\} (-?\d+)/.exec(metrics);
@@ -113,7 +98,7 @@ test('obtains the wildcard before listening, serves it by SNI, keeps it across a
   const notAfter = new Date(first.valid_to).getTime();
   const due = notAfter - (notAfter - notBefore) / 3;
   const renewed: tls.PeerCertificate = await eventually(async () => {
-    const c = await certificateFor(server!.port, `app.${DOMAIN}`, root);
+    const c = await peerCertificate(server!.port, `app.${DOMAIN}`, root);
     if (c.serialNumber === first.serialNumber) throw new Error('not renewed yet');
     return c;
   }, LIFETIME_S * 1000, 'a renewed certificate');

@@ -6,6 +6,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/deadline.js';
 import { createKeyFor, createUser } from '../helpers/fixtures.js';
 import { startPebble, type Pebble } from '../helpers/pebble.js';
+import { peerCertificate } from '../helpers/https-visit.js';
 import { DomainRoutes } from '../../src/acme/domain-routes.js';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -54,21 +55,8 @@ function call(method: string, path: string, key: string, body?: unknown, host = 
   );
 }
 
-/** The certificate a fresh handshake with this SNI name gets; `verify` false: whatever it is. */
-function certificateFor(servername: string, verify = true): Promise<tls.PeerCertificate> {
-  return withDeadline(
-    new Promise((resolve, reject) => {
-      const s = tls.connect({ host: '127.0.0.1', port: server.port, servername, ca: root, rejectUnauthorized: verify }, () => {
-        const c = s.getPeerCertificate();
-        s.destroy();
-        resolve(c);
-      });
-      s.on('error', reject);
-    }),
-    10_000,
-    `handshake as ${servername}`,
-  );
-}
+/** The certificate a fresh handshake as `servername` gets; `verify` false: whatever it is. */
+const certificateFor = (servername: string, verify = true): Promise<tls.PeerCertificate> => peerCertificate(server.port, servername, verify ? root : null);
 
 test.before(async () => {
   pebble = await startPebble();

@@ -18,6 +18,7 @@ import { AcmeClient } from '../../src/acme/client.js';
 import { CertManager } from '../../src/acme/manager.js';
 import { migrate } from '../../src/db/migrate.js';
 import { createLogger } from '../../src/log.js';
+import { Registry } from 'prom-client';
 import { isPublicSuffix, registeredDomain } from '../../src/acme/public-suffix.js';
 
 // The renewal rule and its timer, the CSR and the ARI identifier checked by openssl, and ARI
@@ -148,6 +149,35 @@ test('ARI: where the directory offers it, the renewal timer lands in its window,
     await m?.stop();
     await db?.stop();
     await stub.close();
+  }
+});
+
+test('a renewal that fails (the CA unreachable): counted by name, overdue raised, retried with backoff, the old certificate kept', async () => {
+  let db: TestDatabase | null = null;
+  let m: CertManager | null = null;
+  try {
+    db = await startDatabase();
+    await migrate(db.sql, log);
+    const registry = new Registry();
+    m = new CertManager({ sql: db.sql, log, acme: { directoryUrl: 'https://127.0.0.1:1/dir', email: 'ops@example.com', eab: null, dnsHook: '/bin/false', resolvers: null }, domain: 'ari.example.com', say: () => undefined, onChange: async () => undefined, registry });
+    const x = new X509Certificate(leafPem);
+    // Stored as if issued long ago: past its renewal point now.
+    await m.store.saveCertificate({ name: 'ari.example.com', names: ['ari.example.com', '*.ari.example.com'], certPem: leafPem, keyPem: readFileSync(issued.key, 'utf8'), notBefore: new Date(Date.now() - 86_400_000 * 30), notAfter: new Date(x.validTo), ariId: null });
+    await m.start();
+    await eventually(async () => /burrow_cert_renewal_overdue\{name="ari\.example\.com"\} 1/.test(await registry.metrics()), 10_000, 'the overdue metric');
+    const text = await registry.metrics();
+    assert.match(text, /burrow_cert_renewal_failures_total\{name="ari\.example\.com"\} 1/);
+    assert.match(text, /burrow_cert_expiry_seconds\{name="ari\.example\.com"\} \d+/);
+    const next = m.nextAttempt('ari.example.com')!;
+    const wait = next.getTime() - Date.now();
+    assert.ok(wait > 1_000 && wait <= 30_000, `next attempt in ${wait} ms`);
+    const [row] = await db.sql<{ failures: number; last_error: string; cert_pem: string }[]>`select failures, last_error, cert_pem from acme_certificates where name = 'ari.example.com'`;
+    assert.is(row!.failures, 1);
+    assert.match(row!.last_error, /cannot reach the ACME CA/);
+    assert.is(row!.cert_pem, leafPem, 'the old certificate stays served');
+  } finally {
+    await m?.stop();
+    await db?.stop();
   }
 });
 
