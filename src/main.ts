@@ -207,6 +207,8 @@ async function startAcme(acmeConfig: AcmeConfig): Promise<CertManager> {
     onChange: () => supervisor.askAll({ type: 'acme-reload' }, 10_000).catch((err: unknown) => log.error({ err }, 'ACME: a shard could not load the new certificate')),
     registry: metrics.registry,
   });
+  // HTTP-01 (custom domains) is checked by the CA on port 80 of the domain: --http-port 80 here, or forwarded to it.
+  if (config.httpPort === null) log.warn('--acme-email without --http-port: custom domains cannot get certificates (ACME HTTP-01 needs port 80 forwarded to --http-port)');
   await manager.start();
   if (config.tls?.certFile) return manager;
   for (let failures = 1; ; failures++) {

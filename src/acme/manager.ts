@@ -27,7 +27,7 @@ import { domain as customDomainRow } from '../db/custom-domains.js';
 const LOCK_NAMESPACE = 0x61636d65; // "acme"
 /** Let's Encrypt's certificates per registered domain per week; we stay at it or below. */
 export const ORDERS_PER_REGISTERED_DOMAIN_PER_WEEK = 50;
-/** Orders for one user's custom domains per week (first issuance and renewals together). */
+/** Orders for one user's custom domains per week: past it no new certificate is ordered for them (renewals go on). */
 export const ORDERS_PER_USER_PER_WEEK = 20;
 
 export interface ManagerOptions {
@@ -148,7 +148,8 @@ export class CertManager {
       try {
         const stored = await this.store.certificate(name);
         if (stored && sameNames(stored.names, names) && Date.now() < (await this.freshUntil(stored)).getTime()) {
-          this.track(stored);
+          // Maybe just stored by another node, its NOTIFY not yet here: the shards load it now.
+          await this.adopt(stored);
           return stored;
         }
         return await this.order(name, names, userId, stored);
@@ -245,8 +246,13 @@ export class CertManager {
     }
     const c = await this.store.certificate(name);
     if (!c || this.stopped) return;
-    const known = this.known.get(name);
     this.overdue.delete(name);
+    await this.adopt(c);
+  }
+
+  /** A certificate read from the database: tracked, and the shards reload when it is new to this node. */
+  private async adopt(c: StoredCert): Promise<void> {
+    const known = this.known.get(c.name);
     this.track(c);
     if (!known || known.certPem !== c.certPem) await this.opts.onChange();
   }
