@@ -5,6 +5,7 @@ import tls from 'node:tls';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/deadline.js';
 import { createKeyFor, createUser } from '../helpers/fixtures.js';
+import { addMember, createTeamWithOwner } from '../../src/db/teams.js';
 import { startPebble, type Pebble } from '../helpers/pebble.js';
 import { peerCertificate } from '../helpers/https-visit.js';
 import { DomainRoutes } from '../../src/acme/domain-routes.js';
@@ -195,6 +196,31 @@ test('the CLI: domains add prints the records (and --json the fields), verify ex
   } finally {
     cfg.remove();
   }
+});
+
+test('team rules: members see and verify a team\'s domain; only its adder, a team owner or an admin remove it; outsiders see nothing', async () => {
+  const owner = await createUser(server);
+  const member = await createUser(server);
+  const outsider = await createUser(server);
+  const [ownerKey, memberKey, outsiderKey] = await Promise.all([owner, member, outsider].map((u) => createKeyFor(server, u.id)));
+  const team = await createTeamWithOwner(server.sql, `domains-${Date.now()}`, owner.id);
+  await addMember(server.sql, team.id, member.id);
+  const notMine = await call('POST', '/api/v1/domains', outsiderKey, { name: 'intruder.teamco.org', tunnel: 'web', team_id: team.id });
+  assert.is(notMine.status, 403);
+  const added = await call('POST', '/api/v1/domains', memberKey, { name: 'docs.teamco.org', tunnel: 'handbook', team_id: team.id });
+  assert.is(added.status, 201);
+  assert.is(added.body.team_id, team.id);
+  assert.is((await call('GET', '/api/v1/domains/docs.teamco.org', ownerKey)).status, 200);
+  assert.is((await call('POST', '/api/v1/domains/docs.teamco.org/verify', ownerKey)).status, 409, 'verified by a member: checked (and refused, no record)');
+  assert.is((await call('GET', '/api/v1/domains/docs.teamco.org', outsiderKey)).status, 404);
+  assert.equal((await call('GET', '/api/v1/domains', outsiderKey)).body, []);
+  const byOwnerOfOther = await call('POST', '/api/v1/domains', ownerKey, { name: 'owner.teamco.org', tunnel: 'handbook', team_id: team.id });
+  assert.is(byOwnerOfOther.status, 201);
+  const memberRemoves = await call('DELETE', '/api/v1/domains/owner.teamco.org', memberKey);
+  assert.is(memberRemoves.status, 403);
+  assert.match(memberRemoves.body.detail, /user who added it, an owner of its team, or an admin/);
+  assert.is((await call('DELETE', '/api/v1/domains/docs.teamco.org', ownerKey)).status, 200, 'a team owner removes a member\'s domain');
+  assert.is((await call('DELETE', '/api/v1/domains/owner.teamco.org', server.adminKey)).status, 200, 'an admin removes any');
 });
 
 test('the route map: a verified name with any port or a trailing dot, nothing else', () => {
