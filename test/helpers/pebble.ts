@@ -1,4 +1,4 @@
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -35,19 +35,17 @@ export interface Pebble {
   stop(): Promise<void>;
 }
 
-export function pebbleInstalled(): boolean {
-  try {
-    readFileSync('/usr/bin/pebble');
-    return true;
-  } catch {
-    return false;
+function assertInstalled(): void {
+  for (const bin of ['pebble', 'pebble-challtestsrv', 'curl']) {
+    if (spawnSync(bin, ['-h'], { stdio: 'ignore' }).error) throw new Error(`${bin} is not installed: apt-get install pebble curl (.ci/run does)`);
   }
 }
 
 /** `validitySecs`: Pebble's certificateValidityPeriod; `renewalInfo`: never (this Pebble has no ARI). */
-export async function startPebble(opts: { validitySecs?: number; portOffset?: number } = {}): Promise<Pebble> {
+export async function startPebble(opts: { validitySecs?: number } = {}): Promise<Pebble> {
+  assertInstalled();
   const { max } = lanePorts(450);
-  const base = max - 10 - (opts.portOffset ?? 0) * 10;
+  const base = max - 10;
   const [acmePort, mgmtPort, httpPort, tlsPort, dnsPort, challMgmtPort] = [base, base + 1, base + 2, base + 3, base + 4, base + 5];
   const dir = mkdtempSync(join(tmpdir(), 'burrow-pebble-'));
   const ca = makeCa(dir, 'pebble-directory');
