@@ -120,6 +120,19 @@ test('a CA that cannot be reached: a clear error naming it, nothing stored', asy
   }
 });
 
+test('50 orders for a registered domain in a week: the next is refused before reaching the CA', async () => {
+  await db.sql`insert into acme_orders (name, registered_domain) select 'x' || g || '.bounded.example.info', 'example.info' from generate_series(1, 50) g`;
+  const m = manager('bounded.example.info');
+  await m.start();
+  try {
+    await m.wildcard();
+    assert.unreachable('the order should be refused');
+  } catch (err) {
+    assert.match((err as Error).message, /50 certificates were ordered for example\.info this week/);
+  }
+  assert.is(await orders('bounded.example.info'), 0);
+});
+
 test('three nodes race for one name: exactly one order, every node gets the certificate and hears of it', async () => {
   const heard = [0, 0, 0];
   const nodes = [0, 1, 2].map((i) => manager('race.example.com', { onChange: async () => void heard[i]!++ }));
