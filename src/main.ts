@@ -257,6 +257,10 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
       return metrics.render();
     case 'custom-domain-verified':
       return customDomainChanged(msg.name);
+    case 'certificate-wanted':
+      // First need of a verified custom domain: ordered (once: the manager queues per name; failures are logged).
+      acme?.customDomain(msg.name).catch(() => undefined);
+      return undefined;
     default:
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return registry.handle(shard, msg);

@@ -58,6 +58,8 @@ export class CertManager {
   private readonly known = new Map<string, StoredCert>();
   private readonly failures: Counter<'name'> | null;
   private readonly overdue = new Set<string>();
+  /** Names whose first order failed: how often, and not before when to try again. */
+  private readonly firstFailures = new Map<string, { n: number; until: number }>();
 
   constructor(private readonly opts: ManagerOptions) {
     this.store = new AcmeStore(opts.sql);
@@ -120,6 +122,9 @@ export class CertManager {
    * the user's weekly bound. Null when it may not be issued (not verified, removed).
    */
   async customDomain(name: string): Promise<StoredCert | null> {
+    // A first order that failed waits out its backoff, however often visitors ask for the name.
+    const failed = this.firstFailures.get(name);
+    if (failed && failed.until > Date.now()) return null;
     const d = await customDomainRow(this.opts.sql, name);
     if (!d || !d.verified_at) return null;
     const stored = this.known.get(name);
@@ -180,6 +185,7 @@ export class CertManager {
       await this.store.saveCertificate(saved);
       log.info({ notAfter: notAfter.toISOString(), serial: cert.serialNumber }, 'ACME: certificate issued');
       this.overdue.delete(name);
+      this.firstFailures.delete(name);
       this.track(saved);
       await this.opts.onChange();
       return saved;
@@ -187,7 +193,10 @@ export class CertManager {
       const message = (err as Error).message;
       log.error({ err: message }, 'ACME: the order failed');
       this.failures?.inc({ name });
-      if (previous) {
+      if (!previous) {
+        const n = (this.firstFailures.get(name)?.n ?? 0) + 1;
+        this.firstFailures.set(name, { n, until: Date.now() + retryDelayMs(n, new Date(8.64e15)) });
+      } else {
         await this.store.recordFailure(name, message).catch(() => undefined);
         previous.failures++;
         if (Date.now() >= (await this.freshUntil(previous)).getTime()) this.overdue.add(name);

@@ -85,6 +85,8 @@ export class SniContexts {
   constructor(
     pairs: CertPair[],
     private readonly domain: string | null = null,
+    /** A name neither the files nor ACME cover (it gets the default): ACME may want to issue it. */
+    private readonly onMiss: ((name: string) => void) | null = null,
   ) {
     this.set(pairs);
   }
@@ -133,6 +135,7 @@ export class SniContexts {
       const wildcard = wild ? map.get(wild) : undefined;
       if (wildcard) return wildcard;
     }
+    if (n !== '') this.onMiss?.(n);
     return this.defaultContext()!;
   }
 }

@@ -110,7 +110,9 @@ export type ShardToMain =
   /** GET /metrics on this shard: answers the Prometheus text of the whole server. */
   | { type: 'metrics' }
   /** A custom domain passed its ownership check: every shard routes it, then its certificate is ordered; answers {} once routed. */
-  | { type: 'custom-domain-verified'; name: string };
+  | { type: 'custom-domain-verified'; name: string }
+  /** A handshake named a verified custom domain this shard has no certificate for (tell, at most once a minute per name and shard). */
+  | { type: 'certificate-wanted'; name: string };
 
 /** Main's answer to `health`. */
 export interface ShardsUp {

@@ -137,7 +137,18 @@ const redirectHost: FrontHost = {
 let apiListen: us_listen_socket | null = null;
 let front: Front | null = null;
 let redirectFront: Front | null = null;
-const contexts = config.tls ? new SniContexts(loadCertificates(config.tls), config.domain) : null;
+/** Verified custom domains without a certificate, by when this shard last told main (first need: ACME orders one). */
+const wanted = new Map<string, number>();
+const WANTED_EVERY_MS = 60_000;
+function certificateWanted(name: string): void {
+  if (!config.tls?.acme || domainRoutes.tunnelOf(name) === null) return;
+  const now = Date.now();
+  if ((wanted.get(name) ?? 0) > now - WANTED_EVERY_MS) return;
+  if (wanted.size >= 10_000) wanted.clear();
+  wanted.set(name, now);
+  main.tell({ type: 'certificate-wanted', name });
+}
+const contexts = config.tls ? new SniContexts(loadCertificates(config.tls), config.domain, certificateWanted) : null;
 const acmeStore = config.tls?.acme ? new AcmeStore(sql) : null;
 
 // A crash ends this thread only (the supervisor restarts it): close uWS first, because a

@@ -198,6 +198,19 @@ test('the CLI: domains add prints the records (and --json the fields), verify ex
   }
 });
 
+test('first need: a domain verified elsewhere (another node, SQL) gets its certificate when a handshake first names it', async () => {
+  assert.is((await call('POST', '/api/v1/domains', alice, { name: 'first.customer.org', tunnel: 'web' })).status, 201);
+  await server.sql`update custom_domains set verified_at = now() where name = 'first.customer.org'`;
+  const cert = await eventually(async () => {
+    const c = await certificateFor('first.customer.org', false);
+    if (!/DNS:first\.customer\.org/.test(c.subjectaltname ?? '')) throw new Error(`still ${c.subjectaltname}`);
+    return c;
+  }, 20_000, 'the certificate of first need');
+  assert.ok(cert.serialNumber);
+  const [row] = await server.sql<{ n: number }[]>`select count(*)::int as n from acme_orders where name = 'first.customer.org'`;
+  assert.is(row!.n, 1, 'ordered once, however many handshakes asked');
+});
+
 test('team rules: members see and verify a team\'s domain; only its adder, a team owner or an admin remove it; outsiders see nothing', async () => {
   const owner = await createUser(server);
   const member = await createUser(server);
