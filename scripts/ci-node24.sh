@@ -36,8 +36,8 @@ esac
 ROOT=$BURROW_CI_CACHE/$SUITE-$ARCH
 # What the tests need beyond minbase: curl and psql (README and move tests), openssl (TLS tests
 # make certificates), procps (pgrep), libnss3, libexpat1 and a font (the headless Chromium of the browser
-# tests), ca-certificates (npm's registry).
-PACKAGES=ca-certificates,curl,openssl,procps,libnss3,libexpat1,fonts-dejavu-core,postgresql-client
+# tests), ca-certificates (npm's registry), pebble (the ACME tests' CA and DNS, with curl).
+PACKAGES=ca-certificates,curl,openssl,procps,libnss3,libexpat1,fonts-dejavu-core,postgresql-client,pebble
 USER_NAME=burrow-ci
 USER_ID=${BURROW_CI_UID:-1000}
 log() { echo "ci-node24: $*" >&2; }

@@ -4,6 +4,7 @@ import { parseCidr, type Cidr } from './protocol/cidr.js';
 import { browserBlockedPort } from './listen.js';
 import { burrowVersion } from './version.js';
 import { defaultLogFormat, type LogFormat } from './log.js';
+import { parseResolvers, type DnsServer } from './acme/dns-wait.js';
 
 // The only reader of process.env. Flags beat env; every flag --foo-bar also reads
 // BURROW_FOO_BAR unless the spec names its own variable (README "Server flags").
@@ -32,12 +33,30 @@ export interface GithubConfig {
   apiUrl: string;
 }
 
-/** TLS on the main port: PEM files; `dir` holds more NAME.crt/NAME.key pairs chosen by SNI. */
+/**
+ * TLS on the main port: PEM files (`certFile` the default, `dir` more NAME.crt/NAME.key pairs
+ * chosen by SNI) and/or certificates burrowd gets by itself over ACME (`acme`). Without
+ * `certFile` the ACME certificate of <domain> is the default.
+ */
 export interface TlsConfig {
-  certFile: string;
-  keyFile: string;
+  certFile: string | null;
+  keyFile: string | null;
   dir: string | null;
+  acme: AcmeConfig | null;
 }
+
+/** --acme-*: the CA and how the tunnel wildcard's DNS-01 challenge is answered. */
+export interface AcmeConfig {
+  directoryUrl: string;
+  email: string;
+  eab: { kid: string; hmac: string } | null;
+  /** --acme-dns-hook: `script add|remove <fqdn> <value>`; null: print the record and poll. */
+  dnsHook: string | null;
+  /** --dns-resolver: the servers asked instead of the zone's authoritative ones. */
+  resolvers: DnsServer[] | null;
+}
+
+export const LETS_ENCRYPT = 'https://acme-v02.api.letsencrypt.org/directory';
 
 export interface Config {
   host: string;
@@ -281,7 +300,13 @@ export function buildServerCommand(): Command {
     .addOption(opt('--tls-cert <file>', 'PEM certificate (chain) for HTTPS on the port, typically for <domain> and *.<domain>; SIGHUP reloads it'))
     .addOption(opt('--tls-key <file>', 'PEM private key of --tls-cert'))
     .addOption(opt('--tls-dir <dir>', 'more certificates chosen by SNI: NAME.crt + NAME.key per server name NAME (e.g. *.example.org.crt)'))
-    .addOption(opt('--http-port <n>', 'also serve plain HTTP on this port, redirecting (308) to HTTPS (needs --tls-cert)').argParser(int('--http-port', 1, 65535)))
+    .addOption(opt('--http-port <n>', 'also serve plain HTTP on this port, redirecting (308) to HTTPS (needs --tls-cert or --acme-email); answers ACME HTTP-01 challenges').argParser(int('--http-port', 1, 65535)))
+    .addOption(opt('--acme-email <email>', 'get and renew the certificate of <domain> and *.<domain> by ACME (contact address of the account); no --tls-cert needed'))
+    .addOption(opt('--acme-ca <url>', 'ACME directory URL of the CA', 'BURROW_ACME_CA').default(LETS_ENCRYPT, "Let's Encrypt"))
+    .addOption(opt('--acme-eab-kid <kid>', 'external account binding: key id given by the CA'))
+    .addOption(opt('--acme-eab-hmac <key>', 'external account binding: base64url MAC key given by the CA'))
+    .addOption(opt('--acme-dns-hook <script>', 'answers the wildcard\'s DNS-01 challenge: run as `script add|remove <fqdn> <value>`, exit 0 on success; without it burrowd prints the TXT record to create and waits'))
+    .addOption(opt('--dns-resolver <host:port,...>', 'DNS servers asked whether a challenge or ownership record is in place (default: the zone\'s authoritative servers)'))
     .addOption(opt('--trust-proxy <cidrs>', 'load balancers (CIDR[,CIDR...]) whose X-Forwarded-For/-Proto are kept; anyone else\'s are replaced').argParser(cidrList))
     .addOption(opt('--proxy-protocol', 'the port expects a PROXY protocol header (v1 or v2) on every connection, from a load balancer; works with --tls-cert').default(false))
     .addOption(opt('--proxy-protocol-from <cidrs>', 'with --proxy-protocol: the load balancers (CIDR[,CIDR...]) allowed to send the header; connections from anyone else are closed').argParser(nonEmptyCidrList('--proxy-protocol-from')))
@@ -336,7 +361,7 @@ export function configFromOptions(o: Opts): Config {
   }
   const tls = tlsFromOptions(o);
   const httpPort = typeof o.httpPort === 'number' ? o.httpPort : null;
-  if (httpPort !== null && !tls) throw new Error('--http-port redirects to HTTPS: it needs --tls-cert and --tls-key');
+  if (httpPort !== null && !tls) throw new Error('--http-port redirects to HTTPS: it needs --tls-cert and --tls-key, or --acme-email');
   if (httpPort !== null && httpPort === o.port) throw new Error(`--http-port ${httpPort} is the main --port; choose another`);
   const proxyProtocol = Boolean(o.proxyProtocol);
   if (o.proxyProtocolFrom !== undefined && !proxyProtocol) throw new Error('--proxy-protocol-from names who may send PROXY headers: it needs --proxy-protocol');
@@ -450,9 +475,41 @@ function tlsFromOptions(o: Opts): TlsConfig | null {
   const certFile = str(o.tlsCert);
   const keyFile = str(o.tlsKey);
   const dir = str(o.tlsDir);
-  if (!certFile && !keyFile && !dir) return null;
-  if (!certFile || !keyFile) throw new Error('--tls-cert and --tls-key go together (and --tls-dir needs them: they are the default certificate)');
-  return { certFile, keyFile, dir };
+  const acme = acmeFromOptions(o);
+  if (!certFile && !keyFile && !dir && !acme) return null;
+  if (!!certFile !== !!keyFile) throw new Error('--tls-cert and --tls-key go together');
+  if (!certFile && !acme) throw new Error('--tls-dir needs a default certificate: --tls-cert and --tls-key, or --acme-email');
+  return { certFile, keyFile, dir, acme };
+}
+
+function acmeFromOptions(o: Opts): AcmeConfig | null {
+  const email = str(o.acmeEmail);
+  const others = ['acmeEabKid', 'acmeEabHmac', 'acmeDnsHook'].filter((k) => str(o[k]));
+  if (!email) {
+    if (others.length > 0) throw new Error('--acme-eab-kid, --acme-eab-hmac and --acme-dns-hook need --acme-email (which turns ACME on)');
+    return null;
+  }
+  if (!/^[^\s@]{1,64}@[a-z0-9.-]{1,253}$/i.test(email)) throw new Error(`--acme-email "${email}" is not an email address`);
+  const directoryUrl = String(o.acmeCa);
+  let u: URL;
+  try {
+    u = new URL(directoryUrl);
+  } catch {
+    throw new Error(`--acme-ca must be the URL of an ACME directory, got "${directoryUrl}"`);
+  }
+  if (u.protocol !== 'https:') throw new Error(`--acme-ca must be an https:// URL, got "${directoryUrl}"`);
+  const kid = str(o.acmeEabKid);
+  const hmac = str(o.acmeEabHmac);
+  if (!!kid !== !!hmac) throw new Error('--acme-eab-kid and --acme-eab-hmac go together');
+  if (hmac && !/^[A-Za-z0-9_-]+={0,2}$/.test(hmac)) throw new Error('--acme-eab-hmac must be base64url, as the CA gives it');
+  const resolverText = str(o.dnsResolver);
+  return {
+    directoryUrl,
+    email,
+    eab: kid && hmac ? { kid, hmac: hmac.replace(/=+$/, '') } : null,
+    dnsHook: str(o.acmeDnsHook),
+    resolvers: resolverText ? parseResolvers(resolverText) : null,
+  };
 }
 
 function defaultBaseUrl(tls: boolean, domain: string, port: number): string {

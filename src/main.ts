@@ -32,6 +32,11 @@ import { shardSockets } from './main-thread/shards.js';
 import { sharedPortSupported } from './edge/front.js';
 import { ClusterNode } from './cluster/node.js';
 import { runServiceCommand } from './service-unit.js';
+import { CertManager } from './acme/manager.js';
+import { DomainWatch } from './acme/domain-watch.js';
+import { retryDelayMs } from './acme/renewal.js';
+import type { AcmeConfig } from './config.js';
+import { setTimeout as sleep } from 'node:timers/promises';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
@@ -169,6 +174,15 @@ function invalidateHere(keyIds: string[], userIds: string[], endConnections: str
 const metrics = new ServerMetrics({ tunnels: () => registry.liveByType(), shards: async () => (await registry.counts()).shards });
 registry.stats.observer = metrics;
 await registry.start();
+const acme = config.tls?.acme ? await startAcme(config.tls.acme) : null;
+const domainWatch = new DomainWatch({
+  sql,
+  log: log.child({ part: 'domains' }),
+  tunnelDomain: config.domain,
+  resolvers: config.tls?.acme?.resolvers ?? null,
+  verified: (name) => customDomainChanged(name).then(() => undefined),
+  issue: acme ? (name) => acme.customDomain(name) : null,
+});
 let metricsListener: MetricsListener | null = null;
 if (config.metricsAddr) {
   try {
@@ -180,6 +194,42 @@ if (config.metricsAddr) {
     await embedded?.stop();
     process.exit(1);
   }
+}
+
+/**
+ * --acme-email: the certificates stored so far, then (without --tls-cert) the tunnel wildcard,
+ * before the shards listen: HTTPS needs it, and a first start waits for the CA (retrying).
+ */
+async function startAcme(acmeConfig: AcmeConfig): Promise<CertManager> {
+  const manager = new CertManager({
+    sql,
+    log: log.child({ part: 'acme' }),
+    acme: acmeConfig,
+    domain: config.domain,
+    say: (text) => void process.stdout.write(text),
+    onChange: () => supervisor.askAll({ type: 'acme-reload' }, 10_000).catch((err: unknown) => log.error({ err }, 'ACME: a shard could not load the new certificate')),
+    registry: metrics.registry,
+  });
+  // HTTP-01 (custom domains) is checked by the CA on port 80 of the domain: --http-port 80 here, or forwarded to it.
+  if (config.httpPort === null) log.warn('--acme-email without --http-port: custom domains cannot get certificates (ACME HTTP-01 needs port 80 forwarded to --http-port)');
+  await manager.start();
+  if (config.tls?.certFile) return manager;
+  for (let failures = 1; ; failures++) {
+    try {
+      await manager.wildcard();
+      return manager;
+    } catch {
+      // Logged by the manager; the wait grows as for a failed renewal.
+      await sleep(retryDelayMs(failures, new Date(8.64e15)));
+    }
+  }
+}
+
+/** A custom domain was verified or removed: every shard routes by the new set, then (verified, with ACME) its certificate is ordered. */
+async function customDomainChanged(name: string): Promise<Record<string, never>> {
+  await supervisor.askAll({ type: 'acme-reload' }, 10_000).catch((err: unknown) => log.error({ err }, 'a shard could not reload the custom domains'));
+  acme?.customDomain(name).catch(() => undefined); // failures are logged and retried by the manager and the minute check
+  return {};
 }
 
 /** The main thread's mailbox: every message a shard sends lands here; an ask's answer is its ShardToMainReplies entry. */
@@ -208,6 +258,12 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
       return undefined;
     case 'metrics':
       return metrics.render();
+    case 'custom-domain-verified':
+      return customDomainChanged(msg.name);
+    case 'certificate-wanted':
+      // First need of a verified custom domain: ordered (once: the manager queues per name; failures are logged).
+      acme?.customDomain(msg.name).catch(() => undefined);
+      return undefined;
     default:
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return registry.handle(shard, msg);
@@ -270,6 +326,7 @@ try {
 // Before the lines that tell a supervisor (or a test) we are up: a SIGTERM sent on reading
 // them must find its handler, not the default action that ends the process at once.
 let stopping = false;
+domainWatch.start();
 process.on('SIGTERM', () => void shutdown('SIGTERM'));
 process.on('SIGINT', () => void shutdown('SIGINT'));
 process.on('SIGHUP', () => void reloadTls());
@@ -296,6 +353,8 @@ async function shutdown(reason: string, code = 0): Promise<void> {
     await supervisor.stop(config.shutdownTimeoutMs);
     apiSockets.remove();
     await cluster?.stop();
+    await domainWatch.stop();
+    await acme?.stop();
     await registry.stop();
     await jobs.close();
     await sql.end({ timeout: 2 });

@@ -6,7 +6,7 @@ import * as S from './schemas.js';
 
 // OpenAPI 3.1 generated from the route table and the very schemas requests are validated
 // with, so the document cannot drift from the server.
-const COMPONENTS: TSchema[] = [S.ApiScope, S.Role, S.TeamRole, S.ApiKey, S.CreatedKey, S.Account, S.User, S.Session, S.Team, S.TeamMember, S.Tunnel, S.Reservation, S.Empty, S.ProblemSchema];
+const COMPONENTS: TSchema[] = [S.ApiScope, S.Role, S.TeamRole, S.ApiKey, S.CreatedKey, S.Account, S.User, S.Session, S.Team, S.TeamMember, S.Tunnel, S.Reservation, S.Domain, S.Empty, S.ProblemSchema];
 
 /** Replaces any component schema (by $id) nested in `s` with a $ref to it. */
 function refs(s: unknown, top = true): unknown {

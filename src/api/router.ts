@@ -6,6 +6,7 @@ import { teamRoutes } from './teams.js';
 import { userRoutes } from './users.js';
 import { tunnelRoutes } from './tunnels.js';
 import { reservationRoutes } from './reservations.js';
+import { domainRoutes } from './domains.js';
 import { isUuid } from './schemas.js';
 import { validate, validateQuery } from './validate.js';
 import { scopeAllows } from '../auth/scopes.js';
@@ -16,7 +17,7 @@ import type { ShardContext } from '../edge/shard-context.js';
 
 // The route table: every operation with the scope and role it needs. Who may do what is
 // read here (and in each resource file's table), never buried in handlers.
-export const ROUTES: readonly ApiRoute[] = [...keyRoutes, ...profileRoutes, ...teamRoutes, ...userRoutes, ...tunnelRoutes, ...reservationRoutes];
+export const ROUTES: readonly ApiRoute[] = [...keyRoutes, ...profileRoutes, ...teamRoutes, ...userRoutes, ...tunnelRoutes, ...reservationRoutes, ...domainRoutes];
 
 const SCOPE_WORDS = {
   management: 'the management scope',
@@ -39,6 +40,7 @@ const ACTION_WORDS: Record<string, string> = {
   Delete_tunnel: 'deleting a tunnel',
   Reserve_tunnel_id: 'reserving a tunnel id',
   Release_tunnel_id: 'releasing a tunnel id',
+  Verify_domain: 'verifying a custom domain',
 };
 
 /**

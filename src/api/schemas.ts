@@ -111,6 +111,32 @@ export const Reservation = Type.Object(
 );
 export type Reservation = Static<typeof Reservation>;
 
+export const Domain = Type.Object(
+  {
+    name: Type.String({ description: 'the custom domain, e.g. app.example.com' }),
+    tunnel: Type.String({ description: 'the tunnel id it routes to once verified' }),
+    owner_id: Uuid,
+    team_id: Nullable(Uuid),
+    verified: Type.Boolean(),
+    verified_at: Nullable(DateTime),
+    txt_name: Type.String({ description: 'ownership check: a TXT record at this name ...' }),
+    txt_value: Type.String({ description: '... holding this value (bound to the user who added the domain)' }),
+    cname_target: Type.String({ description: 'or a CNAME from the domain to this host (the tunnel host)' }),
+    last_check_at: Nullable(DateTime),
+    last_error: Nullable(Type.String({ description: 'why the last ownership check failed' })),
+    created_at: DateTime,
+  },
+  { $id: 'Domain', description: 'A domain a user brings to a tunnel: routed and issued a certificate once its ownership is verified' },
+);
+export const DomainBody = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 253 }),
+    tunnel: Type.String({ minLength: 1, maxLength: 63 }),
+    team_id: Type.Optional(Nullable(Uuid)),
+  },
+  { additionalProperties: false },
+);
+
 export const Empty = Type.Object({}, { additionalProperties: false, $id: 'Empty' });
 
 export const ProblemSchema = Type.Object(

@@ -16,6 +16,7 @@ import { registerStop } from './detach.js';
 import { registerTeams } from './teams.js';
 import { registerTunnels } from './tunnels.js';
 import { registerUsers } from './users.js';
+import { registerDomains } from './domains.js';
 import { burrowVersion } from '../version.js';
 
 const version = burrowVersion;
@@ -67,6 +68,7 @@ export function buildProgram(): Command {
   registerTeams(program);
   registerUsers(program);
   registerTunnels(program);
+  registerDomains(program);
   registerSessions(program);
   registerContext(program);
   registerCompletion(program);

@@ -5,7 +5,9 @@ import type { TlsConfig } from '../config.js';
 
 // TLS on the one port, ended by the front (node:tls). Certificates are files: --tls-cert/--tls-key
 // is the default (no SNI, or a name no pair matches), --tls-dir adds NAME.crt/NAME.key pairs served
-// for the SNI name NAME (wildcards like *.example.org allowed). SIGHUP reads them again.
+// for the SNI name NAME (wildcards like *.example.org allowed). SIGHUP reads them again. Beside
+// them, the certificates burrowd got by ACME (src/acme/), for the names the files do not cover;
+// without --tls-cert the ACME certificate of <domain> is the default.
 
 export interface CertPair {
   /** null: the default certificate. */
@@ -22,7 +24,7 @@ const SERVER_NAME = /^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-
  * parses, a key that belongs to the certificate). Throws one Error naming the file at fault.
  */
 export function loadCertificates(tls: TlsConfig): CertPair[] {
-  const pairs: CertPair[] = [{ serverName: null, certFile: tls.certFile, keyFile: tls.keyFile }];
+  const pairs: CertPair[] = tls.certFile && tls.keyFile ? [{ serverName: null, certFile: tls.certFile, keyFile: tls.keyFile }] : [];
   if (tls.dir !== null) {
     let names: string[];
     try {
@@ -64,14 +66,28 @@ function checkPair(p: CertPair): void {
   }
 }
 
+/** A certificate got by ACME, served for each of its names (`*.x` as a wildcard). */
+export interface IssuedPair {
+  names: string[];
+  certPem: string;
+  keyPem: string;
+}
+
 /**
- * The TLS contexts of the front, chosen per handshake by SNI: an exact --tls-dir name, then a
- * wildcard one, then the default (--tls-cert). SIGHUP swaps the whole set at once.
+ * The TLS contexts of the front, chosen per handshake by SNI: an exact --tls-dir name, a
+ * wildcard one, then an exact ACME name, a wildcard one, then the default (--tls-cert, else the
+ * ACME certificate of <domain>). SIGHUP swaps the files' set, a new ACME certificate the other.
  */
 export class SniContexts {
-  private contexts = new Map<string, SecureContext>();
+  private files = new Map<string, SecureContext>();
+  private issued = new Map<string, SecureContext>();
 
-  constructor(pairs: CertPair[]) {
+  constructor(
+    pairs: CertPair[],
+    private readonly domain: string | null = null,
+    /** A name neither the files nor ACME cover (it gets the default): ACME may want to issue it. */
+    private readonly onMiss: ((name: string) => void) | null = null,
+  ) {
     this.set(pairs);
   }
 
@@ -79,15 +95,47 @@ export class SniContexts {
   set(pairs: CertPair[]): void {
     const contexts = new Map<string, SecureContext>();
     for (const p of pairs) contexts.set(p.serverName ?? '', createSecureContext({ cert: readFileSync(p.certFile), key: readFileSync(p.keyFile), minVersion: 'TLSv1.2' }));
-    this.contexts = contexts;
+    this.files = contexts;
+  }
+
+  /** The ACME certificates, all at once; an unusable one is skipped (and named in the result). */
+  setIssued(certs: IssuedPair[]): string[] {
+    const contexts = new Map<string, SecureContext>();
+    const refused: string[] = [];
+    for (const c of certs) {
+      let ctx: SecureContext;
+      try {
+        ctx = createSecureContext({ cert: c.certPem, key: c.keyPem, minVersion: 'TLSv1.2' });
+      } catch {
+        refused.push(c.names[0] ?? '?');
+        continue;
+      }
+      for (const n of c.names) contexts.set(n.toLowerCase(), ctx);
+    }
+    this.issued = contexts;
+    return refused;
+  }
+
+  /** Whether a handshake would get a certificate at all (without --tls-cert: once ACME gave one). */
+  get ready(): boolean {
+    return this.defaultContext() !== undefined;
+  }
+
+  private defaultContext(): SecureContext | undefined {
+    return this.files.get('') ?? (this.domain ? this.issued.get(this.domain) : undefined) ?? this.issued.values().next().value;
   }
 
   contextFor(name: string): SecureContext {
     const n = name.toLowerCase();
-    const exact = n === '' ? undefined : this.contexts.get(n);
-    if (exact) return exact;
     const dot = n.indexOf('.');
-    const wildcard = dot > 0 ? this.contexts.get(`*${n.slice(dot)}`) : undefined;
-    return wildcard ?? this.contexts.get('')!;
+    const wild = dot > 0 ? `*${n.slice(dot)}` : null;
+    for (const map of [this.files, this.issued]) {
+      const exact = n === '' ? undefined : map.get(n);
+      if (exact) return exact;
+      const wildcard = wild ? map.get(wild) : undefined;
+      if (wildcard) return wildcard;
+    }
+    if (n !== '') this.onMiss?.(n);
+    return this.defaultContext()!;
   }
 }

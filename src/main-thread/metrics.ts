@@ -43,7 +43,7 @@ function addInto(sum: EdgeTotals, t: EdgeTotals): void {
 }
 
 export class ServerMetrics implements StatsObserver {
-  private readonly registry = new Registry();
+  readonly registry = new Registry();
   /** Edge totals of each running shard incarnation, by shard index. */
   private readonly live = new Map<number, EdgeTotals>();
   /** Last totals of every shard incarnation that died. */

@@ -79,7 +79,9 @@ export type MainToShard =
   /** Stop accepting, let in-flight requests finish within `timeoutMs`; answers when idle. */
   | { type: 'drain'; timeoutMs: number }
   /** Read every TLS certificate again and serve new connections with them (SIGHUP); answers `{error}`. */
-  | { type: 'tls-reload' };
+  | { type: 'tls-reload' }
+  /** The ACME certificates changed (src/acme/): read them from the database for new handshakes. */
+  | { type: 'acme-reload' };
 
 
 export type ShardToMain =
@@ -106,7 +108,11 @@ export type ShardToMain =
   /** This shard's edge counters (tell, at most every 250 ms while they change). */
   | { type: 'edge-counters'; totals: EdgeTotals }
   /** GET /metrics on this shard: answers the Prometheus text of the whole server. */
-  | { type: 'metrics' };
+  | { type: 'metrics' }
+  /** A custom domain passed its ownership check: every shard routes it, then its certificate is ordered; answers {} once routed. */
+  | { type: 'custom-domain-verified'; name: string }
+  /** A handshake named a verified custom domain this shard has no certificate for (tell, at most once a minute per name and shard). */
+  | { type: 'certificate-wanted'; name: string };
 
 /** Main's answer to `health`. */
 export interface ShardsUp {
@@ -132,6 +138,7 @@ export interface ShardToMainReplies extends TunnelShardToMainReplies {
   'auth-invalidate': Ack;
   health: ShardsUp;
   metrics: MetricsReply;
+  'custom-domain-verified': Ack;
 }
 
 /** Request → reply: what a shard answers each ask of main (ip-blocked is a tell). */
@@ -141,6 +148,7 @@ export interface MainToShardReplies extends TunnelMainToShardReplies {
   drain: { idle: boolean };
   /** `error`: why the certificates could not be read (the old ones stay), or null */
   'tls-reload': { error: string | null };
+  'acme-reload': { certificates: number };
 }
 
 /** The reply map of a channel, chosen by what it sends (the Mailbox default; any other channel, such as the mesh, has only tells). */

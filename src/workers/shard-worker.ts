@@ -19,6 +19,9 @@ import { installOauth } from '../auth/oauth/routes.js';
 import type { ShardContext } from '../edge/shard-context.js';
 import { setAddressPolicy } from '../http/client-address.js';
 import { loadCertificates, SniContexts } from '../http/tls.js';
+import { AcmeStore } from '../db/acme.js';
+import { DomainRoutes } from '../acme/domain-routes.js';
+import { answerChallenge, isChallengeRequest } from '../acme/challenge-route.js';
 import { CidrSet } from '../protocol/cidr.js';
 import type { Config } from '../config.js';
 import { Front } from '../edge/front.js';
@@ -90,11 +93,14 @@ if (config.github || config.oidc) installOauth(ctx);
 route(http, 'any', '/*', 0, (req) => problemReply('not-found', `no such endpoint: ${req.method} ${req.path}`));
 
 const apiTarget = { path: apiPath, defaultHost: config.domain };
+const domainRoutes = new DomainRoutes();
+/** The tunnel a Host names: <id>.<domain> (edge/shard.ts), else a verified custom domain (src/acme/). */
+const tunnelFor = (host: string): string | null => tunnels.tunnelOf(host) ?? domainRoutes.tunnelOf(host);
 /** Who answers each request the front parsed: by Host, then the control path, then the API. */
 const frontHost: FrontHost = {
   log,
   exchange(conn, head, res) {
-    const tunnelId = head.host === null ? null : tunnels.tunnelOf(head.host);
+    const tunnelId = head.host === null ? null : tunnelFor(head.host);
     if (tunnelId !== null) return tunnels.serve(conn, head, res, tunnelId);
     if (isControlRequest(head)) return acceptControl(tunnels.control, conn, head, res);
     if (tunnels.links && isLinkRequest(head)) return acceptLink(tunnels.links, ctx.linkTokens!, conn, head, res);
@@ -106,13 +112,17 @@ const frontHost: FrontHost = {
     return new ApiExchange(conn, head, res, apiTarget);
   },
   // The last descriptors go to tunnel clients and the API (/healthz included), not to visitors.
-  reserved: (head) => head.host === null || tunnels.tunnelOf(head.host) === null,
+  reserved: (head) => head.host === null || tunnelFor(head.host) === null,
 };
 
-/** --http-port: every plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
+/** --http-port: ACME HTTP-01 challenges are answered; every other plain-HTTP request is sent to the same URL over HTTPS (308 keeps the method). */
 const redirectHost: FrontHost = {
   log,
   exchange(_conn, head, res) {
+    if (isChallengeRequest(head)) {
+      answerChallenge(sql, head, res);
+      return DISCARD;
+    }
     const base = new URL(config.baseUrl);
     const httpsPort = base.protocol === 'https:' ? base.port : String(port);
     const sent = (head.host ?? '').replace(/:\d+$/, '');
@@ -127,7 +137,19 @@ const redirectHost: FrontHost = {
 let apiListen: us_listen_socket | null = null;
 let front: Front | null = null;
 let redirectFront: Front | null = null;
-const contexts = config.tls ? new SniContexts(loadCertificates(config.tls)) : null;
+/** Verified custom domains without a certificate, by when this shard last told main (first need: ACME orders one). */
+const wanted = new Map<string, number>();
+const WANTED_EVERY_MS = 60_000;
+function certificateWanted(name: string): void {
+  if (!config.tls?.acme || domainRoutes.tunnelOf(name) === null) return;
+  const now = Date.now();
+  if ((wanted.get(name) ?? 0) > now - WANTED_EVERY_MS) return;
+  if (wanted.size >= 10_000) wanted.clear();
+  wanted.set(name, now);
+  main.tell({ type: 'certificate-wanted', name });
+}
+const contexts = config.tls ? new SniContexts(loadCertificates(config.tls), config.domain, certificateWanted) : null;
+const acmeStore = config.tls?.acme ? new AcmeStore(sql) : null;
 
 // A crash ends this thread only (the supervisor restarts it): close uWS first, because a
 // thread that exits with uWS sockets open aborts the whole process.
@@ -167,6 +189,8 @@ main.handle(async (msg) => {
       return drain(msg.timeoutMs);
     case 'tls-reload':
       return reloadTls();
+    case 'acme-reload':
+      return reloadIssued();
     default:
       // Everything else is the tunnel data plane's (protocol/tunnel-messages.ts).
       return tunnels.onMain(msg);
@@ -203,6 +227,21 @@ function reloadTls(): { error: string | null } {
   log.info({ shard: index }, 'TLS certificates reloaded');
   return { error: null };
 }
+
+/**
+ * A new or renewed ACME certificate, or a custom domain verified or removed (main, after this
+ * node or another changed it): new handshakes and requests get them, open connections keep theirs.
+ */
+async function reloadIssued(): Promise<{ certificates: number }> {
+  await domainRoutes.load(sql);
+  if (!acmeStore || !contexts) return { certificates: 0 };
+  const certs = await acmeStore.certificates();
+  const refused = contexts.setIssued(certs);
+  if (refused.length > 0) log.error({ refused }, 'ACME certificates that cannot be used were skipped');
+  return { certificates: certs.length - refused.length };
+}
+// A restarted shard reads them itself: main told only the shards that were up.
+await reloadIssued();
 
 // Main holds the blocks: a restarted shard applies those in force before it serves anyone.
 for (const b of await main.ask({ type: 'auth-blocks' }, VERIFY_TIMEOUT_MS)) auth.block(b.ip, b.untilMs);

@@ -43,6 +43,12 @@ const OPERATIONS: [string, string, number, string | [string]][] = [
   ['get', '/reservations', 200, ['Reservation']],
   ['put', '/reservations/{id}', 200, 'Reservation'],
   ['delete', '/reservations/{id}', 200, 'Empty'],
+  // additive: custom domains (issue 34)
+  ['get', '/domains', 200, ['Domain']],
+  ['post', '/domains', 201, 'Domain'],
+  ['get', '/domains/{name}', 200, 'Domain'],
+  ['post', '/domains/{name}/verify', 200, 'Domain'],
+  ['delete', '/domains/{name}', 200, 'Empty'],
 ];
 
 /** how many distinct error responses each operation documents (at least). */
@@ -54,6 +60,7 @@ const SPEC_ERROR_COUNTS: Record<string, number> = {
   'get /tunnels/{id}': 3, 'delete /tunnels/{id}': 3, 'post /users': 3, 'post /users/{id}/keys': 4,
   'get /users/{id}/keys': 3, 'get /users/{id}/keys/{key}': 3, 'delete /users/{id}/keys/{key}': 3,
   'get /reservations': 1, 'put /reservations/{id}': 3, 'delete /reservations/{id}': 2,
+  'get /domains': 1, 'post /domains': 3, 'get /domains/{name}': 2, 'post /domains/{name}/verify': 3, 'delete /domains/{name}': 2,
 };
 
 /**
@@ -90,6 +97,11 @@ const OBSERVED_ERRORS: Record<string, number[]> = {
   'get /reservations': [403],
   'put /reservations/{id}': [...BODY, 403, 404],
   'delete /reservations/{id}': [403, 404],
+  'get /domains': [],
+  'post /domains': [...BODY, 403, 409],
+  'get /domains/{name}': [404],
+  'post /domains/{name}/verify': [404, 409],
+  'delete /domains/{name}': [403, 404],
 };
 
 /** The resources and their fields, nullable ones marked. */
@@ -108,6 +120,10 @@ const RESOURCES: Record<string, { fields: string[]; nullable: string[] }> = {
   Team: { fields: ['id', 'name', 'created_at', 'updated_at'], nullable: [] },
   TeamMember: { fields: ['id', 'team_id', 'user_id', 'role', 'created_at'], nullable: [] },
   Reservation: { fields: ['id', 'user_id', 'team_id', 'created_at'], nullable: ['user_id', 'team_id'] },
+  Domain: {
+    fields: ['name', 'tunnel', 'owner_id', 'team_id', 'verified', 'verified_at', 'txt_name', 'txt_value', 'cname_target', 'last_check_at', 'last_error', 'created_at'],
+    nullable: ['team_id', 'verified_at', 'last_check_at', 'last_error'],
+  },
   Tunnel: {
     fields: ['id', 'owner_id', 'team_id', 'remote_port', 'tunnel_type', 'uptime_secs', 'stats', 'access', 'url', 'local_target', 'owner_name', 'owner_email', 'team_name', 'pool', 'connections'],
     nullable: ['team_id', 'remote_port', 'local_target', 'owner_name', 'owner_email', 'team_name'],
@@ -161,7 +177,7 @@ test('served without a key, as JSON, OpenAPI 3.1, with this server as its server
   assert.is((await api(t, 'GET', '/openapi.json', { key: 'bk_nope' })).status, 200);
 });
 
-test('exactly the 28 operations (the 20 of the spec, Create_user, the four of another user\'s keys, the three of reserved ids), each with its success status and shape', async () => {
+test('exactly the 33 operations (the 20 of the spec, Create_user, the four of another user\'s keys, the three of reserved ids, the five of custom domains), each with its success status and shape', async () => {
   const have = sorted(operations().map(([m, p]) => `${m} ${p}`));
   assert.equal(have, sorted(OPERATIONS.map(([m, p]) => `${m} ${P}${p}`)));
   const ids = new Set<string>();
@@ -256,7 +272,7 @@ test('parameters and request bodies: path ids, limit 1..1000, body fields and wh
     assert.equal(sorted(inPath.map((p: Json) => p.name)), sorted(names as string[]), `${method} ${path} path parameters`);
     for (const p of inPath) {
       assert.is(p.required, true);
-      assert.is(p.schema.format, path.startsWith('/tunnels') || path.startsWith('/reservations') ? undefined : 'uuid', `${method} ${path} {${p.name}}`);
+      assert.is(p.schema.format, path.startsWith('/tunnels') || path.startsWith('/reservations') || path.startsWith('/domains') ? undefined : 'uuid', `${method} ${path} {${p.name}}`);
     }
   }
   for (const path of ['/sessions', '/users']) {
@@ -274,6 +290,7 @@ test('parameters and request bodies: path ids, limit 1..1000, body fields and wh
     ['post', '/users', ['email', 'name', 'role'], ['email']],
     ['post', '/users/{id}/keys', ['name', 'expires_at', 'scopes'], ['name']],
     ['put', '/reservations/{id}', ['user_id', 'team_id'], []],
+    ['post', '/domains', ['name', 'tunnel', 'team_id'], ['name', 'tunnel']],
   ];
   for (const [method, path, fields, required] of bodies) {
     const s = doc.paths[P + path][method].requestBody.content['application/json'].schema;

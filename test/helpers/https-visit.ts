@@ -62,3 +62,19 @@ export function bulkRoute(req: http.IncomingMessage, res: http.ServerResponse): 
   }
   return false;
 }
+
+/** The certificate a fresh handshake as `servername` gets on 127.0.0.1:port: verified against `ca`, or (no ca) whatever it is. */
+export function peerCertificate(port: number, servername: string, ca: string | null): Promise<tls.PeerCertificate> {
+  return withDeadline(
+    new Promise((resolve, reject) => {
+      const s = tls.connect({ host: '127.0.0.1', port, servername, ...(ca ? { ca } : { rejectUnauthorized: false }) }, () => {
+        const c = s.getPeerCertificate();
+        s.destroy();
+        resolve(c);
+      });
+      s.on('error', reject);
+    }),
+    10_000,
+    `handshake as ${servername}`,
+  );
+}
