@@ -55,6 +55,8 @@ export abstract class ClientStream implements Source {
   protected abstract destroy(): void;
   abstract pause(): void;
   abstract resume(): void;
+  /** The link's sweep (link.ts): a stream past its response deadline gives up. */
+  checkDeadline(_nowMs: number): void {}
 
   onCredit(bytes: number): void {
     this.window.grant(bytes);
@@ -126,7 +128,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
   private complete = false;
   private readonly chunked: boolean;
   private readonly shared: boolean;
-  private readonly headTimer: NodeJS.Timeout;
+  /** When the answer's head must have come (Date.now() ms); 0 once it came. */
+  private deadlineMs: number;
   /** Request bytes waiting for the connection (acquire may queue). */
   private queued: (string | Uint8Array)[] | null = [];
   private retried = false;
@@ -140,10 +143,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     if (this.requestWritten) this.ends.endPeer();
     this.chunked = hasBody && !hasHeader(head.headers, 'content-length');
     this.shared = !hasBody && !head.upgrade;
-    this.headTimer = setTimeout(() => {
-      this.localFailure ??= { err: null };
-      this.reset('local-timeout');
-    }, timeoutMs);
+    this.deadlineMs = this.startedMs + timeoutMs;
     this.queued!.push(requestHead(head, this.chunked));
     this.start();
   }
@@ -230,7 +230,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
 
   onResponseHead(h: ResponseHead): void {
     if (h.status < 200 && h.status !== 101) return; // relayed as bytes; not the answer
-    clearTimeout(this.headTimer);
+    this.deadlineMs = 0;
     this.answered = true;
     this.status = h.status;
     this.keepAlive = h.keepAlive;
@@ -285,8 +285,15 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     this.reset(this.relayed ? 'closing' : 'local-invalid');
   }
 
+  override checkDeadline(nowMs: number): void {
+    if (this.deadlineMs === 0 || nowMs < this.deadlineMs || this.done) return;
+    this.deadlineMs = 0;
+    this.localFailure ??= { err: null };
+    this.reset('local-timeout');
+  }
+
   protected destroy(): void {
-    clearTimeout(this.headTimer);
+    this.deadlineMs = 0;
     const c = this.conn;
     this.conn = null;
     if (c) this.pool.release(c, this.shared, false);
@@ -301,7 +308,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     return this.status;
   }
   protected override finished(): void {
-    clearTimeout(this.headTimer);
+    this.deadlineMs = 0;
     const c = this.conn;
     this.conn = null;
     // A complete answer to a request written whole leaves a connection fit for the next one;

@@ -636,7 +636,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     const s =
       head.kind === 'http' ? new RawHttpStream(sid, link.sender, onFinish, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
     if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, t.opts.local);
-    link.streams.set(sid, s);
+    link.addStream(s, timeoutMs);
     this.owner.set(s, t);
     t.open++;
     this.emit('open-streams', t.open, t.name);

@@ -6,6 +6,7 @@ import { prefersHtml } from '../http/problem-page.js';
 import { RequestParser, type RequestHead } from '../protocol/http1-parser.js';
 import { VisitorResponse, type ResponseSink } from './visitor-response.js';
 import { SendTimeout } from './send-timeout.js';
+import { Deadline } from '../protocol/deadline.js';
 import type { ConnectionLimits } from './front-limits.js';
 
 // One public connection on the front: requests parsed by llhttp (http1-parser.ts), answered
@@ -88,7 +89,14 @@ export class FrontConnection implements ResponseSink {
   /** The socket was handed to someone else (a WebSocket, an upgraded relay). */
   private detached = false;
   private closing = false;
-  private headTimer: NodeJS.Timeout | null = null;
+  /** A request head must arrive whole in time (slowloris); set at its first byte. */
+  private readonly headDeadline = new Deadline(() => this.onHeadTimeout());
+  /**
+   * Between requests, and while a request body is read: the connection's idle timeout, pushed
+   * back by every read. Off while an answer is due. (Not the socket's own setTimeout, which
+   * allocates a timer at every call: three calls a request.)
+   */
+  private readonly idleDeadline = new Deadline(() => this.onIdleDeadline());
   /** Until the first byte arrives (--first-byte-timeout); null after it. */
   private firstByteTimer: NodeJS.Timeout | null = null;
   private readonly sendTimeout: SendTimeout;
@@ -115,14 +123,13 @@ export class FrontConnection implements ResponseSink {
       end: (trailers) => this.onRequestEnd(trailers),
     });
     socket.setNoDelay(true);
-    socket.setTimeout(IDLE_TIMEOUT_MS, this.onIdle);
+    this.idleDeadline.set(IDLE_TIMEOUT_MS);
     socket.on('data', this.onData);
     socket.on('end', this.onSocketEnd);
     socket.on('error', ignore);
     socket.on('close', this.onSocketClose);
   }
 
-  private readonly onIdle = (): void => this.onTimeout();
   private readonly onSocketEnd = (): void => this.onEnd();
   private readonly onSocketClose = (): void => this.onClose();
 
@@ -148,11 +155,10 @@ export class FrontConnection implements ResponseSink {
   /** The exchange takes the socket over (after an upgrade's 101 or a WebSocket handshake). */
   detach(): void {
     this.detached = true;
-    this.clearHeadTimer();
+    this.headDeadline.stop();
+    this.idleDeadline.stop();
     this.clearFirstByteTimer();
     this.socket.off('data', this.onData);
-    this.socket.setTimeout(0);
-    this.socket.off('timeout', this.onIdle);
     this.parser.close();
   }
 
@@ -174,9 +180,8 @@ export class FrontConnection implements ResponseSink {
 
   private readonly onData = (chunk: Buffer): void => {
     if (this.firstByteTimer !== null) this.clearFirstByteTimer();
-    if (this.headTimer === null && this.exchange === null && !this.closing) {
-      this.headTimer = setTimeout(() => this.onHeadTimeout(), HEAD_TIMEOUT_MS);
-    }
+    if (this.exchange === null && !this.closing && !this.headDeadline.on) this.headDeadline.set(HEAD_TIMEOUT_MS);
+    if (this.idleDeadline.on) this.idleDeadline.set(IDLE_TIMEOUT_MS);
     this.pending = this.pending === null ? chunk : Buffer.concat([this.pending, chunk]);
     this.drive();
   };
@@ -232,8 +237,8 @@ export class FrontConnection implements ResponseSink {
   }
 
   private onHead(head: RequestHead): void {
-    this.clearHeadTimer();
-    this.socket.setTimeout(IDLE_TIMEOUT_MS);
+    this.headDeadline.clear();
+    this.idleDeadline.set(IDLE_TIMEOUT_MS);
     const response = new VisitorResponse(this, head.method, head.versionMinor, head.keepAlive);
     this.response = response;
     if (this.closing) {
@@ -253,7 +258,7 @@ export class FrontConnection implements ResponseSink {
   private onRequestEnd(trailers: string[]): void {
     this.requestComplete = true;
     // Waiting for the answer (a long poll, an event stream) is not idleness.
-    if (!this.responseDone) this.socket.setTimeout(0);
+    if (!this.responseDone) this.idleDeadline.clear();
     this.exchange?.requestEnd(trailers);
   }
 
@@ -280,7 +285,7 @@ export class FrontConnection implements ResponseSink {
       this.socket.end();
       return;
     }
-    this.socket.setTimeout(IDLE_TIMEOUT_MS);
+    this.idleDeadline.set(IDLE_TIMEOUT_MS);
     this.parser.resume();
   }
 
@@ -339,18 +344,14 @@ export class FrontConnection implements ResponseSink {
     this.socket.destroy();
   };
 
-  private clearHeadTimer(): void {
-    if (this.headTimer) clearTimeout(this.headTimer);
-    this.headTimer = null;
-  }
-
   private onHeadTimeout(): void {
-    this.headTimer = null;
     if (this.exchange === null && !this.detached) this.refuse(408, `the request head did not arrive within ${HEAD_TIMEOUT_MS / 1000} s`);
   }
 
-  private onTimeout(): void {
-    if (this.detached) return;
+  private onIdleDeadline(): void {
+    if (this.detached || this.socket.destroyed) return;
+    // Bytes still leaving toward the visitor are not idleness (a stalled send is the send timeout's).
+    if (this.socket.writableLength > 0) return this.idleDeadline.set(IDLE_TIMEOUT_MS);
     const ex = this.exchange;
     this.exchange = null;
     ex?.abort();
@@ -358,7 +359,8 @@ export class FrontConnection implements ResponseSink {
   }
 
   private onClose(): void {
-    this.clearHeadTimer();
+    this.headDeadline.stop();
+    this.idleDeadline.stop();
     this.clearFirstByteTimer();
     this.sendTimeout.stop();
     if (!this.detached) this.parser.close();
