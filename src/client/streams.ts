@@ -5,6 +5,7 @@ import type { ResponseHead } from '../protocol/http1-parser.js';
 import type { ExchangeObserver } from './observer.js';
 import { connectOptions, type LocalTarget } from './local-target.js';
 import type { ConnUser, LocalConn, LocalPool } from './local-pool.js';
+import type { Link } from './link.js';
 
 // The client's streams: one visitor request or TCP connection each, toward the local service.
 // A stream writes its frames through the Sender of the control connection it arrived on
@@ -34,6 +35,9 @@ export abstract class ClientStream implements Source {
   readonly startedMs = Date.now();
   /** The observer's view of this HTTP exchange (null: nobody observes; it copies ≤ 64 KiB a body). */
   capture: ExchangeObserver | null = null;
+  /** The tunnel it serves, as its client keeps it (tunnel-client.ts), and the link it came on. */
+  owner: unknown = null;
+  link: Link | null = null;
   /** The local service gave no answer: its error, or null for a timeout (see local-error.ts). */
   localFailure: { err: Error | null } | null = null;
 
@@ -209,10 +213,11 @@ export class RawHttpStream extends ClientStream implements ConnUser {
       case 'more':
         return this.relay(chunk);
       case 'paused':
-        this.relay(chunk.subarray(0, r.consumed));
+        this.relay(r.consumed === chunk.length ? chunk : chunk.subarray(0, r.consumed));
         // Bytes after a complete answer were never asked for: that connection is not reused.
         if (r.consumed < chunk.length) this.keepAlive = false;
-        else this.conn.parser.resume();
+        else this.conn?.parser.resume();
+        if (this.complete) this.localEnded();
         return;
       case 'upgrade':
         this.conn.upgraded = true;
@@ -245,8 +250,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     // A 101's message ends where the upgraded protocol begins: the stream goes on.
     if (this.status === 101) return;
     this.complete = true;
-    // The stream's End follows the bytes relayed by onRaw (this runs inside its execute()).
-    queueMicrotask(() => this.localEnded());
+    // The stream's End follows the bytes relayed by onRaw (this runs inside its execute()):
+    // onRaw sends it once they went.
   }
   onDrain(): void {
     this.meter.drained();
@@ -258,7 +263,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     // A close-delimited answer ends here; anything else cut short is an error.
     const r = c.parser.finish();
     if (r?.kind === 'error') return this.invalid(r.reason);
-    if (!this.complete) this.failed(null);
+    if (this.complete) this.localEnded();
+    else this.failed(null);
   }
   onConnError(err: Error | null, reused: boolean): void {
     if (this.done) return;

@@ -101,6 +101,12 @@ export class FrontConnection implements ResponseSink {
   private firstByteTimer: NodeJS.Timeout | null = null;
   private readonly sendTimeout: SendTimeout;
   private corked = false;
+  /**
+   * Told when the socket drains (the current tunnel visitor's flow control). A field its user
+   * sets and clears, not a listener added and removed per request.
+   */
+  drainListener: (() => void) | null = null;
+  private readonly onSocketDrain = (): void => this.drainListener?.();
   private readonly uncork = (): void => {
     this.corked = false;
     this.socket.uncork();
@@ -125,6 +131,7 @@ export class FrontConnection implements ResponseSink {
     socket.setNoDelay(true);
     this.idleDeadline.set(IDLE_TIMEOUT_MS);
     socket.on('data', this.onData);
+    socket.on('drain', this.onSocketDrain);
     socket.on('end', this.onSocketEnd);
     socket.on('error', ignore);
     socket.on('close', this.onSocketClose);
@@ -172,6 +179,8 @@ export class FrontConnection implements ResponseSink {
     this.detach();
     this.socket.off('end', this.onSocketEnd);
     this.socket.off('close', this.onSocketClose);
+    this.socket.off('drain', this.onSocketDrain);
+    this.drainListener = null;
     this.sendTimeout.stop();
     this.exchange = null;
     this.response = null;

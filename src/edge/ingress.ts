@@ -98,7 +98,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
         else if (!this.requestEnded) conn.setCreditBlocked(false);
       },
     });
-    conn.socket.on('drain', this.onDrain);
+    conn.drainListener = this.onDrain;
   }
 
   get ended(): boolean {
@@ -280,7 +280,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     if (this.over) return;
     this.over = true;
     const socket = this.conn.socket;
-    socket.off('drain', this.onDrain);
+    if (this.conn.drainListener === this.onDrain) this.conn.drainListener = null;
     // The answer's last bytes may still wait in the socket: counted until they leave or it closes.
     const parked = this.parked;
     this.parked = 0;
