@@ -557,6 +557,8 @@ function checkFrame(a: unknown[]): void {
  */
 export function decodeFrame(bytes: Uint8Array): Frame {
   if (bytes.byteLength > MAX_FRAME_BYTES) throw new FrameError(`frame of ${bytes.byteLength} bytes is over ${MAX_FRAME_BYTES}`);
+  const stream = decodeStreamFrame(bytes);
+  if (stream !== null) return stream;
   let f: unknown;
   try {
     f = decode(bytes);
@@ -566,6 +568,61 @@ export function decodeFrame(bytes: Uint8Array): Frame {
   if (!Array.isArray(f) || typeof f[0] !== 'number') throw new FrameError('frame is not an array starting with its type');
   checkFrame(f as unknown[]);
   return f as Frame;
+}
+
+/**
+ * Data, End and Credit (nearly every frame of a busy tunnel) read straight from their bytes:
+ * the same frame msgpack gives, with its checks, without the general decoder's work. Anything
+ * not in exactly the shortest encoding these frames are written in returns null and takes the
+ * general way (which decodes or refuses it as before).
+ */
+function decodeStreamFrame(b: Uint8Array): Frame | null {
+  const n = b.byteLength;
+  if (n < 3) return null;
+  const array = b[0];
+  const type = b[1];
+  if (array === 0x93 && type === F.Data) {
+    const sid = readUint(b, 2);
+    if (sid < 0) return null;
+    let o = 2 + uintBytes(b[2]!);
+    const marker = b[o];
+    let len: number;
+    if (marker === 0xc4 && o + 2 <= n) (len = b[o + 1]!), (o += 2);
+    else if (marker === 0xc5 && o + 3 <= n) (len = (b[o + 1]! << 8) | b[o + 2]!), (o += 3);
+    else if (marker === 0xc6 && o + 5 <= n) (len = ((b[o + 1]! << 24) >>> 0) + ((b[o + 2]! << 16) | (b[o + 3]! << 8) | b[o + 4]!)), (o += 5);
+    else return null;
+    if (o + len !== n || len > MAX_DATA_BYTES) return null;
+    return [F.Data, sid, b.subarray(o, n)];
+  }
+  if (array === 0x92 && type === F.End) {
+    const sid = readUint(b, 2);
+    return sid >= 0 && 2 + uintBytes(b[2]!) === n ? [F.End, sid] : null;
+  }
+  if (array === 0x93 && type === F.Credit) {
+    const sid = readUint(b, 2);
+    if (sid < 0) return null;
+    const o = 2 + uintBytes(b[2]!);
+    if (o >= n) return null;
+    const bytes = readUint(b, o);
+    return bytes >= 0 && o + uintBytes(b[o]!) === n ? [F.Credit, sid, bytes] : null;
+  }
+  return null;
+}
+
+/** Bytes of the msgpack unsigned integer whose first byte is `first` (fixint, uint8/16/32); 0: not one. */
+function uintBytes(first: number): number {
+  return first < 0x80 ? 1 : first === 0xcc ? 2 : first === 0xcd ? 3 : first === 0xce ? 5 : 0;
+}
+
+/** The msgpack unsigned integer (up to uint32) at `o`, or -1 (another type, or cut short). */
+function readUint(b: Uint8Array, o: number): number {
+  const first = b[o]!;
+  const size = uintBytes(first);
+  if (size === 0 || o + size > b.byteLength) return -1;
+  if (size === 1) return first;
+  if (size === 2) return b[o + 1]!;
+  if (size === 3) return (b[o + 1]! << 8) | b[o + 2]!;
+  return ((b[o + 1]! << 24) >>> 0) + ((b[o + 2]! << 16) | (b[o + 3]! << 8) | b[o + 4]!);
 }
 
 // ---- tunnel ids: in tunnel-id.ts (the CLI checks ids without loading msgpack) ------------
