@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net';
 import type { ApiError, ProblemCode } from '../errors.js';
 import { renderProblem, statusLine } from '../http/problem.js';
+import { NameSet } from '../protocol/http-headers.js';
 
 // One response on a visitor's connection: the only writer of HTTP framing toward the public
 // side. Whoever produces the response (a tunnel's client, the API behind the front, a refusal
@@ -19,7 +20,7 @@ const CRLF = '\r\n';
 const LAST_CHUNK = Buffer.from('0\r\n\r\n');
 
 /** Fields this writer owns: the producer's values never reach the visitor. */
-const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'trailer', 'upgrade']);
+const FRAMING = new NameSet(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'trailer', 'upgrade']);
 
 /** What the connection does once a response is written (FrontConnection implements it). */
 export interface ResponseSink {
@@ -66,7 +67,7 @@ export class VisitorResponse {
     let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
     for (let i = 0; i < headers.length; i += 2) {
       const name = headers[i]!;
-      if (FRAMING.has(name.toLowerCase())) continue;
+      if (FRAMING.has(name)) continue;
       text += `${name}: ${headers[i + 1]}${CRLF}`;
     }
     if (bodiless) {
@@ -94,7 +95,7 @@ export class VisitorResponse {
   interim(status: number, headers: readonly string[]): void {
     if (this.started || this.versionMinor === 0) return;
     let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
-    for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!.toLowerCase())) text += `${headers[i]}: ${headers[i + 1]}${CRLF}`;
+    for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!)) text += `${headers[i]}: ${headers[i + 1]}${CRLF}`;
     this.sink.corkTurn();
     this.sink.socket.write(text + CRLF, 'latin1');
   }
@@ -143,7 +144,7 @@ export class VisitorResponse {
         if (trailers.length === 0) this.sink.socket.write(LAST_CHUNK);
         else {
           let text = `0${CRLF}`;
-          for (let i = 0; i < trailers.length; i += 2) if (!FRAMING.has(trailers[i]!.toLowerCase())) text += `${trailers[i]}: ${trailers[i + 1]}${CRLF}`;
+          for (let i = 0; i < trailers.length; i += 2) if (!FRAMING.has(trailers[i]!)) text += `${trailers[i]}: ${trailers[i + 1]}${CRLF}`;
           this.sink.socket.write(text + CRLF, 'latin1');
         }
         break;
