@@ -27,6 +27,12 @@ const HEAD_TIMEOUT_MS = 10_000;
 const IDLE_TIMEOUT_MS = 60_000;
 /** After a refusal that closes, what the visitor still sends is read and dropped this long at most. */
 const LINGER_MS = 5_000;
+/**
+ * Writes toward the visitor up to this size wait for the end of the current read and leave as
+ * one buffer: a small answer's head, body and framing in one send (the answer to a 14 B request
+ * is one write of a few hundred bytes). Larger ones go at once, with what waited before them.
+ */
+const JOIN_MAX_BYTES = 4096;
 /** The socket's 'error' listener: a connection's errors end in 'close', handled there. Module-level, so it holds no connection. */
 const ignore = (): void => undefined;
 
@@ -100,18 +106,19 @@ export class FrontConnection implements ResponseSink {
   /** Until the first byte arrives (--first-byte-timeout); null after it. */
   private firstByteTimer: NodeJS.Timeout | null = null;
   private readonly sendTimeout: SendTimeout;
-  private corked = false;
+  /** Small writes of the current read, in order (JOIN_MAX_BYTES), and their size. */
+  private readonly joined: (string | Uint8Array)[] = [];
+  private joinedBytes = 0;
+  private flushQueued = false;
   /**
    * Told when the socket drains (the current tunnel visitor's flow control). A field its user
    * sets and clears, not a listener added and removed per request.
    */
   drainListener: (() => void) | null = null;
   private readonly onSocketDrain = (): void => this.drainListener?.();
-  private readonly uncork = (): void => {
-    this.corked = false;
-    this.socket.uncork();
-    // Every write toward the visitor goes through a corked turn: a backed-up socket starts the send timeout here.
-    this.sendTimeout.check();
+  private readonly flushTurn = (): void => {
+    this.flushQueued = false;
+    this.flush();
   };
 
   constructor(
@@ -145,12 +152,64 @@ export class FrontConnection implements ResponseSink {
     return clientOfHeaders(this.peer, head.headers);
   }
 
-  /** Writes of one loop turn leave in one send (setImmediate: after every read of the turn). */
-  corkTurn(): void {
-    if (this.corked) return;
-    this.corked = true;
-    this.socket.cork();
-    setImmediate(this.uncork);
+  /**
+   * Writes toward the visitor (a string is latin1): small ones wait for the end of the current
+   * read (a microtask) and leave joined in one buffer; the result is socket.write's, which for a
+   * joined write into an idle socket is true (it is far under the high-water mark).
+   */
+  write(chunk: string | Uint8Array): boolean {
+    const socket = this.socket;
+    const n = typeof chunk === 'string' ? chunk.length : chunk.byteLength;
+    if (this.joinedBytes + n <= JOIN_MAX_BYTES && socket.writableLength === 0 && !socket.destroyed) {
+      this.joined.push(chunk);
+      this.joinedBytes += n;
+      if (!this.flushQueued) {
+        this.flushQueued = true;
+        queueMicrotask(this.flushTurn);
+      }
+      return true;
+    }
+    // What waited goes first, in the same send.
+    const corked = this.joined.length > 0;
+    if (corked) {
+      socket.cork();
+      this.flush();
+    }
+    const ok = typeof chunk === 'string' ? socket.write(chunk, 'latin1') : socket.write(chunk);
+    if (corked) socket.uncork();
+    // A backed-up socket starts the send timeout here.
+    this.sendTimeout.check();
+    return ok;
+  }
+
+  /** The writes that waited, now (before the socket ends or changes hands). */
+  private flush(): void {
+    const parts = this.joined;
+    if (parts.length === 0) return;
+    const bytes = this.joinedBytes;
+    this.joinedBytes = 0;
+    if (this.socket.destroyed) {
+      parts.length = 0;
+      return;
+    }
+    let out: string | Uint8Array;
+    if (parts.length === 1) out = parts[0]!;
+    else {
+      const buf = Buffer.allocUnsafe(bytes);
+      let o = 0;
+      for (const p of parts) o += typeof p === 'string' ? buf.write(p, o, 'latin1') : (buf.set(p, o), p.byteLength);
+      out = buf;
+    }
+    parts.length = 0;
+    if (typeof out === 'string') this.socket.write(out, 'latin1');
+    else this.socket.write(out);
+    this.sendTimeout.check();
+  }
+
+  /** Ends the socket after what waited to be written. */
+  endSocket(): void {
+    this.flush();
+    this.socket.end();
   }
 
   /** Stops or restarts reading the request body for the tunnel's credit window. */
@@ -161,6 +220,7 @@ export class FrontConnection implements ResponseSink {
 
   /** The exchange takes the socket over (after an upgrade's 101 or a WebSocket handshake). */
   detach(): void {
+    this.flush();
     this.detached = true;
     this.headDeadline.stop();
     this.idleDeadline.stop();
@@ -291,7 +351,7 @@ export class FrontConnection implements ResponseSink {
     this.creditBlocked = false;
     if (this.closing || (this.peerEnded && this.pending === null)) {
       this.ended = true;
-      this.socket.end();
+      this.endSocket();
       return;
     }
     this.idleDeadline.set(IDLE_TIMEOUT_MS);
@@ -311,7 +371,7 @@ export class FrontConnection implements ResponseSink {
     }
     if (this.exchange === null && this.pending === null) {
       this.ended = true;
-      this.socket.end();
+      this.endSocket();
     }
   }
 

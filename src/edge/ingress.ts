@@ -189,8 +189,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     }
     this.res.started = true;
     this.relaying = true;
-    this.conn.corkTurn();
-    socket.write(text + '\r\n', 'latin1');
+    this.conn.write(text + '\r\n');
     socket.on('data', (b: Buffer) => {
       if (this.over || this.visitorEnded) return;
       this.up?.data(b);
@@ -206,8 +205,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
       return;
     }
     if (this.relaying) {
-      this.conn.corkTurn();
-      this.wrote(bytes.byteLength, this.conn.socket.write(bytes));
+      this.wrote(bytes.byteLength, this.conn.write(bytes));
       return;
     }
     this.wrote(bytes.byteLength, this.res.body(bytes));
@@ -235,7 +233,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     if (this.relaying) {
       if (this.peerEnded) return;
       this.peerEnded = true;
-      this.conn.socket.end();
+      this.conn.endSocket();
       if (this.visitorEnded) this.finish();
       return;
     }

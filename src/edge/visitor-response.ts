@@ -25,8 +25,8 @@ const FRAMING = new NameSet(['content-length', 'transfer-encoding', 'connection'
 /** What the connection does once a response is written (FrontConnection implements it). */
 export interface ResponseSink {
   readonly socket: Socket;
-  /** Joins this loop turn's writes into one send. */
-  corkTurn(): void;
+  /** Writes toward the visitor (a string is latin1); small writes of one read leave as one send. Returns socket.write's answer. */
+  write(chunk: string | Uint8Array): boolean;
   /** The response is complete on the wire: keep the connection for the next request, or close it. */
   responded(keepAlive: boolean): void;
 }
@@ -86,8 +86,7 @@ export class VisitorResponse {
     }
     if (!this.keepAlive) text += `Connection: close${CRLF}`;
     else if (this.versionMinor === 0) text += `Connection: keep-alive${CRLF}`;
-    this.sink.corkTurn();
-    this.sink.socket.write(text + CRLF, 'latin1');
+    this.sink.write(text + CRLF);
     if (this.mode === 'none' || (this.mode === 'length' && this.remaining === 0)) this.complete();
   }
 
@@ -96,8 +95,7 @@ export class VisitorResponse {
     if (this.started || this.versionMinor === 0) return;
     let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
     for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!)) text += `${headers[i]}: ${headers[i + 1]}${CRLF}`;
-    this.sink.corkTurn();
-    this.sink.socket.write(text + CRLF, 'latin1');
+    this.sink.write(text + CRLF);
   }
 
   /**
@@ -107,8 +105,7 @@ export class VisitorResponse {
    */
   body(bytes: Uint8Array): boolean {
     if (this.finished || bytes.byteLength === 0) return true;
-    const socket = this.sink.socket;
-    this.sink.corkTurn();
+    const sink = this.sink;
     switch (this.mode) {
       case 'none':
         return true;
@@ -117,16 +114,16 @@ export class VisitorResponse {
         const n = Math.min(bytes.byteLength, this.remaining);
         if (n < bytes.byteLength) this.keepAlive = false;
         this.remaining -= n;
-        const ok = socket.write(n === bytes.byteLength ? bytes : bytes.subarray(0, n));
+        const ok = sink.write(n === bytes.byteLength ? bytes : bytes.subarray(0, n));
         if (this.remaining === 0) this.complete();
         return ok;
       }
       case 'chunked':
-        socket.write(`${bytes.byteLength.toString(16)}${CRLF}`, 'latin1');
-        socket.write(bytes);
-        return socket.write(CRLF, 'latin1');
+        sink.write(`${bytes.byteLength.toString(16)}${CRLF}`);
+        sink.write(bytes);
+        return sink.write(CRLF);
       case 'close':
-        return socket.write(bytes);
+        return sink.write(bytes);
     }
   }
 
@@ -140,12 +137,11 @@ export class VisitorResponse {
         this.finished = true;
         return;
       case 'chunked': {
-        this.sink.corkTurn();
-        if (trailers.length === 0) this.sink.socket.write(LAST_CHUNK);
+        if (trailers.length === 0) this.sink.write(LAST_CHUNK);
         else {
           let text = `0${CRLF}`;
           for (let i = 0; i < trailers.length; i += 2) if (!FRAMING.has(trailers[i]!)) text += `${trailers[i]}: ${trailers[i + 1]}${CRLF}`;
-          this.sink.socket.write(text + CRLF, 'latin1');
+          this.sink.write(text + CRLF);
         }
         break;
       }
