@@ -7,7 +7,7 @@ import type { RequestHead } from '../protocol/http1-parser.js';
 import type { Exchange, FrontConnection } from './front-connection.js';
 import type { VisitorResponse } from './visitor-response.js';
 import type { Downstream, Upstream } from './stream.js';
-import type { Finishing } from './visitor-limit.js';
+import type { Finishing, VisitorLimit } from './visitor-limit.js';
 import { countHttpAnswer } from './metrics.js';
 import { visitorBuffers } from './visitor-buffers.js';
 import { addressGroup } from '../protocol/cidr.js';
@@ -46,6 +46,9 @@ const RESET_STATUS: Record<ResetCode, [ProblemCode, string]> = {
 export class TunnelVisitor implements Downstream, Exchange, Finishing {
   up: Upstream | null = null;
   onDone: (() => void) | null = null;
+  /** The per-visitor limit's count this request holds (visitor-limit.ts), given back at finish. */
+  heldBy: VisitorLimit | null = null;
+  heldKey = '';
   private over = false;
   /** The visitor's request was read whole or given up: its body no longer flows (credit no longer matters). */
   private requestEnded = false;
@@ -296,6 +299,11 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
       }
     }
     this.onDone?.();
+    const limit = this.heldBy;
+    if (limit !== null) {
+      this.heldBy = null;
+      limit.release(this.heldKey);
+    }
   }
 }
 

@@ -383,7 +383,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         res.problem(admission.code, admission.detail, { extra: { headers: admission.headers } });
         return DISCARD;
       }
-      if (!visitors.admit(client.ip)) {
+      const limitKey = visitors.admit(client.ip);
+      if (limitKey === null) {
         if (head.upgrade) res.closeAfter();
         countHttpAnswer(429);
         res.problem('too-many-requests', `more than ${visitors.max} concurrent requests from ${client.ip} through this server; retry when some finish`, {
@@ -396,8 +397,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       const publicHost = colon > 0 && !head.host!.endsWith(']') ? head.host!.slice(0, colon) : head.host!;
       const visitor = new TunnelVisitor(conn, res, head, html, publicHost);
       serveVisitor(visitor, head, client, id, openAnywhere, admission.verdict === 'drop-authorization');
-      // After the hand-over: the mesh may have replaced onDone, and a 404 is over already.
-      visitors.track(client.ip, visitor);
+      // After the hand-over: a 404 is over already.
+      visitors.hold(visitor, limitKey);
       return visitor;
     },
     onMain(msg) {
