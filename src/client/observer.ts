@@ -27,7 +27,16 @@ export interface StatusLine {
 
 /** Per tunnel: asked once per request; null = not captured. */
 export interface TunnelObserver {
-  request(head: { method: string; target: string; headers: readonly string[] }): ExchangeObserver | null;
+  /** `raw`, when present, is the head as bytes and `headers` is empty (src/protocol/raw-head.ts). */
+  request(head: ObservedHead): ExchangeObserver | null;
+}
+
+/** A request head as the observer gets it. */
+export interface ObservedHead {
+  method: string;
+  target: string;
+  headers: readonly string[];
+  raw?: Uint8Array;
 }
 
 /** A reset code (src/protocol/frames.ts ResetCode), or the client's own reasons, in words. */
@@ -55,7 +64,7 @@ function reasonInWords(reason: string, local: string): string {
  * that throws loses its capture and nothing else; null when the observer declines. `local` (the
  * tunnel's local service) is put in words only when an exchange fails.
  */
-export function guardedExchange(observer: TunnelObserver, head: { method: string; target: string; headers: readonly string[] }, local: { host: string; port: number }): ExchangeObserver | null {
+export function guardedExchange(observer: TunnelObserver, head: ObservedHead, local: { host: string; port: number }): ExchangeObserver | null {
   let inner: ExchangeObserver | null;
   try {
     inner = observer.request(head);

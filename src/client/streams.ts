@@ -6,6 +6,7 @@ import type { ExchangeObserver } from './observer.js';
 import { connectOptions, type LocalTarget } from './local-target.js';
 import type { ConnUser, LocalConn, LocalPool } from './local-pool.js';
 import type { Link } from './link.js';
+import { requestHeadText, sendsChunked } from '../protocol/raw-head.js';
 
 // The client's streams: one visitor request or TCP connection each, toward the local service.
 // A stream writes its frames through the Sender of the control connection it arrived on
@@ -145,10 +146,10 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     const hasBody = !head.end && !head.upgrade;
     this.requestWritten = !hasBody && !head.upgrade;
     if (this.requestWritten) this.ends.endPeer();
-    this.chunked = hasBody && !hasHeader(head.headers, 'content-length');
+    this.chunked = hasBody && sendsChunked(head);
     this.shared = !hasBody && !head.upgrade;
     this.deadlineMs = this.startedMs + timeoutMs;
-    this.queued!.push(requestHead(head, this.chunked));
+    this.queued!.push(head.raw ?? requestHeadText(head, this.chunked));
     this.start();
   }
 
@@ -273,7 +274,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     if (reused && !this.relayed && !this.retried && this.shared) {
       this.retried = true;
       this.conn = null;
-      this.queued = [requestHead(this.head, this.chunked)];
+      this.queued = [this.head.raw ?? requestHeadText(this.head, this.chunked)];
       this.attach(this.pool.fresh());
       return;
     }
@@ -324,19 +325,6 @@ export class RawHttpStream extends ClientStream implements ConnUser {
   }
 }
 
-/** The request head toward the local service; a body of unknown length goes chunked. */
-function requestHead(head: HttpHead, chunked: boolean): string {
-  let text = `${head.method} ${head.target} HTTP/1.1\r\n`;
-  const h = head.headers;
-  for (let i = 0; i < h.length; i += 2) text += `${h[i]}: ${h[i + 1]}\r\n`;
-  if (chunked) text += 'Transfer-Encoding: chunked\r\n';
-  return text + '\r\n';
-}
-
-function hasHeader(headers: readonly string[], lower: string): boolean {
-  for (let i = 0; i < headers.length; i += 2) if (headers[i]!.length === lower.length && headers[i]!.toLowerCase() === lower) return true;
-  return false;
-}
 
 export class TcpStream extends ClientStream {
   private readonly sock: net.Socket;

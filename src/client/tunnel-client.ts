@@ -11,6 +11,7 @@ import { WsClient, WsRefused } from './ws-client.js';
 import { printable } from './terminal-text.js';
 import { describeLocalError } from './local-error.js';
 import { hostPort, withHostHeader, type LocalTarget } from './local-target.js';
+import { withFields } from '../protocol/raw-head.js';
 import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
 import { LocalPool } from './local-pool.js';
 import { Link } from './link.js';
@@ -373,7 +374,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       this.lost(new TunnelRefused('connection-lost', `control connection closed (${code}${reason ? `: ${reason}` : ''})`, false));
     });
     this.startHeartbeat(link, HEARTBEAT_INTERVAL_MS);
-    this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
+    this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]);
     for (const t of this.tunnels) if (!t.failed) this.sendOpen(t);
   }
 
@@ -615,7 +616,10 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (!t || head.kind !== t.opts.type) return link.send([F.Reset, sid, 'no-tunnel']);
     // Visitors arrive: from now on lanes are worth their connections.
     if (link === this.link && t.laneKey) this.lanes.wake();
-    if (head.kind === 'http' && t.opts.local.hostHeader) head = { ...head, headers: withHostHeader(head.headers, t.opts.local) };
+    if (head.kind === 'http' && t.opts.local.hostHeader) {
+      const fields = withFields(head);
+      head = { ...fields, headers: withHostHeader(fields.headers, t.opts.local) };
+    }
     const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
       head.kind === 'http' ? new RawHttpStream(sid, link.sender, this.streamFinished, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, this.streamFinished, head, t.opts.local);

@@ -1,4 +1,5 @@
 import { decode, encode } from './codec.js';
+import { rawHeadProblem } from './raw-head.js';
 import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRules } from './access.js';
 
 // The tunnel wire protocol: frames on the control WebSocket (`GET /tunnel/v1/connect`).
@@ -113,6 +114,8 @@ export interface GoAway {
 export interface Hello {
   v: number;
   agent: string;
+  /** The client writes HttpHead.raw as it is (src/protocol/raw-head.ts); absent from older clients. */
+  rawHeads?: boolean;
 }
 export interface Welcome {
   v: number;
@@ -188,6 +191,13 @@ export interface HttpHead {
   upgrade: boolean;
   /** true when the request has no body: no End frame follows (saves a frame per GET) */
   end?: boolean;
+  /**
+   * To a client that said rawHeads in Hello: the head as the local service gets it (request
+   * line, the fields above, the blank line), and `headers` is empty (src/protocol/raw-head.ts).
+   */
+  raw?: Uint8Array;
+  /** With `raw`: the body comes as Data and goes chunked (`raw` says Transfer-Encoding: chunked). */
+  chunked?: boolean;
 }
 export interface TcpHead {
   kind: 'tcp';
@@ -405,6 +415,13 @@ function checkStreamHead(c: Fields, x: unknown): void {
   c.headLimit(chars);
   c.bool(h.upgrade, 'head.upgrade');
   if (h.end !== undefined) c.bool(h.end, 'head.end');
+  if (h.raw !== undefined) {
+    if (!(h.raw instanceof Uint8Array) || h.raw.byteLength > MAX_HEAD_BYTES + MAX_NAME_CHARS + 64) c.fail('head.raw', `bytes (at most ${MAX_HEAD_BYTES + MAX_NAME_CHARS + 64})`, h.raw);
+    if ((h.headers as unknown[]).length !== 0) c.fail('head.headers', 'empty beside head.raw', h.headers);
+    const problem = rawHeadProblem(h.raw as Uint8Array, h.method as string, h.target as string);
+    if (problem) c.fail('head.raw', `a request head (${problem})`, '');
+    if (h.chunked !== undefined) c.bool(h.chunked, 'head.chunked');
+  } else if (h.chunked !== undefined) c.fail('head.chunked', 'only beside head.raw', h.chunked);
 }
 
 /** An Open's access rules: counts, sizes, credential and CIDR syntax (semantics: accessRulesProblem). */
@@ -460,6 +477,7 @@ function checkFrame(a: unknown[]): void {
       const h = c.map(a[1], 'hello');
       c.int(h.v, 'hello.v', 0, MAX_UINT32);
       c.str(h.agent, 'hello.agent', MAX_NAME_CHARS);
+      if (h.rawHeads !== undefined) c.bool(h.rawHeads, 'hello.rawHeads');
       return;
     }
     case F.Welcome: {

@@ -187,6 +187,31 @@ test('Data, End and Credit read straight from their bytes give what the general 
   assert.is(f[2].buffer, msg.buffer);
 });
 
+test('a raw request head is taken only as exactly one head of its method and target', () => {
+  const open = (raw: string | Uint8Array, extra: Record<string, unknown> = {}) =>
+    encode([F.StreamOpen, 1, 't', { kind: 'http', method: 'GET', target: '/x', headers: [], upgrade: false, end: true, raw: typeof raw === 'string' ? Buffer.from(raw, 'latin1') : raw, ...extra }]);
+  const good = 'GET /x HTTP/1.1\r\nHost: t.example\r\nx-forwarded-for: 1.2.3.4\r\n\r\n';
+  const f = decodeFrame(open(good));
+  assert.equal(Buffer.from((f as [number, number, string, { raw: Uint8Array }])[3].raw).toString('latin1'), good);
+  decodeFrame(open('GET /x HTTP/1.1\r\n\r\n')); // no fields at all
+  decodeFrame(open(good, { chunked: true }));
+  const refused: [string | Uint8Array, Record<string, unknown>, RegExp][] = [
+    ['POST /x HTTP/1.1\r\nHost: a\r\n\r\n', {}, /request line/],
+    ['GET /y HTTP/1.1\r\nHost: a\r\n\r\n', {}, /request line/],
+    ['GET /x HTTP/1.1\r\nHost: a\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n', {}, /after the blank line/],
+    ['GET /x HTTP/1.1\r\nHost: a\nX-Smuggled: 1\r\n\r\n', {}, /bare LF/],
+    ['GET /x HTTP/1.1\r\nHost: a\rX: 1\r\n\r\n', {}, /bare CR/],
+    ['GET /x HTTP/1.1\r\nHost: a\0\r\n\r\n', {}, /NUL/],
+    ['GET /x HTTP/1.1\r\nHost: a\r\n', {}, /blank line/],
+    [good, { headers: ['Host', 'a'] }, /empty beside head.raw/],
+    [good, { chunked: 'yes' }, /chunked/],
+    [Buffer.alloc(70_000, 65), {}, /head.raw/],
+  ];
+  for (const [raw, extra, why] of refused) assert.throws(() => decodeFrame(open(raw, extra)), why, JSON.stringify(raw).slice(0, 80));
+  // chunked means nothing without raw
+  assert.throws(() => decodeFrame(encode([F.StreamOpen, 1, 't', { kind: 'http', method: 'GET', target: '/x', headers: [], upgrade: false, chunked: true }])), /only beside head.raw/);
+});
+
 test('arbitrary bytes decode to a valid frame or throw FrameError, nothing else', () => {
   fc.assert(
     fc.property(fc.uint8Array({ maxLength: 200 }), (b) => {
