@@ -210,6 +210,6 @@ function welcomedOn(ws: WsClient): Promise<number | null> {
     const timer = setTimeout(() => done(null), WELCOME_TIMEOUT_MS);
     ws.on('message', onMessage);
     ws.on('close', onClose);
-    ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]));
+    ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]));
   });
 }

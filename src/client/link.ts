@@ -12,6 +12,8 @@ export type StreamOpener = (link: Link, sid: number, tunnelId: string, head: Htt
 
 /** Longer than a heartbeat could wait for its Pong (HEARTBEAT_MISSES intervals). */
 const MAX_RTT_MS = 60_000;
+/** Response deadlines are looked at this often at most (and a quarter of the timeout at least). */
+const MAX_SWEEP_MS = 1_000;
 
 export class Link {
   readonly streams = new Map<number, ClientStream>();
@@ -19,6 +21,13 @@ export class Link {
   lastSeenMs = Date.now();
   /** The last heartbeat's round trip (Ping sent → its Pong), ms; null before the first Pong. */
   rttMs: number | null = null;
+
+  /**
+   * One timer for the response deadlines of all the link's streams, running while it has
+   * streams: a timer per request cost an allocation and two timer-list moves each. A stream
+   * times out between its deadline and a sweep period (≤ 1 s, ≤ a quarter of the timeout) later.
+   */
+  private sweep: NodeJS.Timeout | null = null;
 
   constructor(readonly ws: WsClient) {
     const writer = new FairWriter(ws);
@@ -87,8 +96,31 @@ export class Link {
     }
   }
 
+  /** Adds a stream; its response deadline (if it has one) is watched from now on. */
+  addStream(s: ClientStream, timeoutMs: number): void {
+    this.streams.set(s.sid, s);
+    if (this.sweep === null) {
+      const period = Math.max(10, Math.min(MAX_SWEEP_MS, Math.floor(timeoutMs / 4)));
+      this.sweep = setInterval(this.checkDeadlines, period);
+      // The streams' sockets keep the process alive, not their deadlines.
+      this.sweep.unref();
+    }
+  }
+
+  private readonly checkDeadlines = (): void => {
+    if (this.streams.size === 0) {
+      clearInterval(this.sweep!);
+      this.sweep = null;
+      return;
+    }
+    const now = Date.now();
+    for (const s of this.streams.values()) s.checkDeadline(now);
+  };
+
   /** The connection is gone: its streams die with it (no frames: there is no one to tell). */
   abortStreams(): void {
+    if (this.sweep !== null) clearInterval(this.sweep);
+    this.sweep = null;
     for (const s of this.streams.values()) s.abort();
     this.streams.clear();
   }

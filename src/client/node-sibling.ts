@@ -149,7 +149,7 @@ export class NodeSibling {
             }
           });
           ws.on('close', () => done(undefined));
-          ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]));
+          ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]));
         },
         () => {
           this.connecting = false;
@@ -178,7 +178,7 @@ export class NodeSibling {
     ws.on('close', () => {
       if (this.link === link) this.lost();
     });
-    link.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
+    link.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]);
     if (this.pinger) clearInterval(this.pinger);
     this.pinger = setInterval(() => {
       if (Date.now() - link.lastSeenMs > SILENT_MS) return link.ws.destroy();

@@ -33,7 +33,16 @@ export interface StatusLine {
 
 /** Per tunnel: asked once per request; null = not captured. */
 export interface TunnelObserver {
-  request(head: { method: string; target: string; headers: readonly string[] }): ExchangeObserver | null;
+  /** `raw`, when present, is the head as bytes and `headers` is empty (src/protocol/raw-head.ts). */
+  request(head: ObservedHead): ExchangeObserver | null;
+}
+
+/** A request head as the observer gets it. */
+export interface ObservedHead {
+  method: string;
+  target: string;
+  headers: readonly string[];
+  raw?: Uint8Array;
 }
 
 /** What the edge answers the visitor in place of the local service's answer, per reset code. */
@@ -102,7 +111,7 @@ export interface GuardedObserver extends Omit<ExchangeObserver, 'fail'> {
  * that throws loses its capture and nothing else; null when the observer declines. `local` (the
  * tunnel's local service) is put in words only when an exchange fails.
  */
-export function guardedExchange(observer: TunnelObserver, head: { method: string; target: string; headers: readonly string[] }, local: { host: string; port: number }): GuardedObserver | null {
+export function guardedExchange(observer: TunnelObserver, head: ObservedHead, local: { host: string; port: number }): GuardedObserver | null {
   let inner: ExchangeObserver | null;
   try {
     inner = observer.request(head);

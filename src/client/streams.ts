@@ -5,6 +5,8 @@ import type { ResponseHead } from '../protocol/http1-parser.js';
 import type { GuardedObserver } from './observer.js';
 import { connectOptions, type LocalTarget } from './local-target.js';
 import type { ConnUser, LocalConn, LocalPool } from './local-pool.js';
+import type { Link } from './link.js';
+import { requestHeadText, sendsChunked } from '../protocol/raw-head.js';
 
 // The client's streams: one visitor request or TCP connection each, toward the local service.
 // A stream writes its frames through the Sender of the control connection it arrived on
@@ -34,6 +36,9 @@ export abstract class ClientStream implements Source {
   readonly startedMs = Date.now();
   /** The observer's view of this HTTP exchange (null: nobody observes; it copies ≤ 64 KiB a body). */
   capture: GuardedObserver | null = null;
+  /** The tunnel it serves, as its client keeps it (tunnel-client.ts), and the link it came on. */
+  owner: unknown = null;
+  link: Link | null = null;
   /** The local service gave no answer: its error, or null for a timeout (see local-error.ts). */
   localFailure: { err: Error | null } | null = null;
 
@@ -55,6 +60,8 @@ export abstract class ClientStream implements Source {
   protected abstract destroy(): void;
   abstract pause(): void;
   abstract resume(): void;
+  /** The link's sweep (link.ts): a stream past its response deadline gives up. */
+  checkDeadline(_nowMs: number): void {}
 
   onCredit(bytes: number): void {
     this.window.grant(bytes);
@@ -126,7 +133,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
   private complete = false;
   private readonly chunked: boolean;
   private readonly shared: boolean;
-  private readonly headTimer: NodeJS.Timeout;
+  /** When the answer's head must have come (Date.now() ms); 0 once it came. */
+  private deadlineMs: number;
   /** Request bytes waiting for the connection (acquire may queue). */
   private queued: (string | Uint8Array)[] | null = [];
   private retried = false;
@@ -138,13 +146,10 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     const hasBody = !head.end && !head.upgrade;
     this.requestWritten = !hasBody && !head.upgrade;
     if (this.requestWritten) this.ends.endPeer();
-    this.chunked = hasBody && !hasHeader(head.headers, 'content-length');
+    this.chunked = hasBody && sendsChunked(head);
     this.shared = !hasBody && !head.upgrade;
-    this.headTimer = setTimeout(() => {
-      this.localFailure ??= { err: null };
-      this.reset('local-timeout');
-    }, timeoutMs);
-    this.queued!.push(requestHead(head, this.chunked));
+    this.deadlineMs = this.startedMs + timeoutMs;
+    this.queued!.push(head.raw ?? requestHeadText(head, this.chunked));
     this.start();
   }
 
@@ -209,10 +214,11 @@ export class RawHttpStream extends ClientStream implements ConnUser {
       case 'more':
         return this.relay(chunk);
       case 'paused':
-        this.relay(chunk.subarray(0, r.consumed));
+        this.relay(r.consumed === chunk.length ? chunk : chunk.subarray(0, r.consumed));
         // Bytes after a complete answer were never asked for: that connection is not reused.
         if (r.consumed < chunk.length) this.keepAlive = false;
-        else this.conn.parser.resume();
+        else this.conn?.parser.resume();
+        if (this.complete) this.localEnded();
         return;
       case 'upgrade':
         this.conn.upgraded = true;
@@ -230,7 +236,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
 
   onResponseHead(h: ResponseHead): void {
     if (h.status < 200 && h.status !== 101) return; // relayed as bytes; not the answer
-    clearTimeout(this.headTimer);
+    this.deadlineMs = 0;
     this.answered = true;
     this.status = h.status;
     this.keepAlive = h.keepAlive;
@@ -245,8 +251,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     // A 101's message ends where the upgraded protocol begins: the stream goes on.
     if (this.status === 101) return;
     this.complete = true;
-    // The stream's End follows the bytes relayed by onRaw (this runs inside its execute()).
-    queueMicrotask(() => this.localEnded());
+    // The stream's End follows the bytes relayed by onRaw (this runs inside its execute()):
+    // onRaw sends it once they went.
   }
   onDrain(): void {
     this.meter.drained();
@@ -258,7 +264,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     // A close-delimited answer ends here; anything else cut short is an error.
     const r = c.parser.finish();
     if (r?.kind === 'error') return this.invalid(r.reason);
-    if (!this.complete) this.failed(null);
+    if (this.complete) this.localEnded();
+    else this.failed(null);
   }
   onConnError(err: Error | null, reused: boolean): void {
     if (this.done) return;
@@ -267,7 +274,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     if (reused && !this.relayed && !this.retried && this.shared) {
       this.retried = true;
       this.conn = null;
-      this.queued = [requestHead(this.head, this.chunked)];
+      this.queued = [this.head.raw ?? requestHeadText(this.head, this.chunked)];
       this.attach(this.pool.fresh());
       return;
     }
@@ -285,8 +292,15 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     this.reset(this.relayed ? 'closing' : 'local-invalid');
   }
 
+  override checkDeadline(nowMs: number): void {
+    if (this.deadlineMs === 0 || nowMs < this.deadlineMs || this.done) return;
+    this.deadlineMs = 0;
+    this.localFailure ??= { err: null };
+    this.reset('local-timeout');
+  }
+
   protected destroy(): void {
-    clearTimeout(this.headTimer);
+    this.deadlineMs = 0;
     const c = this.conn;
     this.conn = null;
     if (c) this.pool.release(c, this.shared, false);
@@ -301,7 +315,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     return this.status;
   }
   protected override finished(): void {
-    clearTimeout(this.headTimer);
+    this.deadlineMs = 0;
     const c = this.conn;
     this.conn = null;
     // A complete answer to a request written whole leaves a connection fit for the next one;
@@ -311,19 +325,6 @@ export class RawHttpStream extends ClientStream implements ConnUser {
   }
 }
 
-/** The request head toward the local service; a body of unknown length goes chunked. */
-function requestHead(head: HttpHead, chunked: boolean): string {
-  let text = `${head.method} ${head.target} HTTP/1.1\r\n`;
-  const h = head.headers;
-  for (let i = 0; i < h.length; i += 2) text += `${h[i]}: ${h[i + 1]}\r\n`;
-  if (chunked) text += 'Transfer-Encoding: chunked\r\n';
-  return text + '\r\n';
-}
-
-function hasHeader(headers: readonly string[], lower: string): boolean {
-  for (let i = 0; i < headers.length; i += 2) if (headers[i]!.length === lower.length && headers[i]!.toLowerCase() === lower) return true;
-  return false;
-}
 
 export class TcpStream extends ClientStream {
   private readonly sock: net.Socket;

@@ -12,6 +12,7 @@ import { printable } from './terminal-text.js';
 import { describeLocalError } from './local-error.js';
 import { isJsonType, isProxyUnavailable, notBurrowdMessage } from './not-burrowd.js';
 import { hostPort, withHostHeader, type LocalTarget } from './local-target.js';
+import { withFields } from '../protocol/raw-head.js';
 import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
 import { LocalPool } from './local-pool.js';
 import { Link } from './link.js';
@@ -222,7 +223,6 @@ function retryAfterMs(seconds: number): number {
 export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   /** The main connection: Opens, registrations, and the streams of visitors on its shard. */
   private link: Link | null = null;
-  private readonly owner = new WeakMap<ClientStream, Tunnel>();
   private readonly lanes = new LaneSet({
     connect: () => this.dial(),
     laneTunnels: () => this.tunnels.filter((t) => t.live && t.laneKey && t.registered).map((t) => ({ id: t.registered!.id, key: t.laneKey! })),
@@ -380,7 +380,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       this.lost(new TunnelRefused('connection-lost', `control connection closed (${code}${reason ? `: ${reason}` : ''})`, false));
     });
     this.startHeartbeat(link, HEARTBEAT_INTERVAL_MS);
-    this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT }]);
+    this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]);
     for (const t of this.tunnels) if (!t.failed) this.sendOpen(t);
   }
 
@@ -475,7 +475,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     t.answered = true;
     for (const link of [...(this.link ? [this.link] : []), ...this.lanes.links(), ...this.sibling.links()]) {
       for (const [sid, s] of link.streams) {
-        if (this.owner.get(s) !== t) continue;
+        if (s.owner !== t) continue;
         s.abort();
         link.streams.delete(sid);
       }
@@ -605,7 +605,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   private dropStreams(link: Link, id?: string): void {
     const touched = new Set<Tunnel>();
     for (const [sid, s] of link.streams) {
-      const t = this.owner.get(s);
+      const t = s.owner as Tunnel | null;
       if (id !== undefined && t?.registered?.id !== id) continue;
       s.abort();
       link.streams.delete(sid);
@@ -622,29 +622,37 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (!t || head.kind !== t.opts.type) return link.send([F.Reset, sid, 'no-tunnel']);
     // Visitors arrive: from now on lanes are worth their connections.
     if (link === this.link && t.laneKey) this.lanes.wake();
-    if (head.kind === 'http' && t.opts.local.hostHeader) head = { ...head, headers: withHostHeader(head.headers, t.opts.local) };
-    const onFinish = (s: ClientStream): void => {
-      if (link.streams.get(s.sid) === s) link.streams.delete(s.sid);
-      t.open = Math.max(0, t.open - 1);
-      this.emit('open-streams', t.open, t.name);
-      const durationMs = Date.now() - s.startedMs;
-      const f = s.localFailure;
-      const error = f ? { error: describeLocalError(f.err, t.localAddr, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
-      if (s instanceof RawHttpStream) {
-        // No answer: the status the visitor got from the edge for it.
-        const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
-        this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
-      } else if (s instanceof TcpStream) {
-        this.emit('connection', { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
-      }
-    };
+    if (head.kind === 'http' && t.opts.local.hostHeader) {
+      const fields = withFields(head);
+      head = { ...fields, headers: withHostHeader(fields.headers, t.opts.local) };
+    }
     const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
-      head.kind === 'http' ? new RawHttpStream(sid, link.sender, onFinish, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
+      head.kind === 'http' ? new RawHttpStream(sid, link.sender, this.streamFinished, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, this.streamFinished, head, t.opts.local);
     if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, t.opts.local);
-    link.streams.set(sid, s);
-    this.owner.set(s, t);
+    s.owner = t;
+    s.link = link;
+    link.addStream(s, timeoutMs);
     t.open++;
     this.emit('open-streams', t.open, t.name);
+  };
+
+  /** A stream of any link is over (one function for all: no closure per request). */
+  private readonly streamFinished = (s: ClientStream): void => {
+    const t = s.owner as Tunnel;
+    const link = s.link!;
+    if (link.streams.get(s.sid) === s) link.streams.delete(s.sid);
+    t.open = Math.max(0, t.open - 1);
+    this.emit('open-streams', t.open, t.name);
+    const durationMs = Date.now() - s.startedMs;
+    const f = s.localFailure;
+    const error = f ? { error: describeLocalError(f.err, t.localAddr, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
+    if (s instanceof RawHttpStream) {
+      // No answer: the status the visitor got from the edge for it.
+      const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
+      this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
+    } else if (s instanceof TcpStream) {
+      this.emit('connection', { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
+    }
   };
 }

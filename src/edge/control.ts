@@ -1,3 +1,4 @@
+import { withRawHead } from '../protocol/raw-head.js';
 import type { Socket } from 'node:net';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../auth/scopes.js';
@@ -196,12 +197,16 @@ export class ControlConnection implements StreamCarrier {
     this.sendRaw(encodeFrame(frame));
   }
 
+  /** The client said in Hello that it writes request heads as bytes (HttpHead.raw). */
+  private rawHeads = false;
+
   openStream(stream: TunnelStream, head: StreamHead): boolean {
     if (this.closed || this.streams.size >= MAX_STREAMS_PER_CONNECTION) return false;
     const sid = this.nextSid++;
     stream.sid = sid;
     this.streams.set(sid, stream);
-    this.send([F.StreamOpen, sid, stream.tunnel.id, head]);
+    // A client that writes heads as bytes gets them so (src/protocol/raw-head.ts).
+    this.send([F.StreamOpen, sid, stream.tunnel.id, this.rawHeads && head.kind === 'http' && head.raw === undefined ? withRawHead(head) : head]);
     return true;
   }
   sendData(sid: number, bytes: Uint8Array): void {
@@ -297,6 +302,7 @@ export class ControlConnection implements StreamCarrier {
     }
     switch (frame[0]) {
       case F.Hello:
+        this.rawHeads = frame[1].rawHeads === true;
         return this.onHello(frame[1].v);
       case F.Open:
         return void this.onOpen(frame[1], frame[2]).catch((err: unknown) => this.fault(err));

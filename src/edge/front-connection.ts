@@ -6,6 +6,7 @@ import { prefersHtml } from '../http/problem-page.js';
 import { RequestParser, type RequestHead } from '../protocol/http1-parser.js';
 import { VisitorResponse, type ResponseSink } from './visitor-response.js';
 import { SendTimeout } from './send-timeout.js';
+import { Deadline } from '../protocol/deadline.js';
 import type { ConnectionLimits } from './front-limits.js';
 
 // One public connection on the front: requests parsed by llhttp (http1-parser.ts), answered
@@ -26,6 +27,12 @@ const HEAD_TIMEOUT_MS = 10_000;
 const IDLE_TIMEOUT_MS = 60_000;
 /** After a refusal that closes, what the visitor still sends is read and dropped this long at most. */
 const LINGER_MS = 5_000;
+/**
+ * Writes toward the visitor up to this size wait for the end of the current read and leave as
+ * one buffer: a small answer's head, body and framing in one send (the answer to a 14 B request
+ * is one write of a few hundred bytes). Larger ones go at once, with what waited before them.
+ */
+const JOIN_MAX_BYTES = 4096;
 /** The socket's 'error' listener: a connection's errors end in 'close', handled there. Module-level, so it holds no connection. */
 const ignore = (): void => undefined;
 
@@ -88,16 +95,30 @@ export class FrontConnection implements ResponseSink {
   /** The socket was handed to someone else (a WebSocket, an upgraded relay). */
   private detached = false;
   private closing = false;
-  private headTimer: NodeJS.Timeout | null = null;
+  /** A request head must arrive whole in time (slowloris); set at its first byte. */
+  private readonly headDeadline = new Deadline(() => this.onHeadTimeout());
+  /**
+   * Between requests, and while a request body is read: the connection's idle timeout, pushed
+   * back by every read. Off while an answer is due. (Not the socket's own setTimeout, which
+   * allocates a timer at every call: three calls a request.)
+   */
+  private readonly idleDeadline = new Deadline(() => this.onIdleDeadline());
   /** Until the first byte arrives (--first-byte-timeout); null after it. */
   private firstByteTimer: NodeJS.Timeout | null = null;
   private readonly sendTimeout: SendTimeout;
-  private corked = false;
-  private readonly uncork = (): void => {
-    this.corked = false;
-    this.socket.uncork();
-    // Every write toward the visitor goes through a corked turn: a backed-up socket starts the send timeout here.
-    this.sendTimeout.check();
+  /** Small writes of the current read, in order (JOIN_MAX_BYTES), and their size. */
+  private readonly joined: (string | Uint8Array)[] = [];
+  private joinedBytes = 0;
+  private flushQueued = false;
+  /**
+   * Told when the socket drains (the current tunnel visitor's flow control). A field its user
+   * sets and clears, not a listener added and removed per request.
+   */
+  drainListener: (() => void) | null = null;
+  private readonly onSocketDrain = (): void => this.drainListener?.();
+  private readonly flushTurn = (): void => {
+    this.flushQueued = false;
+    this.flush();
   };
 
   constructor(
@@ -115,14 +136,14 @@ export class FrontConnection implements ResponseSink {
       end: (trailers) => this.onRequestEnd(trailers),
     });
     socket.setNoDelay(true);
-    socket.setTimeout(IDLE_TIMEOUT_MS, this.onIdle);
+    this.idleDeadline.set(IDLE_TIMEOUT_MS);
     socket.on('data', this.onData);
+    socket.on('drain', this.onSocketDrain);
     socket.on('end', this.onSocketEnd);
     socket.on('error', ignore);
     socket.on('close', this.onSocketClose);
   }
 
-  private readonly onIdle = (): void => this.onTimeout();
   private readonly onSocketEnd = (): void => this.onEnd();
   private readonly onSocketClose = (): void => this.onClose();
 
@@ -131,12 +152,64 @@ export class FrontConnection implements ResponseSink {
     return clientOfHeaders(this.peer, head.headers);
   }
 
-  /** Writes of one loop turn leave in one send (setImmediate: after every read of the turn). */
-  corkTurn(): void {
-    if (this.corked) return;
-    this.corked = true;
-    this.socket.cork();
-    setImmediate(this.uncork);
+  /**
+   * Writes toward the visitor (a string is latin1): small ones wait for the end of the current
+   * read (a microtask) and leave joined in one buffer; the result is socket.write's, which for a
+   * joined write into an idle socket is true (it is far under the high-water mark).
+   */
+  write(chunk: string | Uint8Array): boolean {
+    const socket = this.socket;
+    const n = typeof chunk === 'string' ? chunk.length : chunk.byteLength;
+    if (this.joinedBytes + n <= JOIN_MAX_BYTES && socket.writableLength === 0 && !socket.destroyed) {
+      this.joined.push(chunk);
+      this.joinedBytes += n;
+      if (!this.flushQueued) {
+        this.flushQueued = true;
+        queueMicrotask(this.flushTurn);
+      }
+      return true;
+    }
+    // What waited goes first, in the same send.
+    const corked = this.joined.length > 0;
+    if (corked) {
+      socket.cork();
+      this.flush();
+    }
+    const ok = typeof chunk === 'string' ? socket.write(chunk, 'latin1') : socket.write(chunk);
+    if (corked) socket.uncork();
+    // A backed-up socket starts the send timeout here.
+    this.sendTimeout.check();
+    return ok;
+  }
+
+  /** The writes that waited, now (before the socket ends or changes hands). */
+  private flush(): void {
+    const parts = this.joined;
+    if (parts.length === 0) return;
+    const bytes = this.joinedBytes;
+    this.joinedBytes = 0;
+    if (this.socket.destroyed) {
+      parts.length = 0;
+      return;
+    }
+    let out: string | Uint8Array;
+    if (parts.length === 1) out = parts[0]!;
+    else {
+      const buf = Buffer.allocUnsafe(bytes);
+      let o = 0;
+      for (const p of parts) o += typeof p === 'string' ? buf.write(p, o, 'latin1') : (buf.set(p, o), p.byteLength);
+      out = buf;
+    }
+    parts.length = 0;
+    if (typeof out === 'string') this.socket.write(out, 'latin1');
+    else this.socket.write(out);
+    this.sendTimeout.check();
+  }
+
+  /** Ends the socket after what waited to be written. */
+  endSocket(): void {
+    this.flush();
+    this.socket.end();
   }
 
   /** Stops or restarts reading the request body for the tunnel's credit window. */
@@ -147,12 +220,12 @@ export class FrontConnection implements ResponseSink {
 
   /** The exchange takes the socket over (after an upgrade's 101 or a WebSocket handshake). */
   detach(): void {
+    this.flush();
     this.detached = true;
-    this.clearHeadTimer();
+    this.headDeadline.stop();
+    this.idleDeadline.stop();
     this.clearFirstByteTimer();
     this.socket.off('data', this.onData);
-    this.socket.setTimeout(0);
-    this.socket.off('timeout', this.onIdle);
     this.parser.close();
   }
 
@@ -166,6 +239,8 @@ export class FrontConnection implements ResponseSink {
     this.detach();
     this.socket.off('end', this.onSocketEnd);
     this.socket.off('close', this.onSocketClose);
+    this.socket.off('drain', this.onSocketDrain);
+    this.drainListener = null;
     this.sendTimeout.stop();
     this.exchange = null;
     this.response = null;
@@ -174,9 +249,8 @@ export class FrontConnection implements ResponseSink {
 
   private readonly onData = (chunk: Buffer): void => {
     if (this.firstByteTimer !== null) this.clearFirstByteTimer();
-    if (this.headTimer === null && this.exchange === null && !this.closing) {
-      this.headTimer = setTimeout(() => this.onHeadTimeout(), HEAD_TIMEOUT_MS);
-    }
+    if (this.exchange === null && !this.closing && !this.headDeadline.on) this.headDeadline.set(HEAD_TIMEOUT_MS);
+    if (this.idleDeadline.on) this.idleDeadline.set(IDLE_TIMEOUT_MS);
     this.pending = this.pending === null ? chunk : Buffer.concat([this.pending, chunk]);
     this.drive();
   };
@@ -232,8 +306,8 @@ export class FrontConnection implements ResponseSink {
   }
 
   private onHead(head: RequestHead): void {
-    this.clearHeadTimer();
-    this.socket.setTimeout(IDLE_TIMEOUT_MS);
+    this.headDeadline.clear();
+    this.idleDeadline.set(IDLE_TIMEOUT_MS);
     const response = new VisitorResponse(this, head.method, head.versionMinor, head.keepAlive);
     this.response = response;
     if (this.closing) {
@@ -253,7 +327,7 @@ export class FrontConnection implements ResponseSink {
   private onRequestEnd(trailers: string[]): void {
     this.requestComplete = true;
     // Waiting for the answer (a long poll, an event stream) is not idleness.
-    if (!this.responseDone) this.socket.setTimeout(0);
+    if (!this.responseDone) this.idleDeadline.clear();
     this.exchange?.requestEnd(trailers);
   }
 
@@ -277,10 +351,10 @@ export class FrontConnection implements ResponseSink {
     this.creditBlocked = false;
     if (this.closing || (this.peerEnded && this.pending === null)) {
       this.ended = true;
-      this.socket.end();
+      this.endSocket();
       return;
     }
-    this.socket.setTimeout(IDLE_TIMEOUT_MS);
+    this.idleDeadline.set(IDLE_TIMEOUT_MS);
     this.parser.resume();
   }
 
@@ -297,7 +371,7 @@ export class FrontConnection implements ResponseSink {
     }
     if (this.exchange === null && this.pending === null) {
       this.ended = true;
-      this.socket.end();
+      this.endSocket();
     }
   }
 
@@ -339,18 +413,14 @@ export class FrontConnection implements ResponseSink {
     this.socket.destroy();
   };
 
-  private clearHeadTimer(): void {
-    if (this.headTimer) clearTimeout(this.headTimer);
-    this.headTimer = null;
-  }
-
   private onHeadTimeout(): void {
-    this.headTimer = null;
     if (this.exchange === null && !this.detached) this.refuse(408, `the request head did not arrive within ${HEAD_TIMEOUT_MS / 1000} s`);
   }
 
-  private onTimeout(): void {
-    if (this.detached) return;
+  private onIdleDeadline(): void {
+    if (this.detached || this.socket.destroyed) return;
+    // Bytes still leaving toward the visitor are not idleness (a stalled send is the send timeout's).
+    if (this.socket.writableLength > 0) return this.idleDeadline.set(IDLE_TIMEOUT_MS);
     const ex = this.exchange;
     this.exchange = null;
     ex?.abort();
@@ -358,7 +428,8 @@ export class FrontConnection implements ResponseSink {
   }
 
   private onClose(): void {
-    this.clearHeadTimer();
+    this.headDeadline.stop();
+    this.idleDeadline.stop();
     this.clearFirstByteTimer();
     this.sendTimeout.stop();
     if (!this.detached) this.parser.close();

@@ -1,13 +1,13 @@
 import type { ProblemCode } from '../errors.js';
-import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
+import { CreditMeter, SendWindow, type Source } from '../protocol/flow-control.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
 import { hostOnlyCookie, requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
 import type { ClientAddress } from '../http/client-address.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
-import type { Exchange, FrontConnection } from './front-connection.js';
+import { FrontConnection, type Exchange } from './front-connection.js';
 import type { VisitorResponse } from './visitor-response.js';
 import type { Downstream, Upstream } from './stream.js';
-import type { Finishing } from './visitor-limit.js';
+import type { Finishing, VisitorLimit } from './visitor-limit.js';
 import { countHttpAnswer } from './metrics.js';
 import { visitorBuffers } from './visitor-buffers.js';
 import { addressGroup } from '../protocol/cidr.js';
@@ -43,9 +43,12 @@ const RESET_STATUS: Record<ResetCode, [ProblemCode, string]> = {
   busy: ['unavailable', 'the tunnel has too many open requests'],
 };
 
-export class TunnelVisitor implements Downstream, Exchange, Finishing {
+export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
   up: Upstream | null = null;
   onDone: (() => void) | null = null;
+  /** The per-visitor limit's count this request holds (visitor-limit.ts), given back at finish. */
+  heldBy: VisitorLimit | null = null;
+  heldKey = '';
   private over = false;
   /** The visitor's request was read whole or given up: its body no longer flows (credit no longer matters). */
   private requestEnded = false;
@@ -71,8 +74,11 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     this.meter.drained();
     this.meter.holdBack(visitorBuffers.creditHeld);
   };
-  /** Set for a request that can be sent again (no body, no upgrade): opens it anew; false when it cannot. */
-  retry: (() => boolean) | null = null;
+  /** A request that can be sent again (no body, no upgrade): how to open it anew (serveVisitor). */
+  private againOpen: OpenUpstream | null = null;
+  private againId = '';
+  private againHead: HttpHead | null = null;
+  private retriesLeft = 0;
   /** A response head came: the request is never sent again. */
   private answered = false;
   /** Why its first stream ended, when it was sent again. */
@@ -82,23 +88,49 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     private readonly conn: FrontConnection,
     private readonly res: VisitorResponse,
     private readonly request: RequestHead,
-    /** The visitor's Accept prefers text/html (a browser): errors are an HTML page. */
-    private readonly html: boolean,
     /** The tunnel's public host (no port), for Set-Cookie's Domain rule. */
     private readonly tunnelHost: string,
   ) {
-    // Before a 101 the connection reads the request body; after it, the raw socket is ours.
-    this.window = new SendWindow({
-      pause: () => {
-        if (this.relaying) conn.socket.pause();
-        else if (!this.requestEnded) conn.setCreditBlocked(true);
-      },
-      resume: () => {
-        if (this.relaying) conn.socket.resume();
-        else if (!this.requestEnded) conn.setCreditBlocked(false);
-      },
-    });
-    conn.socket.on('drain', this.onDrain);
+    this.window = new SendWindow(this);
+    conn.drainListener = this.onDrain;
+  }
+
+  // ---- Source: the request's credit window pauses the visitor ----
+  // Before a 101 the connection reads the request body; after it, the raw socket is ours.
+  pause(): void {
+    if (this.relaying) this.conn.socket.pause();
+    else if (!this.requestEnded) this.conn.setCreditBlocked(true);
+  }
+  resume(): void {
+    if (this.relaying) this.conn.socket.resume();
+    else if (!this.requestEnded) this.conn.setCreditBlocked(false);
+  }
+
+  /** Sends a bodiless request again, to another member if there is one; false when it cannot. */
+  private retry(): boolean {
+    if (this.againOpen === null || this.retriesLeft-- <= 0) return false;
+    // The carrier of a new stream sets onDone afresh: what was chained to it (a pool's load
+    // count) still runs once the stream is done.
+    const chained = this.onDone;
+    const up = this.againOpen(this.againId, this.againHead!, this);
+    if (!up) return false;
+    const carrier = this.onDone;
+    if (carrier !== chained) {
+      this.onDone = () => {
+        carrier?.();
+        chained?.();
+      };
+    }
+    this.up = up;
+    return true;
+  }
+
+  /** serveVisitor: the request may be sent again (it has no body) if its member vanishes. */
+  mayRetry(tunnelId: string, head: HttpHead, open: OpenUpstream): void {
+    this.againOpen = open;
+    this.againId = tunnelId;
+    this.againHead = head;
+    this.retriesLeft = MAX_RETRIES;
   }
 
   get ended(): boolean {
@@ -189,8 +221,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     }
     this.res.started = true;
     this.relaying = true;
-    this.conn.corkTurn();
-    socket.write(text + '\r\n', 'latin1');
+    this.conn.write(text + '\r\n');
     socket.on('data', (b: Buffer) => {
       if (this.over || this.visitorEnded) return;
       this.up?.data(b);
@@ -206,8 +237,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
       return;
     }
     if (this.relaying) {
-      this.conn.corkTurn();
-      this.wrote(bytes.byteLength, this.conn.socket.write(bytes));
+      this.wrote(bytes.byteLength, this.conn.write(bytes));
       return;
     }
     this.wrote(bytes.byteLength, this.res.body(bytes));
@@ -235,7 +265,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     if (this.relaying) {
       if (this.peerEnded) return;
       this.peerEnded = true;
-      this.conn.socket.end();
+      this.conn.endSocket();
       if (this.visitorEnded) this.finish();
       return;
     }
@@ -251,7 +281,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     // tunnel took it, else only when its method is idempotent (it may have reached the service).
     if (vanished && !this.res.started && !this.answered && (code === 'no-tunnel' || IDEMPOTENT.has(this.request.method))) {
       this.vanishedWith ??= code;
-      if (this.retry?.()) return;
+      if (this.retry()) return;
     }
     // Sent again and found nothing: the visitor hears why the first attempt ended.
     if (code === 'no-tunnel' && this.vanishedWith !== null) code = this.vanishedWith;
@@ -270,7 +300,8 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   problem(code: ProblemCode, detail: string, resetWith: ResetCode | null = 'visitor-gone'): void {
     if (this.over || this.res.started) return;
     if (this.request.upgrade) this.res.closeAfter();
-    this.res.problem(code, detail, { html: this.html });
+    // A browser (its Accept prefers text/html) gets an HTML page.
+    this.res.problem(code, detail, { html: FrontConnection.wantsHtml(this.request) });
     countHttpAnswer(this.res.status);
     this.finish();
     if (resetWith) this.up?.reset(resetWith);
@@ -280,7 +311,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     if (this.over) return;
     this.over = true;
     const socket = this.conn.socket;
-    socket.off('drain', this.onDrain);
+    if (this.conn.drainListener === this.onDrain) this.conn.drainListener = null;
     // The answer's last bytes may still wait in the socket: counted until they leave or it closes.
     const parked = this.parked;
     this.parked = 0;
@@ -298,6 +329,11 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
       }
     }
     this.onDone?.();
+    const limit = this.heldBy;
+    if (limit !== null) {
+      this.heldBy = null;
+      limit.release(this.heldKey);
+    }
   }
 }
 
@@ -321,26 +357,7 @@ export function serveVisitor(visitor: TunnelVisitor, request: RequestHead, clien
   const up = open(tunnelId, head, visitor);
   if (!up) return visitor.problem('not-found', `no tunnel is registered for "${tunnelId}"`, null);
   visitor.up = up;
-  if (head.end) {
-    let left = MAX_RETRIES;
-    visitor.retry = () => {
-      if (left-- <= 0) return false;
-      // The carrier of a new stream sets onDone afresh: what was chained to it (the visitor
-      // limit's release, a pool's load count) still runs once the stream is done.
-      const chained = visitor.onDone;
-      const again = open(tunnelId, head, visitor);
-      if (!again) return false;
-      const carrier = visitor.onDone;
-      if (carrier !== chained) {
-        visitor.onDone = () => {
-          carrier?.();
-          chained?.();
-        };
-      }
-      visitor.up = again;
-      return true;
-    };
-  }
+  if (head.end) visitor.mayRetry(tunnelId, head, open);
 }
 
 /** How often a bodiless request whose member vanished before answering is sent again. */

@@ -367,13 +367,12 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     links,
     control: host,
     serve(conn, head, res, id) {
-      const html = FrontConnection.wantsHtml(head);
       if (draining) {
         // A visitor request while draining: 503, and the connection closes (no keep-alive).
         res.closeAfter();
         countHttpAnswer(503);
         const err = unavailableError(SHUTTING_DOWN);
-        res.problem('unavailable', SHUTTING_DOWN, { extra: err, html });
+        res.problem('unavailable', SHUTTING_DOWN, { extra: err, html: FrontConnection.wantsHtml(head) });
         return DISCARD;
       }
       const client = conn.clientOf(head);
@@ -383,21 +382,22 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         res.problem(admission.code, admission.detail, { extra: { headers: admission.headers } });
         return DISCARD;
       }
-      if (!visitors.admit(client.ip)) {
+      const limitKey = visitors.admit(client.ip);
+      if (limitKey === null) {
         if (head.upgrade) res.closeAfter();
         countHttpAnswer(429);
         res.problem('too-many-requests', `more than ${visitors.max} concurrent requests from ${client.ip} through this server; retry when some finish`, {
           extra: { headers: { 'retry-after': '1' } },
-          html,
+          html: FrontConnection.wantsHtml(head),
         });
         return DISCARD;
       }
       const colon = head.host!.lastIndexOf(':');
       const publicHost = colon > 0 && !head.host!.endsWith(']') ? head.host!.slice(0, colon) : head.host!;
-      const visitor = new TunnelVisitor(conn, res, head, html, publicHost);
+      const visitor = new TunnelVisitor(conn, res, head, publicHost);
       serveVisitor(visitor, head, client, id, openAnywhere, admission.verdict === 'drop-authorization');
-      // After the hand-over: the mesh may have replaced onDone, and a 404 is over already.
-      visitors.track(client.ip, visitor);
+      // After the hand-over: a 404 is over already.
+      visitors.hold(visitor, limitKey);
       return visitor;
     },
     onMain(msg) {

@@ -8,10 +8,12 @@ import { addressGroup } from '../protocol/cidr.js';
 // The count is per shard (a thread owns its Map, no locking): one address may hold up to
 // `max` requests on each shard its connections land on.
 
-/** What the ingress needs from an HTTP visitor to know when its request is over. */
+/** An HTTP visitor's request, as the limit holds it: the visitor gives its count back when it finishes. */
 export interface Finishing {
-  onDone: (() => void) | null;
   readonly ended: boolean;
+  /** Set by hold(): the limit and the key to release() once, when the request is over. */
+  heldBy: VisitorLimit | null;
+  heldKey: string;
 }
 
 export class VisitorLimit {
@@ -21,37 +23,31 @@ export class VisitorLimit {
 
   constructor(readonly max: number) {}
 
-  /** Counts a request of `ip` (IPv6: its /64); false (the caller answers 429) when it is at the bound. */
-  admit(ip: string): boolean {
+  /** Counts a request of `ip`: its key (the address, or its /64), or null at the bound (the caller answers 429). */
+  admit(ip: string): string | null {
     const key = addressGroup(ip);
     const n = this.perIp.get(key) ?? 0;
-    if (n >= this.max) return false;
+    if (n >= this.max) return null;
     this.perIp.set(key, n + 1);
     this.inflight++;
-    return true;
+    return key;
   }
 
   /**
-   * Releases the count when `visitor` finishes. Call once, after the request was handed on:
-   * whoever took the stream (the mesh) may have replaced `onDone`, and a request refused on
-   * the spot (404, 503) is already over.
+   * The admitted request under `key` was handed on: its count comes back when `visitor`
+   * finishes (it calls release), or now if it already did (a 404, a 503 on the spot).
    */
-  track(ip: string, visitor: Finishing): void {
-    const key = addressGroup(ip);
-    let released = false;
-    const release = (): void => {
-      if (released) return;
-      released = true;
-      this.inflight--;
-      const n = (this.perIp.get(key) ?? 1) - 1;
-      if (n <= 0) this.perIp.delete(key);
-      else this.perIp.set(key, n);
-    };
-    if (visitor.ended) return release();
-    const prev = visitor.onDone;
-    visitor.onDone = () => {
-      prev?.();
-      release();
-    };
+  hold(visitor: Finishing, key: string): void {
+    if (visitor.ended) return this.release(key);
+    visitor.heldBy = this;
+    visitor.heldKey = key;
+  }
+
+  /** Gives back one count of `key` (once per admitted request). */
+  release(key: string): void {
+    this.inflight--;
+    const n = (this.perIp.get(key) ?? 1) - 1;
+    if (n <= 0) this.perIp.delete(key);
+    else this.perIp.set(key, n);
   }
 }

@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net';
 import type { ApiError, ProblemCode } from '../errors.js';
 import { renderProblem, statusLine } from '../http/problem.js';
+import { NameSet } from '../protocol/http-headers.js';
 
 // One response on a visitor's connection: the only writer of HTTP framing toward the public
 // side. Whoever produces the response (a tunnel's client, the API behind the front, a refusal
@@ -19,13 +20,13 @@ const CRLF = '\r\n';
 const LAST_CHUNK = Buffer.from('0\r\n\r\n');
 
 /** Fields this writer owns: the producer's values never reach the visitor. */
-const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'trailer', 'upgrade']);
+const FRAMING = new NameSet(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'trailer', 'upgrade']);
 
 /** What the connection does once a response is written (FrontConnection implements it). */
 export interface ResponseSink {
   readonly socket: Socket;
-  /** Joins this loop turn's writes into one send. */
-  corkTurn(): void;
+  /** Writes toward the visitor (a string is latin1); small writes of one read leave as one send. Returns socket.write's answer. */
+  write(chunk: string | Uint8Array): boolean;
   /** The response is complete on the wire: keep the connection for the next request, or close it. */
   responded(keepAlive: boolean): void;
 }
@@ -66,7 +67,7 @@ export class VisitorResponse {
     let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
     for (let i = 0; i < headers.length; i += 2) {
       const name = headers[i]!;
-      if (FRAMING.has(name.toLowerCase())) continue;
+      if (FRAMING.has(name)) continue;
       text += `${name}: ${headers[i + 1]}${CRLF}`;
     }
     if (bodiless) {
@@ -85,8 +86,7 @@ export class VisitorResponse {
     }
     if (!this.keepAlive) text += `Connection: close${CRLF}`;
     else if (this.versionMinor === 0) text += `Connection: keep-alive${CRLF}`;
-    this.sink.corkTurn();
-    this.sink.socket.write(text + CRLF, 'latin1');
+    this.sink.write(text + CRLF);
     if (this.mode === 'none' || (this.mode === 'length' && this.remaining === 0)) this.complete();
   }
 
@@ -94,9 +94,8 @@ export class VisitorResponse {
   interim(status: number, headers: readonly string[]): void {
     if (this.started || this.versionMinor === 0) return;
     let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
-    for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!.toLowerCase())) text += `${headers[i]}: ${headers[i + 1]}${CRLF}`;
-    this.sink.corkTurn();
-    this.sink.socket.write(text + CRLF, 'latin1');
+    for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!)) text += `${headers[i]}: ${headers[i + 1]}${CRLF}`;
+    this.sink.write(text + CRLF);
   }
 
   /**
@@ -106,8 +105,7 @@ export class VisitorResponse {
    */
   body(bytes: Uint8Array): boolean {
     if (this.finished || bytes.byteLength === 0) return true;
-    const socket = this.sink.socket;
-    this.sink.corkTurn();
+    const sink = this.sink;
     switch (this.mode) {
       case 'none':
         return true;
@@ -116,16 +114,16 @@ export class VisitorResponse {
         const n = Math.min(bytes.byteLength, this.remaining);
         if (n < bytes.byteLength) this.keepAlive = false;
         this.remaining -= n;
-        const ok = socket.write(n === bytes.byteLength ? bytes : bytes.subarray(0, n));
+        const ok = sink.write(n === bytes.byteLength ? bytes : bytes.subarray(0, n));
         if (this.remaining === 0) this.complete();
         return ok;
       }
       case 'chunked':
-        socket.write(`${bytes.byteLength.toString(16)}${CRLF}`, 'latin1');
-        socket.write(bytes);
-        return socket.write(CRLF, 'latin1');
+        sink.write(`${bytes.byteLength.toString(16)}${CRLF}`);
+        sink.write(bytes);
+        return sink.write(CRLF);
       case 'close':
-        return socket.write(bytes);
+        return sink.write(bytes);
     }
   }
 
@@ -139,12 +137,11 @@ export class VisitorResponse {
         this.finished = true;
         return;
       case 'chunked': {
-        this.sink.corkTurn();
-        if (trailers.length === 0) this.sink.socket.write(LAST_CHUNK);
+        if (trailers.length === 0) this.sink.write(LAST_CHUNK);
         else {
           let text = `0${CRLF}`;
-          for (let i = 0; i < trailers.length; i += 2) if (!FRAMING.has(trailers[i]!.toLowerCase())) text += `${trailers[i]}: ${trailers[i + 1]}${CRLF}`;
-          this.sink.socket.write(text + CRLF, 'latin1');
+          for (let i = 0; i < trailers.length; i += 2) if (!FRAMING.has(trailers[i]!)) text += `${trailers[i]}: ${trailers[i + 1]}${CRLF}`;
+          this.sink.write(text + CRLF);
         }
         break;
       }

@@ -1,4 +1,5 @@
 import { decode, encode } from './codec.js';
+import { rawHeadProblem } from './raw-head.js';
 import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRules } from './access.js';
 
 // The tunnel wire protocol: frames on the control WebSocket (`GET /tunnel/v1/connect`).
@@ -113,6 +114,8 @@ export interface GoAway {
 export interface Hello {
   v: number;
   agent: string;
+  /** The client writes HttpHead.raw as it is (src/protocol/raw-head.ts); absent from older clients. */
+  rawHeads?: boolean;
 }
 export interface Welcome {
   v: number;
@@ -188,6 +191,13 @@ export interface HttpHead {
   upgrade: boolean;
   /** true when the request has no body: no End frame follows (saves a frame per GET) */
   end?: boolean;
+  /**
+   * To a client that said rawHeads in Hello: the head as the local service gets it (request
+   * line, the fields above, the blank line), and `headers` is empty (src/protocol/raw-head.ts).
+   */
+  raw?: Uint8Array;
+  /** With `raw`: the body comes as Data and goes chunked (`raw` says Transfer-Encoding: chunked). */
+  chunked?: boolean;
 }
 export interface TcpHead {
   kind: 'tcp';
@@ -405,6 +415,13 @@ function checkStreamHead(c: Fields, x: unknown): void {
   c.headLimit(chars);
   c.bool(h.upgrade, 'head.upgrade');
   if (h.end !== undefined) c.bool(h.end, 'head.end');
+  if (h.raw !== undefined) {
+    if (!(h.raw instanceof Uint8Array) || h.raw.byteLength > MAX_HEAD_BYTES + MAX_NAME_CHARS + 64) c.fail('head.raw', `bytes (at most ${MAX_HEAD_BYTES + MAX_NAME_CHARS + 64})`, h.raw);
+    if ((h.headers as unknown[]).length !== 0) c.fail('head.headers', 'empty beside head.raw', h.headers);
+    const problem = rawHeadProblem(h.raw as Uint8Array, h.method as string, h.target as string);
+    if (problem) c.fail('head.raw', `a request head (${problem})`, '');
+    if (h.chunked !== undefined) c.bool(h.chunked, 'head.chunked');
+  } else if (h.chunked !== undefined) c.fail('head.chunked', 'only beside head.raw', h.chunked);
 }
 
 /** An Open's access rules: counts, sizes, credential and CIDR syntax (semantics: accessRulesProblem). */
@@ -460,6 +477,7 @@ function checkFrame(a: unknown[]): void {
       const h = c.map(a[1], 'hello');
       c.int(h.v, 'hello.v', 0, MAX_UINT32);
       c.str(h.agent, 'hello.agent', MAX_NAME_CHARS);
+      if (h.rawHeads !== undefined) c.bool(h.rawHeads, 'hello.rawHeads');
       return;
     }
     case F.Welcome: {
@@ -557,6 +575,8 @@ function checkFrame(a: unknown[]): void {
  */
 export function decodeFrame(bytes: Uint8Array): Frame {
   if (bytes.byteLength > MAX_FRAME_BYTES) throw new FrameError(`frame of ${bytes.byteLength} bytes is over ${MAX_FRAME_BYTES}`);
+  const stream = decodeStreamFrame(bytes);
+  if (stream !== null) return stream;
   let f: unknown;
   try {
     f = decode(bytes);
@@ -566,6 +586,61 @@ export function decodeFrame(bytes: Uint8Array): Frame {
   if (!Array.isArray(f) || typeof f[0] !== 'number') throw new FrameError('frame is not an array starting with its type');
   checkFrame(f as unknown[]);
   return f as Frame;
+}
+
+/**
+ * Data, End and Credit (nearly every frame of a busy tunnel) read straight from their bytes:
+ * the same frame msgpack gives, with its checks, without the general decoder's work. Anything
+ * not in exactly the shortest encoding these frames are written in returns null and takes the
+ * general way (which decodes or refuses it as before).
+ */
+function decodeStreamFrame(b: Uint8Array): Frame | null {
+  const n = b.byteLength;
+  if (n < 3) return null;
+  const array = b[0];
+  const type = b[1];
+  if (array === 0x93 && type === F.Data) {
+    const sid = readUint(b, 2);
+    if (sid < 0) return null;
+    let o = 2 + uintBytes(b[2]!);
+    const marker = b[o];
+    let len: number;
+    if (marker === 0xc4 && o + 2 <= n) (len = b[o + 1]!), (o += 2);
+    else if (marker === 0xc5 && o + 3 <= n) (len = (b[o + 1]! << 8) | b[o + 2]!), (o += 3);
+    else if (marker === 0xc6 && o + 5 <= n) (len = ((b[o + 1]! << 24) >>> 0) + ((b[o + 2]! << 16) | (b[o + 3]! << 8) | b[o + 4]!)), (o += 5);
+    else return null;
+    if (o + len !== n || len > MAX_DATA_BYTES) return null;
+    return [F.Data, sid, b.subarray(o, n)];
+  }
+  if (array === 0x92 && type === F.End) {
+    const sid = readUint(b, 2);
+    return sid >= 0 && 2 + uintBytes(b[2]!) === n ? [F.End, sid] : null;
+  }
+  if (array === 0x93 && type === F.Credit) {
+    const sid = readUint(b, 2);
+    if (sid < 0) return null;
+    const o = 2 + uintBytes(b[2]!);
+    if (o >= n) return null;
+    const bytes = readUint(b, o);
+    return bytes >= 0 && o + uintBytes(b[o]!) === n ? [F.Credit, sid, bytes] : null;
+  }
+  return null;
+}
+
+/** Bytes of the msgpack unsigned integer whose first byte is `first` (fixint, uint8/16/32); 0: not one. */
+function uintBytes(first: number): number {
+  return first < 0x80 ? 1 : first === 0xcc ? 2 : first === 0xcd ? 3 : first === 0xce ? 5 : 0;
+}
+
+/** The msgpack unsigned integer (up to uint32) at `o`, or -1 (another type, or cut short). */
+function readUint(b: Uint8Array, o: number): number {
+  const first = b[o]!;
+  const size = uintBytes(first);
+  if (size === 0 || o + size > b.byteLength) return -1;
+  if (size === 1) return first;
+  if (size === 2) return b[o + 1]!;
+  if (size === 3) return (b[o + 1]! << 8) | b[o + 2]!;
+  return ((b[o + 1]! << 24) >>> 0) + ((b[o + 2]! << 16) | (b[o + 3]! << 8) | b[o + 4]!);
 }
 
 // ---- tunnel ids: in tunnel-id.ts (the CLI checks ids without loading msgpack) ------------

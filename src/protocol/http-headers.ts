@@ -1,10 +1,32 @@
 // Header rules of the public HTTP ingress (ARCHITECTURE.md "A visitor's HTTP request").
 
 /**
+ * A set of header names, matched in any case. Every request and answer passes each of its
+ * names through several of these: a name whose length no member has is answered without
+ * making its lower-case copy (most names: Date, Server, Content-Type, Accept...).
+ */
+export class NameSet {
+  private readonly names: Set<string>;
+  private readonly lengths = new Uint8Array(64);
+
+  constructor(names: readonly string[]) {
+    this.names = new Set(names);
+    for (const n of names) {
+      if (n.length >= 64 || n !== n.toLowerCase()) throw new Error(`NameSet takes lower-case names under 64 characters: ${n}`);
+      this.lengths[n.length] = 1;
+    }
+  }
+
+  has(name: string): boolean {
+    return name.length < 64 && this.lengths[name.length] === 1 && this.names.has(name.toLowerCase());
+  }
+}
+
+/**
  * Hop-by-hop headers (RFC 9110 §7.6.1): meaningful for one connection only, never forwarded.
  * HTTP2-Settings belongs to an h2c upgrade (RFC 7540 §3.2.1), which is never forwarded.
  */
-const HOP_BY_HOP = new Set([
+const HOP_BY_HOP = new NameSet([
   'connection', 'keep-alive', 'proxy-connection', 'proxy-authenticate', 'proxy-authorization',
   'te', 'trailer', 'transfer-encoding', 'upgrade', 'http2-settings',
 ]);
@@ -15,7 +37,7 @@ const HOP_BY_HOP = new Set([
  * folded into `ForwardedFrom`). The others are what CDNs and balancers send, which local
  * services and their frameworks often believe: from a visitor they would be a forged address.
  */
-const FORWARDED = new Set([
+const FORWARDED = new NameSet([
   'x-forwarded-for', 'x-forwarded-proto', 'x-forwarded-host', 'x-real-ip', 'forwarded',
   'true-client-ip', 'cf-connecting-ip', 'fastly-client-ip', 'x-client-ip', 'x-cluster-client-ip',
   'x-original-forwarded-for', 'x-forwarded', 'forwarded-for', 'x-forwarded-port', 'x-forwarded-scheme',
@@ -42,6 +64,15 @@ export function forwardedUpgrade(value: string): string {
  * hide the Host from the local service, `Connection: content-length` its body's length.
  */
 const NOT_DROPPABLE = new Set(['host', 'content-length', 'content-type']);
+
+/** Connection and Upgrade: kept on an upgrade request, so the local service sees the handshake. */
+const UPGRADE_FIELDS = new NameSet(['connection', 'upgrade']);
+
+/** A name a Connection header listed, and that may be dropped for it. */
+function listedDrop(listed: Set<string>, name: string): boolean {
+  const lower = name.toLowerCase();
+  return listed.has(lower) && !NOT_DROPPABLE.has(lower);
+}
 
 /** Names listed in a Connection header value are hop-by-hop too. */
 function connectionTokens(value: string | undefined): Set<string> | null {
@@ -71,19 +102,18 @@ export function requestHeaders(raw: readonly string[], client: ForwardedFrom, up
   let sawHost = false;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
-    const lower = name.toLowerCase();
-    if (FORWARDED.has(lower)) continue;
-    if (lower === 'host') {
+    if (FORWARDED.has(name)) continue;
+    if (name.length === 4 && name.toLowerCase() === 'host') {
       if (sawHost) continue;
       sawHost = true;
       out.push(name, host ?? raw[i + 1]!);
       continue;
     }
-    if (upgrade && (lower === 'connection' || lower === 'upgrade')) {
-      out.push(name, lower === 'upgrade' ? forwardedUpgrade(raw[i + 1]!) : raw[i + 1]!);
+    if (upgrade && UPGRADE_FIELDS.has(name)) {
+      out.push(name, name.length === 7 ? forwardedUpgrade(raw[i + 1]!) : raw[i + 1]!);
       continue;
     }
-    if (HOP_BY_HOP.has(lower) || (listed?.has(lower) && !NOT_DROPPABLE.has(lower))) continue;
+    if (HOP_BY_HOP.has(name) || (listed !== null && listedDrop(listed, name))) continue;
     out.push(name, raw[i + 1]!);
   }
   if (!sawHost && host !== null) out.unshift('Host', host);
@@ -97,12 +127,11 @@ export function requestHeaders(raw: readonly string[], client: ForwardedFrom, up
  */
 export function responseHeaders(raw: string[]): string[] {
   let connection: string | undefined;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.toLowerCase() === 'connection') connection = raw[i + 1];
+  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connection = raw[i + 1];
   const listed = connectionTokens(connection);
   const headers: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
-    const lower = raw[i]!.toLowerCase();
-    if (HOP_BY_HOP.has(lower) || (listed?.has(lower) && !NOT_DROPPABLE.has(lower))) continue;
+    if (HOP_BY_HOP.has(raw[i]!) || (listed !== null && listedDrop(listed, raw[i]!))) continue;
     headers.push(raw[i]!, raw[i + 1]!);
   }
   return headers;
@@ -121,9 +150,8 @@ export function tunnelResponseHeaders(raw: readonly string[], tunnelHost: string
   const headers: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
-    const lower = name.toLowerCase();
-    if (listed?.has(lower) && !NOT_DROPPABLE.has(lower)) continue;
-    if (lower === 'content-length') {
+    if (listed !== null && listedDrop(listed, name)) continue;
+    if (name.length === 14 && name.toLowerCase() === 'content-length') {
       const v = raw[i + 1]!.trim();
       if (!/^\d{1,15}$/.test(v)) return `Content-Length ${JSON.stringify(v.slice(0, 32))} is not a length`;
       const n = Number(v);
@@ -131,8 +159,8 @@ export function tunnelResponseHeaders(raw: readonly string[], tunnelHost: string
       contentLength = n;
       continue;
     }
-    if (HOP_BY_HOP.has(lower)) continue;
-    if (lower === 'set-cookie') {
+    if (HOP_BY_HOP.has(name)) continue;
+    if (name.length === 10 && name.toLowerCase() === 'set-cookie') {
       headers.push(name, hostOnlyCookie(raw[i + 1]!, tunnelHost));
       continue;
     }

@@ -262,7 +262,7 @@ abstract class Http1Parser {
   private bodyTooLarge = false;
 
   protected constructor(
-    type: number,
+    private readonly type: number,
     protected readonly maxHead: number,
     protected readonly maxLine: number,
     protected readonly maxBody: number,
@@ -406,6 +406,27 @@ abstract class Http1Parser {
     // never delete the C++ parser under llhttp_execute (a sink called from kOnBody)
     if (this.inNative) this.closeAsked = true;
     else this.native.close();
+  }
+
+  /**
+   * Between messages, outside execute(): the native parser may be initialized again for another
+   * user (reset()) instead of freed and a new one made, as Node's own http pools its parsers.
+   */
+  get reusable(): boolean {
+    return !this.inNative && (this.state === State.Done || (this.state === State.Head && !this.started && !this.awaitingFinal));
+  }
+
+  /** Starts afresh, as new (only when `reusable`). */
+  protected resetParser(): void {
+    this.native.initialize(this.type, ASYNC_RESOURCE, this.maxHead, STRICT);
+    this.state = State.Head;
+    this.closeAsked = false;
+    this.failure = null;
+    this.awaitingFinal = false;
+    this.firstByte = 0;
+    this.protoByte = 0;
+    this.remaining = 0;
+    this.newMessage();
   }
 
   /** (a method: the state may change under sink callbacks, which TypeScript's narrowing can't see) */
@@ -761,11 +782,24 @@ export class ResponseParser extends Http1Parser {
   private bodyKind: State.Length | State.Chunked | State.Eof | null = null;
 
   constructor(
-    private readonly sink: ResponseSink,
+    private sink: ResponseSink,
     opts: { maxHeadBytes?: number } = {},
   ) {
     const max = opts.maxHeadBytes ?? MAX_HEAD_BYTES;
     super(HTTPParser.RESPONSE, max, max, Number.MAX_SAFE_INTEGER, 502);
+  }
+
+  /** This parser, `reusable`, for another connection's answers to `sink`. */
+  reuse(sink: ResponseSink): this {
+    if (!this.reusable) throw new Error('reuse() of a parser inside a message or execute()');
+    this.resetParser();
+    this.sink = sink;
+    this.head = null;
+    this.headRequest = false;
+    this.upgradeRequested = false;
+    this.interim = false;
+    this.bodyKind = null;
+    return this;
   }
 
   /**

@@ -19,12 +19,20 @@ test('IPv6 visitors share one count per /64; another /64 and IPv4 addresses have
 
 test('a finished request gives its /64 a count back', () => {
   const limit = new VisitorLimit(1);
-  assert.ok(limit.admit('2001:db8::1'));
-  const visitor = { onDone: null as (() => void) | null, ended: false };
-  limit.track('2001:db8::1', visitor);
+  const key = limit.admit('2001:db8::1');
+  assert.ok(key);
+  const visitor = { ended: false, heldBy: null as VisitorLimit | null, heldKey: '' };
+  limit.hold(visitor, key!);
   assert.not.ok(limit.admit('2001:db8::2'));
-  visitor.onDone!();
+  // the visitor finishes: it gives its count back (TunnelVisitor.finish)
+  visitor.heldBy!.release(visitor.heldKey);
   assert.ok(limit.admit('2001:db8::2'));
+  assert.is(limit.inflight, 1);
+  // one already over when held gives it back at once
+  const done = { ended: true, heldBy: null as VisitorLimit | null, heldKey: '' };
+  const k2 = limit.admit('192.0.2.9');
+  limit.hold(done, k2!);
+  assert.is(done.heldBy, null);
   assert.is(limit.inflight, 1);
 });
 

@@ -4,7 +4,7 @@ import fc from 'fast-check';
 import {
   F, MAX_DATA_BYTES, MAX_FRAME_BYTES, MAX_RETRY_AFTER_MS, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame,
 } from '../../src/protocol/frames.js';
-import { encode } from '../../src/protocol/codec.js';
+import { decode, encode } from '../../src/protocol/codec.js';
 import { MAX_BASIC_AUTH, MAX_CIDRS, MAX_EXPIRY_MS, accessRulesProblem, expiryProblem, parseCidr } from '../../src/protocol/access.js';
 import { randomBytes } from 'node:crypto';
 
@@ -127,6 +127,89 @@ test('the hand-written Data frame head is exactly msgpack', () => {
     }),
     { numRuns: 300 },
   );
+});
+
+test('Data, End and Credit read straight from their bytes give what the general decoder gives, for every encoding of them and every corruption', () => {
+  // What the msgpack decoder makes of the bytes, and whether its checks take it.
+  const general = (b: Uint8Array): unknown => {
+    let f: unknown;
+    try {
+      f = decode(b);
+    } catch {
+      return 'refused';
+    }
+    try {
+      decodeFrame(encode(f)); // the checks, on the value's own shortest encoding
+    } catch {
+      return 'refused';
+    }
+    return f;
+  };
+  const mine = (b: Uint8Array): unknown => {
+    try {
+      return decodeFrame(b);
+    } catch {
+      return 'refused';
+    }
+  };
+  const uint = (n: number, width: 0 | 1 | 2 | 4): number[] =>
+    width === 0 ? [n] : width === 1 ? [0xcc, n] : width === 2 ? [0xcd, n >> 8, n & 0xff] : [0xce, (n >>> 24) & 0xff, (n >> 16) & 0xff, (n >> 8) & 0xff, n & 0xff];
+  const widthFor = (n: number) => fc.constantFrom(...([0, 1, 2, 4] as const).filter((w) => (w === 0 ? n < 0x80 : w === 1 ? n < 0x100 : w === 2 ? n < 0x10000 : true)));
+  const frameBytes = fc.oneof(
+    // Data: sid and bin length in any width that holds them
+    fc.tuple(sid, fc.nat(300)).chain(([s, n]) =>
+      fc.tuple(widthFor(s), fc.constantFrom(1, 2, 4)).map(([w, bw]) => {
+        const len = bw === 1 ? [0xc4, n & 0xff] : bw === 2 ? [0xc5, n >> 8, n & 0xff] : [0xc6, 0, 0, n >> 8, n & 0xff];
+        const size = bw === 1 ? n & 0xff : n;
+        return Uint8Array.from([0x93, F.Data, ...uint(s, w), ...len, ...Buffer.alloc(size, 7)]);
+      }),
+    ),
+    fc.tuple(sid).chain(([s]) => widthFor(s).map((w) => Uint8Array.from([0x92, F.End, ...uint(s, w)]))),
+    fc.tuple(sid, sid).chain(([s, n]) => fc.tuple(widthFor(s), widthFor(n)).map(([w, wn]) => Uint8Array.from([0x93, F.Credit, ...uint(s, w), ...uint(n, wn)]))),
+  );
+  // corruptions: cut, extended, a byte changed
+  const corrupted = fc.tuple(frameBytes, fc.nat(), fc.integer({ min: 0, max: 255 }), fc.constantFrom('cut', 'extend', 'flip', 'none')).map(([b, at, v, how]) => {
+    const i = at % b.length;
+    if (how === 'cut') return b.subarray(0, i);
+    if (how === 'extend') return Uint8Array.from([...b, v]);
+    if (how === 'flip') return Uint8Array.from(b.map((x, j) => (j === i ? v : x)));
+    return b;
+  });
+  fc.assert(
+    fc.property(corrupted, (b) => {
+      assert.equal(mine(b), general(b), `bytes ${Buffer.from(b).toString('hex')}`);
+    }),
+    { numRuns: 5000 },
+  );
+  // and the payload is a view of the message, as msgpack's own bin is (no copy)
+  const msg = encode([F.Data, 5, Buffer.from('hello')]);
+  const f = decodeFrame(msg) as [number, number, Uint8Array];
+  assert.is(f[2].buffer, msg.buffer);
+});
+
+test('a raw request head is taken only as exactly one head of its method and target', () => {
+  const open = (raw: string | Uint8Array, extra: Record<string, unknown> = {}) =>
+    encode([F.StreamOpen, 1, 't', { kind: 'http', method: 'GET', target: '/x', headers: [], upgrade: false, end: true, raw: typeof raw === 'string' ? Buffer.from(raw, 'latin1') : raw, ...extra }]);
+  const good = 'GET /x HTTP/1.1\r\nHost: t.example\r\nx-forwarded-for: 1.2.3.4\r\n\r\n';
+  const f = decodeFrame(open(good));
+  assert.equal(Buffer.from((f as [number, number, string, { raw: Uint8Array }])[3].raw).toString('latin1'), good);
+  decodeFrame(open('GET /x HTTP/1.1\r\n\r\n')); // no fields at all
+  decodeFrame(open(good, { chunked: true }));
+  const refused: [string | Uint8Array, Record<string, unknown>, RegExp][] = [
+    ['POST /x HTTP/1.1\r\nHost: a\r\n\r\n', {}, /request line/],
+    ['GET /y HTTP/1.1\r\nHost: a\r\n\r\n', {}, /request line/],
+    ['GET /x HTTP/1.1\r\nHost: a\r\n\r\nGET /x HTTP/1.1\r\nHost: a\r\n\r\n', {}, /after the blank line/],
+    ['GET /x HTTP/1.1\r\nHost: a\nX-Smuggled: 1\r\n\r\n', {}, /bare LF/],
+    ['GET /x HTTP/1.1\r\nHost: a\rX: 1\r\n\r\n', {}, /bare CR/],
+    ['GET /x HTTP/1.1\r\nHost: a\0\r\n\r\n', {}, /NUL/],
+    ['GET /x HTTP/1.1\r\nHost: a\r\n', {}, /blank line/],
+    [good, { headers: ['Host', 'a'] }, /empty beside head.raw/],
+    [good, { chunked: 'yes' }, /chunked/],
+    [Buffer.alloc(70_000, 65), {}, /head.raw/],
+  ];
+  for (const [raw, extra, why] of refused) assert.throws(() => decodeFrame(open(raw, extra)), why, JSON.stringify(raw).slice(0, 80));
+  // chunked means nothing without raw
+  assert.throws(() => decodeFrame(encode([F.StreamOpen, 1, 't', { kind: 'http', method: 'GET', target: '/x', headers: [], upgrade: false, chunked: true }])), /only beside head.raw/);
 });
 
 test('arbitrary bytes decode to a valid frame or throw FrameError, nothing else', () => {

@@ -891,4 +891,33 @@ test('property: arbitrary bytes into the response parser never throw; whole or c
   );
 });
 
+
+test('response: a parser reused for another sink after a complete answer reads the next as new; one inside an answer is not reusable', () => {
+  const first = recorder();
+  const p = new ResponseParser(first.sink);
+  p.expect('HEAD', false);
+  // HEAD: no body despite the length (an expectation that must not leak into the next use)
+  assert.equal(p.execute(Buffer.from('HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n')), { kind: 'paused', consumed: 38 });
+  assert.ok(p.reusable);
+  const second = recorder();
+  p.reuse(second.sink);
+  p.expect('GET', false);
+  const a = 'HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc';
+  assert.equal(p.execute(Buffer.from(a)), { kind: 'paused', consumed: a.length });
+  assert.equal(second.events, [['head', rhead({ headers: ['Content-Length', '3'], contentLength: 3 })], ['body', 'abc'], ['end', []]]);
+  assert.is(first.events.length, 2, 'the first sink hears nothing more');
+  // half a head: not reusable (its bytes would run into the next user's answer)
+  p.reuse(first.sink);
+  p.expect('GET', false);
+  assert.equal(p.execute(Buffer.from('HTTP/1.1 200 OK\r\nCont')), { kind: 'more' });
+  assert.not.ok(p.reusable);
+  assert.throws(() => p.reuse(second.sink), /reuse\(\) of a parser inside a message/);
+  // a failed parser is not reusable either
+  const q = new ResponseParser(recorder().sink);
+  q.expect('GET', false);
+  assert.is(q.execute(Buffer.from('HTTP/1.1 99 Nope\r\n\r\n')).kind, 'error');
+  assert.not.ok(q.reusable);
+  p.close();
+  q.close();
+});
 test.run();

@@ -1,5 +1,5 @@
 import { WsClient } from '../../src/client/ws-client.js';
-import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame, type OpenRequest, type Refusal } from '../../src/protocol/frames.js';
+import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame, type Hello, type OpenRequest, type Refusal } from '../../src/protocol/frames.js';
 import { withDeadline } from '../helpers/deadline.js';
 
 // A raw protocol peer for tests: records every frame it receives (Pings answered and left
@@ -20,7 +20,7 @@ export interface RawPeer {
 
 let nextReq = 1;
 
-export async function rawPeer(serverUrl: string, key: string, events: string[] = [], name = 'peer'): Promise<RawPeer> {
+export async function rawPeer(serverUrl: string, key: string, events: string[] = [], name = 'peer', hello: Partial<Hello> = {}): Promise<RawPeer> {
   const ws = await WsClient.connect(`${serverUrl}/tunnel/v1/connect`, { authorization: `Bearer ${key}` }, MAX_FRAME_BYTES, 5_000);
   const frames: Frame[] = [];
   const waiters = new Set<() => void>();
@@ -68,7 +68,7 @@ export async function rawPeer(serverUrl: string, key: string, events: string[] =
     },
     waitFor,
   };
-  peer.send([F.Hello, { v: PROTOCOL_VERSION, agent: 'test' }]);
+  peer.send([F.Hello, { v: PROTOCOL_VERSION, agent: 'test', ...hello }]);
   await waitFor((f) => f[0] === F.Welcome, 5_000, 'Welcome');
   return peer;
 }

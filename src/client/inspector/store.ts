@@ -1,7 +1,8 @@
 import { EventEmitter } from 'node:events';
 import { STATUS_CODES } from 'node:http';
 import { performance } from 'node:perf_hooks';
-import type { ExchangeObserver, StatusLine } from '../observer.js';
+import type { ExchangeObserver, ObservedHead, StatusLine } from '../observer.js';
+import { headersOfRaw } from '../../protocol/raw-head.js';
 import type { ReplayTarget } from './replay.js';
 
 // The inspector's memory: the last requests of every tunnel of this `burrow` process, with the
@@ -47,6 +48,8 @@ class Side {
   private flat: readonly string[] = NO_HEADERS;
   private headerFields = 0;
   private pairs: Header[] | null = null;
+  /** A head kept as the bytes it came in, made into fields when first read. */
+  private raw: Uint8Array | null = null;
   headersTruncated = false;
   /** The kept body: nothing, one copied chunk, or several. */
   private chunks: Buffer | Buffer[] | null = null;
@@ -74,9 +77,27 @@ class Side {
     return used;
   }
 
+  /**
+   * Keeps a head that came as bytes (one copy: the frame it came in is not the inspector's to
+   * keep); its fields are made only when a page or --json reads them. Returns the bytes kept.
+   */
+  setRawHead(raw: Uint8Array, maxHeadBytes: number): number {
+    if (raw.byteLength > maxHeadBytes) return this.setHeaders(headersOfRaw(raw), maxHeadBytes);
+    this.raw = Buffer.from(raw);
+    this.flat = NO_HEADERS;
+    this.headerFields = 0;
+    this.pairs = null;
+    return raw.byteLength;
+  }
+
   /** The kept headers as [name, value] pairs (made on the first read). */
   get headers(): Header[] {
     if (this.pairs) return this.pairs;
+    if (this.raw !== null) {
+      this.flat = headersOfRaw(this.raw);
+      this.headerFields = this.flat.length;
+      this.raw = null;
+    }
     const out: Header[] = [];
     for (let i = 0; i < this.headerFields; i += 2) out.push([String(this.flat[i]), String(this.flat[i + 1])]);
     return (this.pairs = out);
@@ -109,6 +130,7 @@ class Side {
 
   drop(): void {
     this.chunks = null;
+    this.raw = null;
     this.flat = NO_HEADERS;
     this.headerFields = 0;
     this.pairs = null;
@@ -267,12 +289,12 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
   /** Starts a capture for a request head; the returned observer fills it. */
   begin(
     tunnel: string,
-    head: { method: string; target: string; headers: readonly string[] },
+    head: ObservedHead,
     opts: { replayOf?: string; target?: ReplayTarget; credentials?: string | null } = {},
   ): CaptureHandle {
     const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), opts.replayOf ?? null, opts.target ?? null, opts.credentials ?? null);
     c.bytes += c.method.length + c.path.length + tunnel.length;
-    c.bytes += c.request.setHeaders(head.headers, this.limits.maxHeadBytes);
+    c.bytes += head.raw ? c.request.setRawHead(head.raw, this.limits.maxHeadBytes) : c.request.setHeaders(head.headers, this.limits.maxHeadBytes);
     this.captures.set(c.id, c);
     this.order.push(c);
     this.total += c.bytes;

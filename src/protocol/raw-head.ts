@@ -1,0 +1,88 @@
+import type { HttpHead } from './frames.js';
+
+// A visitor request's head as bytes, the way the local service gets it. The edge builds it once
+// from the head it already filtered (requestHeaders: X-Forwarded-*, no hop-by-hop fields), and a
+// client that said so in Hello (rawHeads) writes it to the local service as it is: no header
+// strings decoded from msgpack and joined again per request. Older clients get the head's fields.
+
+const CR = 13;
+const LF = 10;
+
+function hasContentLength(headers: readonly string[]): boolean {
+  for (let i = 0; i < headers.length; i += 2) if (headers[i]!.length === 14 && headers[i]!.toLowerCase() === 'content-length') return true;
+  return false;
+}
+
+/** A body of unknown length goes chunked toward the local service (the edge decodes the visitor's framing). */
+export function sendsChunked(head: HttpHead): boolean {
+  return head.raw !== undefined ? head.chunked === true : !head.end && !head.upgrade && !hasContentLength(head.headers);
+}
+
+/** The head's text toward the local service, from its fields (the one serializer of a request head). */
+export function requestHeadText(head: HttpHead, chunked: boolean): string {
+  let text = `${head.method} ${head.target} HTTP/1.1\r\n`;
+  const h = head.headers;
+  for (let i = 0; i < h.length; i += 2) text += `${h[i]}: ${h[i + 1]}\r\n`;
+  if (chunked) text += 'Transfer-Encoding: chunked\r\n';
+  return text + '\r\n';
+}
+
+/** The head with its fields as bytes (HttpHead.raw), for a client that takes them. */
+export function withRawHead(head: HttpHead): HttpHead {
+  const chunked = sendsChunked(head);
+  return { kind: 'http', method: head.method, target: head.target, headers: [], upgrade: head.upgrade, ...(head.end ? { end: true } : {}), raw: Buffer.from(requestHeadText(head, chunked), 'latin1'), chunked };
+}
+
+/**
+ * Why `raw` is not a head this client may write for a request of `method` and `target`, or
+ * null: it starts with their request line, every line ends in CRLF (no bare CR or LF, no NUL),
+ * and the blank line that ends it is its last. A server cannot smuggle a second request in.
+ */
+export function rawHeadProblem(raw: Uint8Array, method: string, target: string): string | null {
+  const line = `${method} ${target} HTTP/1.1\r\n`;
+  const n = raw.byteLength;
+  if (n < line.length + 2) return 'shorter than its request line';
+  for (let i = 0; i < line.length; i++) if (raw[i] !== line.charCodeAt(i)) return 'its request line is not the head\'s method and target';
+  let lineStart = line.length;
+  for (let i = lineStart; i < n; i++) {
+    const c = raw[i]!;
+    if (c === LF) {
+      if (raw[i - 1] !== CR) return 'a bare LF';
+      // An empty line ends the head: only as its last bytes.
+      if (i - 1 === lineStart && i !== n - 1) return 'bytes after the blank line that ends it';
+      lineStart = i + 1;
+    } else if (c === CR) {
+      if (raw[i + 1] !== LF) return 'a bare CR';
+    } else if (c === 0) return 'a NUL byte';
+  }
+  if (lineStart !== n || raw[n - 3] !== LF) return 'no blank line at its end';
+  return null;
+}
+
+/**
+ * The header fields of a raw head, flat [name, value, …] (for what needs them: the inspector, a
+ * Host rewrite), as the head's `headers` were: without the Transfer-Encoding the edge added for
+ * a chunked body (a visitor's own is hop-by-hop, never passed on).
+ */
+export function headersOfRaw(raw: Uint8Array): string[] {
+  const text = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('latin1');
+  const out: string[] = [];
+  let at = text.indexOf('\r\n') + 2;
+  for (;;) {
+    const end = text.indexOf('\r\n', at);
+    if (end <= at) break;
+    const colon = text.indexOf(':', at);
+    if (colon < 0 || colon > end) break;
+    const name = text.slice(at, colon);
+    if (!(name.length === 17 && name.toLowerCase() === 'transfer-encoding')) out.push(name, text.slice(colon + 1, end).trim());
+    at = end + 2;
+  }
+  return out;
+}
+
+/** The head with fields instead of bytes (a client that rewrites Host works on fields). */
+export function withFields(head: HttpHead): HttpHead {
+  if (head.raw === undefined) return head;
+  const { raw, chunked: _chunked, ...rest } = head;
+  return { ...rest, headers: headersOfRaw(raw) };
+}
