@@ -19,6 +19,7 @@ import { fileURLToPath } from 'node:url';
 import { availableParallelism, tmpdir } from 'node:os';
 import { startSharedEmbedded } from './helpers/database.js';
 import { MAX_LANES } from './helpers/ports.js';
+import { ensureSystemPackages } from './helpers/system-packages.js';
 
 const root = fileURLToPath(new URL('.', import.meta.url));
 const FILE_TIMEOUT_MS = 120_000;
@@ -131,6 +132,7 @@ async function main(): Promise<void> {
   const t0 = Date.now();
   let files = findTests(root).sort();
   if (filter) files = files.filter((f) => f.includes(filter));
+  if (files.some((f) => f.includes('/acme/'))) ensureSystemPackages();
   const pgUrl = process.env.TEST_DATABASE_URL || process.env.DATABASE_URL || '';
   const baseEnv = { ...process.env };
   delete baseEnv.DATABASE_URL;
