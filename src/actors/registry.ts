@@ -92,6 +92,8 @@ interface Member {
   /** the burrow client it belongs to (its connections on other nodes share it: Opened.memberKey) */
   client: string;
   registeredAtMs: number;
+  /** tcp: this member bound the registration's port on its shard (a joining member binds none) */
+  listens: boolean;
 }
 
 /** A live tunnel: its registration and this node's members of it. */
@@ -247,7 +249,7 @@ export class RegistryActor {
       case 'tunnel-routes':
         return [...new Set([...this.tunnels.keys(), ...this.remote.keys()])].flatMap((id): TunnelRoute[] => {
           const r = this.routeOf(id);
-          return r.members && r.members.length > 0 ? [{ id, shard: r.shard ?? -1, ...(r.node ? { node: r.node } : {}), port: r.port ?? null, sessionId: r.sessionId!, access: r.access ?? null, members: r.members }] : [];
+          return r.members && r.members.length > 0 ? [{ id, shard: r.shard ?? -1, ...(r.node ? { node: r.node } : {}), port: r.port ?? null, portHeld: r.portHeld ?? false, sessionId: r.sessionId!, access: r.access ?? null, members: r.members }] : [];
         });
       case 'data-plane-counts':
         return this.counts();
@@ -358,6 +360,7 @@ export class RegistryActor {
       shard: first.shard ?? null,
       ...(first.node ? { node: first.node } : {}),
       port: e ? e.info.remote_port : r!.port,
+      portHeld: e?.members.some((m) => m.listens) ?? false,
       sessionId: first.session,
       access: e ? e.access : r!.access,
       members,
@@ -525,6 +528,7 @@ export class RegistryActor {
       teamId: entry.info.team_id,
       tookOver: held !== null && !joinsPool,
       access: entry.access,
+      remotePort: entry.info.remote_port,
       ...(laneKey ? { laneKey } : {}),
       ...(this.cluster ? { memberKey: client } : {}),
     };
@@ -543,13 +547,13 @@ export class RegistryActor {
     }
     const laneKey = this.addMember(id, entry, shard, m, sessionId, m.member!);
     await this.routeEverywhere(id);
-    return { id, sessionId, url: entry.info.url, teamId: entry.info.team_id, tookOver: false, access: entry.access, memberKey: m.member!, ...(laneKey ? { laneKey } : {}) };
+    return { id, sessionId, url: entry.info.url, teamId: entry.info.team_id, tookOver: false, access: entry.access, remotePort: entry.info.remote_port, memberKey: m.member!, ...(laneKey ? { laneKey } : {}) };
   }
 
   private addMember(id: string, entry: Entry, shard: number, m: Admit, sessionId: string, client: string): string | null {
     // TCP visitors arrive at the owner's own listener: lanes would carry nothing.
     const laneKey = m.tunnelType === 'http' && this.config.workers > 1 ? randomBytes(18).toString('base64url') : null;
-    entry.members.push({ sessionId, shard, keyId: m.keyId, userId: m.userId, laneKey, client, registeredAtMs: Date.now() });
+    entry.members.push({ sessionId, shard, keyId: m.keyId, userId: m.userId, laneKey, client, registeredAtMs: Date.now(), listens: m.remotePort !== null });
     this.holds.delete(id);
     this.stats.open({ id: sessionId, userId: m.userId, tunnelId: id, tunnelType: m.tunnelType, teamId: entry.info.team_id, clientIp: m.clientIp, nodeId: this.cluster?.id ?? null });
     return laneKey;
