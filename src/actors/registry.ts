@@ -25,7 +25,8 @@ import type {
   TunnelShardToMainReplies,
 } from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
-import { accessView, poolRulesProblem, type AccessWire } from '../protocol/access.js';
+import { accessView, type AccessWire } from '../protocol/access.js';
+import { addsClient, claimRefusalProblem, decideClaim, type ClaimRefusal } from '../protocol/admission.js';
 import { ApiError, assertNever } from '../errors.js';
 import { StatsActor } from './stats.js';
 import { claimTunnel, clusterTunnel, clusterTunnels, releaseMember, sessionTotals, type ClusterTunnelRow, type TunnelClaim } from '../db/cluster.js';
@@ -469,31 +470,23 @@ export class RegistryActor {
     // keeps counting from the user's first connection.
     const usedSinceMs = (old?.info.owner_id === m.userId ? old.usedSinceMs : null) ?? (remote?.user_id === m.userId ? remote.registered_at.getTime() : null) ?? this.holds.heldSince(id, m.userId) ?? Date.now();
     const held = old ? { userId: old.info.owner_id, teamId: old.info.team_id, pool: old.pool, type: old.info.tunnel_type, access: old.access } : remote ? { userId: remote.user_id, teamId: remote.team_id, pool: remote.pool, type: remote.tunnel_type, access: remote.access } : null;
-    const sameOwner = held !== null && (held.teamId !== null ? held.teamId === teamId : held.userId === m.userId && teamId === null);
-    const joinsPool = held !== null && held.pool && m.pool && sameOwner && held.type === m.tunnelType;
-    if (held?.pool && !joinsPool) {
-      // A pool is joined, never taken over: its members may be other users of its team.
-      throw new ApiError('conflict', sameOwner && !m.pool ? `tunnel id "${id}" is a pool: open it with --pool to join it` : `tunnel id "${id}" is in use by another user`);
-    }
-    if (held && !held.pool && held.userId !== m.userId) throw new ApiError('conflict', `tunnel id "${id}" is in use by another user`);
-    // A member serves under the pool's rules: one that asked for others would be reached by
-    // visitors its own rules refuse (in a cluster the claim checks again against the row).
-    const rules = joinsPool ? poolRulesProblem(held.access, m.access) : null;
-    if (rules !== null) throw poolRulesConflict(id, rules);
+    // In a cluster the claim decides again, on the row it reads FOR UPDATE.
+    const verdict = decideClaim(held, { userId: m.userId, teamId, pool: m.pool, type: m.tunnelType, access: m.access });
+    if (!verdict.ok) throw claimRefused(id, verdict);
+    const joinsPool = verdict.kind === 'join-pool';
     // A live tunnel of this user takes over regardless (it holds the id now); otherwise the
     // reservation and the grace hold decide.
-    if (!held && claimProblem !== null) throw new ApiError('conflict', claimProblem);
+    if (verdict.kind === 'new' && claimProblem !== null) throw new ApiError('conflict', claimProblem);
     const client = randomBytes(18).toString('base64url');
     const sessionId = randomUUID();
     const url = this.publicUrl(m.tunnelType, id, m.remotePort);
     // In a cluster the database's answer is the registration (a pool another node just started, say).
     const reg = this.cluster ? await this.claimInCluster({ id, sessionId, url, teamId, client, mode: m.pool ? { pool: true } : { plain: true } }, m) : null;
-    if (!reg && (!old || joinsPool)) {
-      // A takeover replaces a tunnel of the user's; anything else adds a client.
+    if (!reg && addsClient(verdict)) {
       const max = this.config.maxTunnelsPerUser;
       let n = 0;
       for (const e of this.tunnels.values()) n += new Set(e.members.filter((x) => x.userId === m.userId).map((x) => x.client)).size;
-      if (n >= max) throw new ApiError('forbidden', `limit reached: at most ${max} live tunnels per user (max-tunnels-per-user); you hold ${n}: close one first`);
+      if (n >= max) throw claimRefused(id, { ok: false, why: 'limit', held: n, max });
     }
     const current = this.tunnels.get(id);
     if (current && !joinsPool) {
@@ -589,22 +582,7 @@ export class RegistryActor {
         const r = await claimTunnel(this.sql, claim);
         this.touch(c.id);
         if (r.ok) return { userId: r.registration.userId, teamId: r.registration.teamId, access: r.registration.access, port: r.registration.port, url: r.registration.url, pool: r.registration.pool };
-        switch (r.why) {
-          case 'other-user':
-            throw new ApiError('conflict', `tunnel id "${c.id}" is in use by another user`);
-          case 'pool':
-            throw new ApiError('conflict', `tunnel id "${c.id}" is a pool: open it with --pool to join it`);
-          case 'rules':
-            throw poolRulesConflict(c.id, r.rules!);
-          case 'port':
-            throw new ApiError('conflict', `port ${m.remotePort} is in use by a tunnel on another node; ask for another port`);
-          case 'no-client':
-            throw new ApiError('not-found', `tunnel "${c.id}" has no live connection of this client to join`);
-          case 'limit':
-            throw new ApiError('forbidden', `limit reached: at most ${this.config.maxTunnelsPerUser} live tunnels per user (max-tunnels-per-user); you hold ${r.held}: close one first`);
-          default:
-            return assertNever(r.why);
-        }
+        throw claimRefused(c.id, r);
       } catch (err) {
         // Two first claims of one id on two nodes: the primary key let one in; read again to answer as it decided.
         if ((err as { code?: string }).code === '23505' && attempt < 2) continue;
@@ -959,9 +937,9 @@ export class RegistryActor {
   }
 }
 
-/** A pool refusing a client that asked for other rules: which differ, and the pool's (never a credential). */
-function poolRulesConflict(id: string, rules: string): ApiError {
-  return new ApiError('conflict', `tunnel id "${id}" is a pool serving under other rules: ${rules}`);
+function claimRefused(id: string, r: ClaimRefusal): ApiError {
+  const p = claimRefusalProblem(id, r);
+  return new ApiError(p.code, p.detail);
 }
 
 /**
