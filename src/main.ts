@@ -30,6 +30,8 @@ import { loadCertificates } from './http/tls.js';
 import { shardSockets } from './main-thread/shards.js';
 import { sharedPortSupported } from './edge/front.js';
 import { ClusterNode } from './cluster/node.js';
+import { ClusterDirectory } from './cluster/directory.js';
+import { clusterEvents } from './cluster/events.js';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
@@ -136,28 +138,23 @@ const supervisor: ShardSupervisor = new ShardSupervisor(config, databaseUrl, log
     void shutdown('shard restart budget exhausted', 1);
   },
 });
-const registry = new RegistryActor(
+// --node-url: this node joins the cluster before the shards listen (an admission claims its id
+// in the cluster's registry, which names this node). Its events are handled in one place
+// (src/cluster/events.ts); revocations made through another node (or by SQL) end this node's
+// caches and connections as its own API would.
+const clusterLog = log.child({ part: 'cluster' });
+let directory: ClusterDirectory | null = null;
+const cluster: ClusterNode | null =
+  config.nodeUrl === null
+    ? null
+    : new ClusterNode(sql, clusterLog, config.nodeUrl, clusterEvents({ directory: () => directory!, registry: (): RegistryActor => registry, invalidate: (k, u, end) => void invalidateHere(k, u, end), log: clusterLog }));
+const registry: RegistryActor = new RegistryActor(
   log,
   { tell: (i, m) => supervisor.tell(i, m), ask: (i, m, t) => supervisor.ask(i, m, t) },
   sql,
   config,
+  cluster ? (host, holds) => (directory = new ClusterDirectory(holds, cluster, sql, clusterLog, host, config.maxTunnelsPerUser)) : undefined,
 );
-// --node-url: this node joins the cluster before the shards listen (an admission claims its id
-// in the cluster's registry, which names this node).
-const cluster = config.nodeUrl === null ? null : new ClusterNode(sql, log.child({ part: 'cluster' }), config.nodeUrl, {
-  event(e) {
-    // Revocations made through another node (or by SQL): this node's caches and connections, as
-    // its own API would; the node whose API made the change waits for every node (awaitGone).
-    if (e.t === 'keys') void invalidateHere(e.ids, [], 'the API key was revoked');
-    else if (e.t === 'users') {
-      if (e.ended.length > 0) void invalidateHere([], e.ended, 'the user was deactivated');
-      if (e.changed.length > 0) void invalidateHere([], e.changed, null);
-    } else registry.clusterEvent(e);
-  },
-  reconcile: () => void registry.reconcile(),
-  fenced: () => registry.fence(),
-});
-if (cluster) registry.joinCluster(cluster);
 
 function invalidateHere(keyIds: string[], userIds: string[], endConnections: string | null): Promise<unknown> {
   return supervisor.askAll({ type: 'auth-invalidate', keyIds, userIds, endConnections }, INVALIDATE_TIMEOUT_MS).catch((err: unknown) => log.warn({ err }, 'cluster: invalidation on this node failed'));

@@ -1,6 +1,6 @@
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
-import { upsertSessionTotals, type SessionTotals } from '../db/sessions.js';
+import { pruneClosedSessions, upsertSessionTotals, type SessionTotals } from '../db/sessions.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 
 // StatsActor (main thread): the one writer of the `sessions` table.
@@ -15,6 +15,9 @@ import type { StatsDelta } from '../protocol/tunnel-messages.js';
 // registering a tunnel never waits for the database.
 
 export const FLUSH_INTERVAL_MS = 1_000;
+/** --session-retention: how often closed sessions past it are deleted, and how many per statement. */
+const PRUNE_INTERVAL_MS = 10 * 60_000;
+const PRUNE_BATCH = 1_000;
 /** 13 parameters a row; PostgreSQL takes at most 65535 parameters per statement. */
 const MAX_ROWS_PER_STATEMENT = 5_000;
 
@@ -60,9 +63,32 @@ export class StatsActor {
     private readonly sql: Sql,
   ) {}
 
-  start(): void {
+  /** `retentionSecs`: closed sessions older than it are deleted now and every PRUNE_INTERVAL_MS (null: kept). */
+  start(retentionSecs: number | null = null): void {
     this.timer = setInterval(() => void this.flush(), FLUSH_INTERVAL_MS);
     this.timer.unref();
+    if (retentionSecs !== null) {
+      void this.prune(retentionSecs);
+      this.pruneTimer = setInterval(() => void this.prune(retentionSecs), PRUNE_INTERVAL_MS).unref();
+    }
+  }
+
+  private pruneTimer: NodeJS.Timeout | null = null;
+
+  /** Deletes closed sessions older than `keepSecs`, a batch at a time. */
+  async prune(keepSecs: number): Promise<number> {
+    let total = 0;
+    try {
+      for (;;) {
+        const n = await pruneClosedSessions(this.sql, keepSecs, PRUNE_BATCH);
+        total += n;
+        if (n < PRUNE_BATCH) break;
+      }
+      if (total > 0) this.log.info({ deleted: total }, 'closed sessions past --session-retention deleted');
+    } catch (err) {
+      this.log.warn({ err }, 'pruning old sessions failed; next try later');
+    }
+    return total;
   }
 
   open(s: SessionOpen): void {
@@ -161,6 +187,7 @@ export class StatsActor {
   async stop(timeoutMs = 5_000): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    if (this.pruneTimer) clearInterval(this.pruneTimer);
     const now = new Date();
     for (const r of this.rows.values()) this.close(r.id, now);
     const deadline = Date.now() + timeoutMs;

@@ -80,3 +80,14 @@ export function claimRefusalProblem(id: string, r: ClaimRefusal): { code: 'confl
       return { code: 'forbidden', detail: `limit reached: at most ${r.max} live tunnels per user (max-tunnels-per-user); you hold ${r.held}: close one first` };
   }
 }
+
+/**
+ * What the client that lost its tunnel to a takeover is told. Another key of the same user is
+ * named (name and public prefix) and never called "your key": the person reading may not be the
+ * one who started the other client.
+ */
+export function takeoverReason(sameKey: boolean, newKey: { name: string; key_prefix: string } | null): string {
+  if (sameKey) return 'taken over by another connection using this same key';
+  if (newKey) return `taken over by another connection of the same user, with the key "${newKey.name}" (${newKey.key_prefix})`;
+  return 'taken over by another connection of the same user, with another key';
+}
