@@ -246,6 +246,8 @@ process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 
 const seeded = config.seedApiKey ? await seedKey() : null;
 await cluster?.start();
+// The shards learn the live nodes with their routes (tunnel-routes), then each change (cluster-nodes).
+await (directory as ClusterDirectory | null)?.readNodes(); // made by the registry's constructor
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
 // Each shard's front owns the port (SO_REUSEPORT); its uWS App listens on a unix socket.

@@ -23,6 +23,10 @@ export class LocalDirectory implements TunnelDirectory {
     return null;
   }
 
+  nodeUrls(): string[] | null {
+    return null;
+  }
+
   get tunnels(): ReadonlyMap<string, Entry> {
     return this.entries;
   }

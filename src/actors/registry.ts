@@ -170,6 +170,10 @@ export class RegistryActor implements DirectoryHost {
     this.routes.tell(id);
   }
 
+  broadcastNodes(urls: string[]): void {
+    this.routes.nodes(urls);
+  }
+
   private publicUrl(type: 'http' | 'tcp', id: string, port: number | null): string {
     const base = new URL(this.config.baseUrl);
     if (type === 'tcp') return `tcp://${base.hostname}:${port}`;

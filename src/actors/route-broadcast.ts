@@ -43,13 +43,25 @@ export class RouteBroadcast {
     }
   }
 
-  /** Every live route (a shard that starts asks for them: tunnel-routes). */
-  all(): TunnelRoute[] {
-    return this.dir()
+  /** Every live route and the live nodes (a shard that starts asks for them: tunnel-routes). */
+  all(): { routes: TunnelRoute[]; nodes: string[] | null } {
+    const routes = this.dir()
       .ids()
       .flatMap((id): TunnelRoute[] => {
         const r = this.dir().routeOf(id);
         return r.members && r.members.length > 0 ? [{ id, shard: r.shard ?? -1, ...(r.node ? { node: r.node } : {}), port: r.port ?? null, portHeld: r.portHeld ?? false, sessionId: r.sessionId!, access: r.access ?? null, members: r.members }] : [];
       });
+    return { routes, nodes: this.dir().nodeUrls() };
+  }
+
+  /** cluster: the live nodes changed (a node joined or died), told to every shard: Welcome names them. */
+  nodes(urls: string[]): void {
+    for (let i = 0; i < this.workers; i++) {
+      try {
+        this.shards.tell(i, { type: 'cluster-nodes', nodes: urls });
+      } catch (err) {
+        this.log.debug({ err, shard: i }, 'shard not reachable for the node list');
+      }
+    }
   }
 }

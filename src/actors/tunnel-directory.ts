@@ -77,6 +77,8 @@ export interface DirectoryHost {
   closeMembers(victims: { id: string; m: Member }[], reason: string): void;
   /** Tells every shard of this node where `id` lives now. */
   broadcastRoute(id: string): void;
+  /** Tells every shard of this node the live nodes (they changed). */
+  broadcastNodes(urls: string[]): void;
 }
 
 export interface TunnelDirectory {
@@ -85,6 +87,8 @@ export interface TunnelDirectory {
   readonly holds: IdHolds;
   /** The cluster's id for this node (sessions name it), or null on a node alone. */
   readonly nodeId: string | null;
+  /** The live nodes' URLs as this node last read them (null: a node alone). */
+  nodeUrls(): string[] | null;
   /** Every live id this node knows: its own and, in a cluster, the other nodes'. */
   ids(): string[];
   /** The registration of `id` wherever it is held, for decideClaim; null when it is free. */

@@ -6,7 +6,7 @@ import type { RouteMember } from '../protocol/tunnel-messages.js';
 import { accessView } from '../protocol/access.js';
 import type { HeldRegistration } from '../protocol/admission.js';
 import { claimRefusalProblem } from '../protocol/admission.js';
-import { claimTunnel, clusterTunnel, clusterTunnels, releaseMember, sessionTotals, type ClusterTunnelRow } from '../db/cluster.js';
+import { claimTunnel, clusterTunnel, clusterTunnels, liveNodes, releaseMember, sessionTotals, type ClusterTunnelRow } from '../db/cluster.js';
 import { LocalDirectory, sumStats, uptime } from '../actors/local-directory.js';
 import type { IdHolds } from '../actors/id-holds.js';
 import type { Affected, Claim, DirectoryHost, Entry, Registration } from '../actors/tunnel-directory.js';
@@ -60,6 +60,25 @@ export class ClusterDirectory extends LocalDirectory {
 
   override get nodeId(): string {
     return this.node.id;
+  }
+
+  override nodeUrls(): string[] {
+    return this.liveNodes;
+  }
+
+  /** The live nodes' URLs (this one's too), read when a node joins or dies and at each reconcile. */
+  private liveNodes: string[] = [];
+
+  /** Reads the live nodes again; the shards hear when they changed. */
+  async readNodes(): Promise<void> {
+    try {
+      const urls = (await liveNodes(this.sql)).map((r) => r.url);
+      if (urls.join(' ') === this.liveNodes.join(' ')) return;
+      this.liveNodes = urls;
+      this.host.broadcastNodes(urls);
+    } catch (err) {
+      this.log.debug({ err }, 'cluster: live nodes not read; the next reconcile tries again');
+    }
   }
 
   /** The members of `id` on other nodes, as this node last read them. */
@@ -266,6 +285,7 @@ export class ClusterDirectory extends LocalDirectory {
   }
 
   private async reconcileOnce(): Promise<void> {
+    void this.readNodes();
     const start = this.touches;
     let rows: ClusterTunnelRow[];
     try {

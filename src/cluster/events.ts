@@ -7,7 +7,9 @@ import type { ClusterEvent, ClusterHandlers } from './node.js';
 // each here with its timers' calls:
 //
 //   route {id}               the directory reads the id's rows again (directory.ts refresh)
-//   node {up: false}         a node died: the directory reconciles every id
+//   node {up}                a node joined or died: the live nodes read again and, when they
+//                            changed, told to every shard (Welcome names them); a dead one's
+//                            members: the directory reconciles every id
 //   close {id, members}      another node's API ended members of ours: closed with its reason
 //   member {team, user}      removed from a team: our tunnels of that user and team end
 //   reservations             the reserved ids are read again
@@ -32,7 +34,8 @@ export function clusterEvents(t: ClusterEventTargets): ClusterHandlers {
           void t.directory().refresh(e.id);
           return;
         case 'node':
-          // A node joined or died: its members come or go on many ids at once.
+          // A node joined or died: the shards' list of nodes (Welcome), and a dead one's members go on many ids at once.
+          void t.directory().readNodes();
           if (!e.up) void t.directory().reconcile();
           return;
         case 'close':

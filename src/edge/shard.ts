@@ -26,7 +26,6 @@ import { ExpiryTimers } from './shard-expiry.js';
 import { StatsReporter } from './shard-stats.js';
 import { drainTunnels } from './shard-drain.js';
 import { NodeLinks } from '../cluster/node-links.js';
-import { liveNodes } from '../db/cluster.js';
 import type { PortLike } from '../actors/actor.js';
 
 // The tunnel data plane of one shard worker:
@@ -72,7 +71,6 @@ export interface ShardTunnels {
 
 export { STATS_REPORT_MS } from './shard-stats.js';
 const ADMIT_TIMEOUT_MS = 10_000;
-const NODES_REFRESH_MS = 1_000;
 /** A TCP port this node follows that could not be bound is tried again this often. */
 const FOLLOW_RETRY_MS = 250;
 const SHUTTING_DOWN = 'the server is shutting down; try again shortly';
@@ -274,9 +272,10 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   // Learn where live tunnels are (a restarted shard starts empty).
   ctx.main
     .ask({ type: 'tunnel-routes' }, ADMIT_TIMEOUT_MS)
-    .then((list) => {
+    .then(({ routes: list, nodes }) => {
       routes.load(list);
       for (const r of list) followRemoteTcp(r.id, r.portHeld !== true, r.port, r.access);
+      if (nodes) peerNodes = nodes;
     })
     .catch((err: unknown) => log.warn({ err }, 'could not load tunnel routes'));
 
@@ -327,16 +326,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   };
   /** A stream on a tunnel of this node: what a link from another node opens (never a second hop). */
   const openOnNode = (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null => openStream(tunnelId, head, down, false);
-  /** cluster: the live nodes' URLs, read every few seconds (Welcome names them to clients) */
+  /** cluster: the live nodes' URLs, as main last sent them (Welcome names them to clients) */
   let peerNodes: string[] = [];
-  const readNodes = (): void =>
-    void liveNodes(ctx.sql).then(
-      (rows) => (peerNodes = rows.map((r) => r.url)),
-      (err: unknown) => log.debug({ err }, 'cluster: live nodes not read'),
-    );
-  const nodesTimer = ctx.config.nodeUrl === null ? null : setInterval(readNodes, NODES_REFRESH_MS);
-  nodesTimer?.unref();
-  if (nodesTimer) readNodes();
   /** cluster: listeners of TCP tunnels held on other nodes (every node answers on the port), by id */
   const remoteTcp = new Map<string, { port: number; close: () => void }>();
   /** A TCP tunnel answers on its port on every node: where no member here bound it (members
@@ -440,6 +431,9 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
           };
           return counts;
         }
+        case 'cluster-nodes':
+          peerNodes = msg.nodes;
+          return null;
         default:
           return assertNever(msg);
       }
@@ -463,7 +457,6 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       draining = true;
       await drainTunnels({ log, connections, tcpListeners: tcpListeners.values(), visitors, tunnels: () => routes.localTunnels(), closeLocal }, timeoutMs);
       clearInterval(heartbeatTimer);
-      if (nodesTimer) clearInterval(nodesTimer);
       links?.closeAll();
       for (const t of remoteTcp.values()) t.close();
       remoteTcp.clear();

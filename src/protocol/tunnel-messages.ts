@@ -81,7 +81,7 @@ export type TunnelShardToMain =
   | { type: 'tunnel-down'; id: string; sessionId: string; last: StatsDelta | null }
   /** Merged counter deltas of this shard's sessions (sent at most every 250 ms). */
   | { type: 'tunnel-stats'; deltas: StatsDelta[] }
-  /** Every live tunnel's shard (a shard asks this once at start); answers TunnelRoute[]. */
+  /** Every live tunnel's shard, and in a cluster the live nodes (a shard asks this once at start). */
   | { type: 'tunnel-routes' }
   /** a control connection of `userId` wants in: counted, or refused past --max-connections-per-user */
   | { type: 'control-connect'; userId: string }
@@ -115,7 +115,7 @@ export interface TunnelShardToMainReplies {
   'tunnel-port-claim': PortClaimed;
   'tunnel-admit': TunnelAdmitted;
   'tunnel-lane': TunnelLaneAdmitted;
-  'tunnel-routes': TunnelRoute[];
+  'tunnel-routes': { routes: TunnelRoute[]; nodes: string[] | null };
   'control-connect': ControlAdmitted;
   'data-plane-counts': DataPlaneCounts;
 }
@@ -222,13 +222,16 @@ export type TunnelMainToShard =
    *  every shard; lanes of `id` with another session (or none) close. */
   | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; port?: number | null; portHeld?: boolean; sessionId?: string; access?: AccessWire | null; members?: RouteMember[] }
   /** This shard's live data-plane objects; answers ShardCounts. */
-  | { type: 'tunnel-counts' };
+  | { type: 'tunnel-counts' }
+  /** cluster: the live nodes' --node-url (this one's too) changed: Welcome names them to clients. */
+  | { type: 'cluster-nodes'; nodes: string[] };
 
 /** What a shard answers each ask of main; tunnel-route is asked only as an acknowledgement (null). */
 export interface TunnelMainToShardReplies {
   'tunnel-close': { closed: boolean };
   'tunnel-route': null;
   'tunnel-counts': ShardCounts;
+  'cluster-nodes': null;
 }
 
 /** shard ↔ shard over the mesh: one public HTTP stream whose visitor is on the ingress shard

@@ -42,6 +42,7 @@ class RecordingHost implements DirectoryHost {
   readonly ended: Extract<TunnelMainToShard, { type: 'tunnel-close' }>[] = [];
   readonly closed: { id: string; reason: string }[] = [];
   readonly routed: string[] = [];
+  readonly nodes: string[][] = [];
   endMember(_m: Member, msg: Extract<TunnelMainToShard, { type: 'tunnel-close' }>): void {
     this.ended.push(msg);
   }
@@ -50,6 +51,9 @@ class RecordingHost implements DirectoryHost {
   }
   broadcastRoute(id: string): void {
     this.routed.push(id);
+  }
+  broadcastNodes(urls: string[]): void {
+    this.nodes.push(urls);
   }
 }
 
@@ -99,6 +103,11 @@ test('ClusterDirectory: a claim on node A is held on node B after a refresh; ano
   assert.equal(reg, { userId: alice, teamId: null, access: null, port: null, url: 'http://api.tunnels.test', pool: false });
   a.addMember('api', entry('api', alice), member(alice, { sessionId, client: 'cl1' }));
 
+  // The live nodes, told to the shards once they change (Welcome names them to clients).
+  await b.readNodes();
+  await b.readNodes();
+  assert.equal(hostB.nodes, [[nodeA.url, nodeB.url]]);
+  assert.equal(b.nodeUrls(), [nodeA.url, nodeB.url]);
   await b.refresh('api');
   assert.equal(b.held('api'), { userId: alice, teamId: null, pool: false, type: 'http', access: null });
   assert.equal(b.routeOf('api').members, [{ session: sessionId, client: 'cl1', node: nodeA.url }]);
