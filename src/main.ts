@@ -32,6 +32,7 @@ import { sharedPortSupported } from './edge/front.js';
 import { ClusterNode } from './cluster/node.js';
 import { ClusterDirectory } from './cluster/directory.js';
 import { clusterEvents } from './cluster/events.js';
+import { OwnInvalidations } from './cluster/own-invalidations.js';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
@@ -143,11 +144,12 @@ const supervisor: ShardSupervisor = new ShardSupervisor(config, databaseUrl, log
 // (src/cluster/events.ts); revocations made through another node (or by SQL) end this node's
 // caches and connections as its own API would.
 const clusterLog = log.child({ part: 'cluster' });
+const ownInvalidations = new OwnInvalidations();
 let directory: ClusterDirectory | null = null;
 const cluster: ClusterNode | null =
   config.nodeUrl === null
     ? null
-    : new ClusterNode(sql, clusterLog, config.nodeUrl, clusterEvents({ directory: () => directory!, registry: (): RegistryActor => registry, invalidate: (k, u, end) => void invalidateHere(k, u, end), log: clusterLog }));
+    : new ClusterNode(sql, clusterLog, config.nodeUrl, clusterEvents({ directory: () => directory!, registry: (): RegistryActor => registry, invalidate: (k, u, end) => void invalidateHere(k, u, end), own: ownInvalidations, log: clusterLog }));
 const registry: RegistryActor = new RegistryActor(
   log,
   { tell: (i, m) => supervisor.tell(i, m), ask: (i, m, t) => supervisor.ask(i, m, t) },
@@ -190,6 +192,8 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
     case 'auth-blocks':
       return limiter.blocks().flatMap((b): IpBlock[] => (b.kind === 'ip' ? [{ ip: b.subject, untilMs: b.untilMs }] : []));
     case 'auth-invalidate':
+      // The change's notification comes back to this node too: it finds this done.
+      if (cluster) ownInvalidations.mark(msg.keyIds, msg.userIds, msg.endConnections !== null);
       return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds, endConnections: msg.endConnections }, INVALIDATE_TIMEOUT_MS).then(async () => {
         // In a cluster the API answers once no node holds a tunnel of these keys or users.
         if (cluster && msg.endConnections !== null) await cluster.awaitGone({ keyIds: msg.keyIds, userIds: msg.userIds });

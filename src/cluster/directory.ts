@@ -69,17 +69,34 @@ export class ClusterDirectory extends LocalDirectory {
   /** The live nodes' URLs (this one's too), read when a node joins or dies and at each reconcile. */
   private liveNodes: string[] = [];
 
-  /** Reads the live nodes again; the shards hear when they changed. */
-  async readNodes(): Promise<void> {
-    try {
-      const urls = (await liveNodes(this.sql)).map((r) => r.url);
-      if (urls.join(' ') === this.liveNodes.join(' ')) return;
-      this.liveNodes = urls;
-      this.host.broadcastNodes(urls);
-    } catch (err) {
-      this.log.debug({ err }, 'cluster: live nodes not read; the next reconcile tries again');
+  /** Reads the live nodes again; the shards hear when they changed. One read at a time: calls
+   *  meanwhile (a flood of node hints anyone who may connect can send) make one more after it. */
+  readNodes(): Promise<void> {
+    if (this.readingNodes) {
+      this.readNodesAgain = true;
+      return this.readingNodes;
     }
+    this.readingNodes = (async () => {
+      do {
+        this.readNodesAgain = false;
+        try {
+          const urls = (await liveNodes(this.sql)).map((r) => r.url);
+          if (urls.join(' ') !== this.liveNodes.join(' ')) {
+            this.liveNodes = urls;
+            this.host.broadcastNodes(urls);
+          }
+        } catch (err) {
+          this.log.debug({ err }, 'cluster: live nodes not read; the next reconcile tries again');
+        }
+      } while (this.readNodesAgain);
+    })().finally(() => {
+      this.readingNodes = null;
+    });
+    return this.readingNodes;
   }
+
+  private readingNodes: Promise<void> | null = null;
+  private readNodesAgain = false;
 
   /** The members of `id` on other nodes, as this node last read them. */
   private elsewhere(id: string): ClusterTunnelRow['members'] {
@@ -285,7 +302,7 @@ export class ClusterDirectory extends LocalDirectory {
   }
 
   private async reconcileOnce(): Promise<void> {
-    void this.readNodes();
+    await this.readNodes();
     const start = this.touches;
     let rows: ClusterTunnelRow[];
     try {
