@@ -3,16 +3,26 @@ import type { Sql } from '../db/sql.js';
 import { pruneClosedSessions, upsertSessionTotals, type SessionTotals } from '../db/sessions.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 
-// StatsActor (main thread): the one writer of the `sessions` table.
+// StatsActor (main thread): the one writer of a session's counters, and of its end while its
+// node lives.
 //
 //   shards ──tunnel-stats deltas (≤ 250 ms)──▶ RegistryActor ──▶ StatsActor.add
 //   every FLUSH_INTERVAL_MS: one multi-row upsert of every changed session
+//   every 10 min (--session-retention): closed sessions past it deleted (prune)
 //
 // It keeps each live session's *totals* and writes absolute values (not increments), so a
 // write that failed, or succeeded without our hearing of it (connection lost mid-reply), is
 // simply repeated: nothing is lost while PostgreSQL is away and nothing is counted twice when
-// it returns. A session row is created by the first flush after registration (the upsert), so
-// registering a tunnel never waits for the database.
+// it returns. On a node alone a session row is created by the first flush after registration
+// (the upsert), so registering a tunnel never waits for the database.
+//
+// The other writers of `sessions`, none of them of counters (test/cluster/session-counts.test.ts
+// checks the counts stay exact through each):
+//   claimTunnel (db/cluster.ts)          a cluster member's row at its claim, counters zero
+//                                        (`on conflict do nothing`: never over this actor's)
+//   reapDeadNodes, registerNode (same)   a dead node's open sessions closed at their last
+//                                        flush, by a live node or the dead one's successor
+//   closeOrphanedSessions (db/sessions.ts, start-up)   a crashed single node's, the same way
 
 export const FLUSH_INTERVAL_MS = 1_000;
 /** --session-retention: how often closed sessions past it are deleted, and how many per statement. */

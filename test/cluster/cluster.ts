@@ -20,6 +20,8 @@ export interface ClusterNodeProc extends TestServer {
 export interface TestCluster {
   nodes: ClusterNodeProc[];
   db: TestDatabase;
+  /** the nodes' shared data dir (a node started again takes it: startNode) */
+  dataDir: string;
   adminKey: string;
   stop(): Promise<void>;
 }
@@ -57,6 +59,7 @@ export async function startCluster(n: number, extra: string[] = [], opts: { db?:
   return {
     nodes,
     db,
+    dataDir,
     adminKey: nodes[0]!.adminKey,
     async stop() {
       await Promise.all(nodes.map((s) => s.stop({ keepDatabase: true })));
