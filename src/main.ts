@@ -155,7 +155,7 @@ const registry: RegistryActor = new RegistryActor(
   { tell: (i, m) => supervisor.tell(i, m), ask: (i, m, t) => supervisor.ask(i, m, t) },
   sql,
   config,
-  cluster ? (host, holds) => (directory = new ClusterDirectory(holds, cluster, sql, clusterLog, host, config.maxTunnelsPerUser)) : undefined,
+  cluster ? (host, holds) => (directory = new ClusterDirectory(holds, cluster, sql, clusterLog, host, config)) : undefined,
 );
 
 function invalidateHere(keyIds: string[], userIds: string[], endConnections: string | null): Promise<unknown> {

@@ -8,7 +8,7 @@ import type { Config } from '../config.js';
 import type { HandlerAnswer, TunnelInfo, Principal } from '../protocol/messages.js';
 import type { DataPlaneCounts, ShardCounts, TunnelAdmitted, TunnelLaneAdmitted, TunnelMainToShard, TunnelShardToMain, TunnelShardToMainReplies } from '../protocol/tunnel-messages.js';
 import { randomTunnelId, tunnelIdProblem, type RefusalCode } from '../protocol/frames.js';
-import { addsClient, claimRefusalProblem, decideClaim, takeoverReason, type ClaimRefusal } from '../protocol/admission.js';
+import { addsClient, decideClaim, takeoverReason } from '../protocol/admission.js';
 import { ApiError, assertNever } from '../errors.js';
 import { IdHolds } from './id-holds.js';
 import { StatsActor } from './stats.js';
@@ -17,7 +17,7 @@ import { IdReservations } from './reservations.js';
 import { KeyedTurns } from './keyed-turns.js';
 import { RouteBroadcast, type ShardDirectory } from './route-broadcast.js';
 import { LocalDirectory } from './local-directory.js';
-import type { Admit, DirectoryHost, Entry, Member, TunnelDirectory } from './tunnel-directory.js';
+import { claimRefused, type Admit, type DirectoryHost, type Entry, type Member, type TunnelDirectory } from './tunnel-directory.js';
 
 // RegistryActor (main thread): the single owner of "which live tunnel has which id, on
 // which shard". Runs on main's event loop, so each message is handled to completion
@@ -386,9 +386,4 @@ export class RegistryActor implements DirectoryHost {
     const out = await this.dir.views(ids, (s) => this.stats.totals(s));
     return out.sort((a, b) => a.id.localeCompare(b.id));
   }
-}
-
-function claimRefused(id: string, r: ClaimRefusal): ApiError {
-  const p = claimRefusalProblem(id, r);
-  return new ApiError(p.code, p.detail);
 }

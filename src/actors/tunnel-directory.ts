@@ -1,6 +1,7 @@
 import type { TunnelInfo } from '../protocol/messages.js';
 import type { AccessWire } from '../protocol/access.js';
-import type { HeldRegistration } from '../protocol/admission.js';
+import { claimRefusalProblem, type ClaimRefusal, type HeldRegistration } from '../protocol/admission.js';
+import { ApiError } from '../errors.js';
 import type { TunnelMainToShard, TunnelShardToMain } from '../protocol/tunnel-messages.js';
 import type { IdHolds } from './id-holds.js';
 import type { Affected } from '../db/cluster.js';
@@ -123,4 +124,10 @@ export interface TunnelDirectory {
   awaitGone(affected: Affected, failure?: string): Promise<boolean>;
   /** The reserved ids changed here: the other nodes read them again. */
   reservationsChanged(): Promise<void>;
+}
+
+/** A claim's refusal as the ApiError the shard answers (Retry-After kept across the thread). */
+export function claimRefused(id: string, r: ClaimRefusal): ApiError {
+  const p = claimRefusalProblem(id, r);
+  return new ApiError(p.code, p.detail, undefined, p.retryAfterS === undefined ? undefined : { 'retry-after': String(p.retryAfterS) });
 }

@@ -1,10 +1,12 @@
-import { ApiError } from '../errors.js';
+import { claimRefused } from './tunnel-directory.js';
 import type { ControlAdmitted } from '../protocol/tunnel-messages.js';
 
 // The per-user bounds the registry keeps on main (so over every connection and shard of this
 // node): --max-registrations-per-minute, --max-connections-per-user and the TCP port claims of
 // --max-tcp-ports-per-user (counted before the bind, so concurrent Opens cannot overshoot).
-// --max-tunnels-per-user is the directory's (counted over the cluster by the claim).
+// --max-tunnels-per-user is the directory's. In a cluster the claim (db/cluster.ts) counts the
+// registrations a minute, the TCP ports and the tunnels again over every node; these bounds are
+// this node's share, checked before anything is bound or written.
 
 const RATE_WINDOW_MS = 60_000;
 
@@ -36,8 +38,7 @@ export class UserLimits {
     const max = this.config.maxRegistrationsPerMinute;
     if (recent.length >= max) {
       this.opens.set(userId, recent);
-      const waitS = Math.ceil((recent[0]! + RATE_WINDOW_MS - now) / 1000);
-      throw new ApiError('unavailable', `rate-limited: at most ${max} tunnel registrations per user per minute (max-registrations-per-minute); try again in ${waitS} s`, undefined, { 'retry-after': String(waitS) });
+      throw claimRefused('', { ok: false, why: 'rate', max, retryAfterS: Math.ceil((recent[0]! + RATE_WINDOW_MS - now) / 1000) });
     }
     recent.push(now);
     this.opens.set(userId, recent);
@@ -66,9 +67,7 @@ export class UserLimits {
     const max = this.config.maxTcpPortsPerUser;
     let held = live;
     for (const c of this.claims.values()) if (c.userId === userId) held++;
-    if (held >= max) {
-      throw new ApiError('forbidden', `limit reached: at most ${max} TCP ports per user (max-tcp-ports-per-user); you hold or are opening ${held}: close a TCP tunnel first`);
-    }
+    if (held >= max) throw claimRefused('', { ok: false, why: 'tcp-ports', held, max });
     const claim = ++this.nextClaim;
     this.claims.set(claim, { userId, shard });
     return claim;

@@ -5,11 +5,10 @@ import type { TunnelInfo } from '../protocol/messages.js';
 import type { RouteMember } from '../protocol/tunnel-messages.js';
 import { accessView } from '../protocol/access.js';
 import type { HeldRegistration } from '../protocol/admission.js';
-import { claimRefusalProblem } from '../protocol/admission.js';
 import { claimTunnel, clusterTunnel, clusterTunnels, liveNodes, releaseMember, sessionTotals, type ClusterTunnelRow } from '../db/cluster.js';
 import { LocalDirectory, sumStats, uptime } from '../actors/local-directory.js';
 import type { IdHolds } from '../actors/id-holds.js';
-import type { Affected, Claim, DirectoryHost, Entry, Registration } from '../actors/tunnel-directory.js';
+import { claimRefused, type Affected, type Claim, type DirectoryHost, type Entry, type Registration } from '../actors/tunnel-directory.js';
 import { AWAIT_GONE_MS, type ClusterNode } from './node.js';
 
 // ClusterDirectory (--node-url): this node's members in memory, as on a node alone; the
@@ -53,7 +52,7 @@ export class ClusterDirectory extends LocalDirectory {
     private readonly sql: Sql,
     private readonly log: Logger,
     private readonly host: DirectoryHost,
-    private readonly maxPerUser: number,
+    private readonly limits: { maxTunnelsPerUser: number; maxTcpPortsPerUser: number; maxRegistrationsPerMinute: number },
   ) {
     super(holds);
   }
@@ -144,11 +143,10 @@ export class ClusterDirectory extends LocalDirectory {
     const m = c.admit;
     for (let attempt = 0; ; attempt++) {
       try {
-        const r = await claimTunnel(this.sql, { id: c.id, sessionId: c.sessionId, url: c.url, teamId: c.teamId, client: c.client, mode: c.mode, nodeId: this.node.id, userId: m.userId, keyId: m.keyId, tunnelType: m.tunnelType, port: m.remotePort, local: m.local, access: m.access, clientIp: m.clientIp, maxPerUser: this.maxPerUser });
+        const r = await claimTunnel(this.sql, { id: c.id, sessionId: c.sessionId, url: c.url, teamId: c.teamId, client: c.client, mode: c.mode, nodeId: this.node.id, userId: m.userId, keyId: m.keyId, tunnelType: m.tunnelType, port: m.remotePort, local: m.local, access: m.access, clientIp: m.clientIp, maxPerUser: this.limits.maxTunnelsPerUser, maxTcpPorts: this.limits.maxTcpPortsPerUser, maxRegistrationsPerMinute: this.limits.maxRegistrationsPerMinute });
         this.touch(c.id);
         if (r.ok) return r.registration;
-        const p = claimRefusalProblem(c.id, r);
-        throw new ApiError(p.code, p.detail);
+        throw claimRefused(c.id, r);
       } catch (err) {
         // Two first claims of one id on two nodes: the primary key let one in; read again to answer as it decided.
         if ((err as { code?: string }).code === '23505' && attempt < 2) continue;

@@ -109,6 +109,9 @@ export interface TunnelClaim {
   client: string;
   /** --max-tunnels-per-user, counted over the cluster */
   maxPerUser: number;
+  /** --max-tcp-ports-per-user and --max-registrations-per-minute, counted over the cluster */
+  maxTcpPorts: number;
+  maxRegistrationsPerMinute: number;
 }
 
 /** What a joining member serves under: the registration's, not its own Open's. */
@@ -131,8 +134,13 @@ export type ClaimResult = { ok: true; replaced: boolean; registration: Registrat
  */
 export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult> {
   return sql.begin(async (tx) => {
-    // One user's claims take turns (their count is a limit); other users' do not wait.
+    // One user's claims take turns (their counts are limits); other users' do not wait.
     await tx`select pg_advisory_xact_lock(hashtext(${c.userId}))`;
+    // Every claim writes a session row: the user's rows of the last minute are their registrations over the cluster.
+    const [recent] = await tx<{ n: number; age: number | null }[]>`
+      select count(*)::int as n, extract(epoch from now() - min(connected_at))::float8 as age
+      from sessions where user_id = ${c.userId} and connected_at > now() - interval '1 minute'`;
+    if (recent!.n >= c.maxRegistrationsPerMinute) return { ok: false, why: 'rate', max: c.maxRegistrationsPerMinute, retryAfterS: Math.max(1, Math.ceil(60 - (recent!.age ?? 0))) } as const;
     const [held] = await tx<{ user_id: string; team_id: string | null; pool: boolean; tunnel_type: 'http' | 'tcp'; access: AccessJson | null; port: number | null; url: string }[]>`
       select user_id, team_id, pool, tunnel_type, access, port, url from cluster_tunnels where id = ${c.id} for update`;
     const addMember = async (): Promise<void> => {
@@ -165,6 +173,10 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
       return joined(held!);
     }
     // Checked before anything is written: a refusal commits nothing.
+    if (c.tunnelType === 'tcp') {
+      const [tcp] = await tx<{ n: number }[]>`select count(*)::int as n from cluster_tunnels where user_id = ${c.userId} and tunnel_type = 'tcp' and id <> ${c.id}`;
+      if (tcp!.n >= c.maxTcpPorts) return { ok: false, why: 'tcp-ports', held: tcp!.n, max: c.maxTcpPorts } as const;
+    }
     if (c.port !== null) {
       const [taken] = await tx`select 1 from cluster_tunnels where port = ${c.port} and id <> ${c.id}`;
       if (taken) return { ok: false, why: 'port', port: c.port } as const;

@@ -60,11 +60,13 @@ export function addsClient(v: ClaimVerdict): boolean {
 export type ClaimRefusal =
   | Extract<ClaimVerdict, { ok: false }>
   | { ok: false; why: 'limit'; held: number; max: number }
+  | { ok: false; why: 'tcp-ports'; held: number; max: number }
+  | { ok: false; why: 'rate'; max: number; retryAfterS: number }
   | { ok: false; why: 'port'; port: number | null }
   | { ok: false; why: 'no-client' };
 
 /** The refusal's code and the words the client prints (never a credential: the rules are named, not their values). */
-export function claimRefusalProblem(id: string, r: ClaimRefusal): { code: 'conflict' | 'forbidden' | 'not-found'; detail: string } {
+export function claimRefusalProblem(id: string, r: ClaimRefusal): { code: 'conflict' | 'forbidden' | 'not-found' | 'unavailable'; detail: string; retryAfterS?: number } {
   switch (r.why) {
     case 'other-user':
       return { code: 'conflict', detail: `tunnel id "${id}" is in use by another user` };
@@ -78,6 +80,11 @@ export function claimRefusalProblem(id: string, r: ClaimRefusal): { code: 'confl
       return { code: 'not-found', detail: `tunnel "${id}" has no live connection of this client to join` };
     case 'limit':
       return { code: 'forbidden', detail: `limit reached: at most ${r.max} live tunnels per user (max-tunnels-per-user); you hold ${r.held}: close one first` };
+    case 'tcp-ports':
+      return { code: 'forbidden', detail: `limit reached: at most ${r.max} TCP ports per user (max-tcp-ports-per-user); you hold or are opening ${r.held}: close a TCP tunnel first` };
+    case 'rate':
+      // Transient: the wire's refusal codes have no rate-limited, so the words start with it.
+      return { code: 'unavailable', detail: `rate-limited: at most ${r.max} tunnel registrations per user per minute (max-registrations-per-minute); try again in ${r.retryAfterS} s`, retryAfterS: r.retryAfterS };
   }
 }
 

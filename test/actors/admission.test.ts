@@ -133,7 +133,7 @@ async function inMemory(id: string, max: number, others: number, first: Open | n
 }
 
 async function inDatabase(id: string, max: number, others: number, first: Open | null, second: Open): Promise<Outcome> {
-  const claim = (o: Open, tunnelId: string): TunnelClaim => ({ id: tunnelId, nodeId, sessionId: randomUUID(), userId: users[o.user]!, keyId: randomUUID(), teamId: o.team ? team : null, tunnelType: o.type, port: null, url: `http://${tunnelId}.tunnels.test:8080`, local: null, access: rules[o.access], clientIp: null, mode: o.pool ? { pool: true } : { plain: true }, client: randomUUID(), maxPerUser: max });
+  const claim = (o: Open, tunnelId: string): TunnelClaim => ({ id: tunnelId, nodeId, sessionId: randomUUID(), userId: users[o.user]!, keyId: randomUUID(), teamId: o.team ? team : null, tunnelType: o.type, port: null, url: `http://${tunnelId}.tunnels.test:8080`, local: null, access: rules[o.access], clientIp: null, mode: o.pool ? { pool: true } : { plain: true }, client: randomUUID(), maxPerUser: max, maxTcpPorts: 100, maxRegistrationsPerMinute: 10_000 });
   try {
     for (let i = 0; i < others; i++) assert.ok((await claimTunnel(db.sql, claim({ ...second, pool: false, team: false }, `${id}-o${i}`))).ok);
     if (first) assert.ok((await claimTunnel(db.sql, claim(first, id))).ok, 'the first claim of a free id');

@@ -57,6 +57,7 @@ class RecordingHost implements DirectoryHost {
   }
 }
 
+const LIMITS = { maxTunnelsPerUser: 10, maxTcpPortsPerUser: 10, maxRegistrationsPerMinute: 1_000 };
 const holds = () => new IdHolds({ graceMs: 60_000, minLifetimeMs: 0, maxPerUser: 10 });
 
 function member(userId: string, o: Partial<Member> = {}): Member {
@@ -96,8 +97,8 @@ test('ClusterDirectory: a claim on node A is held on node B after a refresh; ano
   const [nodeA, nodeB] = [new ClusterNode(db.sql, log, 'http://127.0.0.2:1', handlersNone()), new ClusterNode(db.sql, log, 'http://127.0.0.3:1', handlersNone())];
   for (const n of [nodeA, nodeB]) await db.sql`insert into cluster_nodes (id, url, lease_until) values (${n.id}, ${n.url}, now() + interval '1 hour')`;
   const [hostA, hostB] = [new RecordingHost(), new RecordingHost()];
-  const a = new ClusterDirectory(holds(), nodeA, db.sql, log, hostA, 10);
-  const b = new ClusterDirectory(holds(), nodeB, db.sql, log, hostB, 10);
+  const a = new ClusterDirectory(holds(), nodeA, db.sql, log, hostA, LIMITS);
+  const b = new ClusterDirectory(holds(), nodeB, db.sql, log, hostB, LIMITS);
   const sessionId = randomUUID();
   const reg = await a.claim({ id: 'api', sessionId, url: 'http://api.tunnels.test', teamId: null, client: 'cl1', mode: { plain: true }, admit: admit(alice, 'api') });
   assert.equal(reg, { userId: alice, teamId: null, access: null, port: null, url: 'http://api.tunnels.test', pool: false });
@@ -137,7 +138,7 @@ test('ClusterDirectory: a member whose row is gone is ended by the reconcile (tr
   const node = new ClusterNode(db.sql, log, 'http://127.0.0.2:2', handlersNone());
   await db.sql`insert into cluster_nodes (id, url, lease_until) values (${node.id}, ${node.url}, now() + interval '1 hour')`;
   const host = new RecordingHost();
-  const d = new ClusterDirectory(holds(), node, db.sql, log, host, 10);
+  const d = new ClusterDirectory(holds(), node, db.sql, log, host, LIMITS);
   const claim = async (id: string, userId: string): Promise<Member> => {
     const m = member(userId);
     await d.claim({ id, sessionId: m.sessionId, url: `http://${id}`, teamId: null, client: m.client, mode: { plain: true }, admit: admit(userId, id) });
