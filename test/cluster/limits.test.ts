@@ -1,10 +1,10 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startCluster, type TestCluster } from './cluster.js';
+import { NodePeers, startCluster, type TestCluster } from './cluster.js';
 import { createKeyFor, createUser } from '../helpers/fixtures.js';
 import { lanePorts } from '../helpers/ports.js';
 import { F } from '../../src/protocol/frames.js';
-import { rawPeer, refusalIn, type RawPeer } from '../tunnel/raw-peer.js';
+import { refusalIn, type RawPeer } from '../tunnel/raw-peer.js';
 
 // Per-user limits hold over the whole cluster, not per node: --max-registrations-per-minute and
 // --max-tcp-ports-per-user (as --max-tunnels-per-user always did) are counted by the claim, in
@@ -12,22 +12,18 @@ import { rawPeer, refusalIn, type RawPeer } from '../tunnel/raw-peer.js';
 
 const TCP = lanePorts(10);
 let cluster: TestCluster;
-const peers: RawPeer[] = [];
+const peers = new NodePeers(() => cluster);
 
 test.before(async () => {
   cluster = await startCluster(2, ['--max-registrations-per-minute', '3', '--max-tcp-ports-per-user', '1', '--tcp-port-range', `${TCP.min}-${TCP.max}`]);
 });
 
 test.after(async () => {
-  for (const p of peers) p.ws.destroy();
+  peers.end();
   await cluster?.stop();
 });
 
-async function peer(node: number, key: string): Promise<RawPeer> {
-  const p = await rawPeer(cluster.nodes[node]!.nodeUrl, key);
-  peers.push(p);
-  return p;
-}
+const peer = (node: number, key: string): Promise<RawPeer> => peers.at(node, key);
 
 test('registrations a minute: two on node A and one on node B spend the three; the fourth, on B, is refused (transient, with when to retry)', async () => {
   const key = await createKeyFor(cluster.db, (await createUser(cluster.db)).id);
