@@ -2,7 +2,6 @@ import type { Sql } from '../db/sql.js';
 import { getMembership, getTeam } from '../db/teams.js';
 import { getUser } from '../db/users.js';
 import { deleteReservation, listReservations, putReservation, recentHolders } from '../db/tunnel-reservations.js';
-import type { Reservation } from '../api/schemas.js';
 import { tunnelIdProblem } from '../protocol/frames.js';
 import { ApiError } from '../errors.js';
 import type { IdHolds } from './id-holds.js';
@@ -10,6 +9,9 @@ import type { IdHolds } from './id-holds.js';
 // The ids no live tunnel holds that someone may still claim before anyone else: reserved by an
 // admin (`tunnel_reservations`, kept here in memory, changed only through the registry, so
 // admission never waits for the database), or held for their last user by --id-grace (IdHolds).
+
+/** A reserved id as the database keeps it. */
+type Reservation = Awaited<ReturnType<typeof listReservations>>[number];
 
 export class IdReservations {
   private readonly byId = new Map<string, Reservation>();
