@@ -1,6 +1,6 @@
 import { F, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame, type OpenRequest, type Welcome } from '../protocol/frames.js';
 import type { Link } from './link.js';
-import type { WsClient } from './ws-client.js';
+import type { WsClient } from '../protocol/ws-client.js';
 
 // A connection that serves tunnels registered on the client's main connection by joining them:
 // a lane (lanes.ts) with each tunnel's lane key, a sibling on another node (node-sibling.ts) with

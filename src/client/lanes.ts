@@ -1,7 +1,7 @@
 import { F, PROTOCOL_VERSION } from '../protocol/frames.js';
 import { Link, type StreamOpener } from './link.js';
 import { JoinedTunnels, awaitWelcome } from './joined-connection.js';
-import type { WsClient } from './ws-client.js';
+import type { WsClient } from '../protocol/ws-client.js';
 
 // Lanes (the protocol is in src/protocol/frames.ts): on a server of several shards, the client
 // holds one more control connection on each shard other than its main connection's, so a

@@ -2,7 +2,7 @@ import { F, PROTOCOL_VERSION, type OpenRequest } from '../protocol/frames.js';
 import { Link, type StreamOpener } from './link.js';
 import { JoinedTunnels, awaitWelcome } from './joined-connection.js';
 import { settled } from './settle.js';
-import type { WsClient } from './ws-client.js';
+import type { WsClient } from '../protocol/ws-client.js';
 
 // A client's second connection in a cluster: its tunnels are served from two nodes, so a node
 // that dies takes no tunnel down with it.
