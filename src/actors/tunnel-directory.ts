@@ -4,9 +4,10 @@ import { claimRefusalProblem, type ClaimRefusal, type HeldRegistration } from '.
 import { ApiError } from '../errors.js';
 import type { TunnelMainToShard, TunnelShardToMain } from '../protocol/tunnel-messages.js';
 import type { IdHolds } from './id-holds.js';
-import type { Affected } from '../db/cluster.js';
+import type { Affected, Registration } from '../db/cluster.js';
 
-export type { Affected };
+/** What a member serves under (Registration): the registration's, which in a cluster the database decides. */
+export type { Affected, Registration };
 
 // Where the registry (src/actors/registry.ts) learns and records which live tunnel holds which
 // id. Two implementations:
@@ -48,15 +49,6 @@ export interface Entry {
   members: Member[];
 }
 
-/** What a member serves under: the registration's, which in a cluster the database decides. */
-export interface Registration {
-  userId: string;
-  teamId: string | null;
-  access: AccessWire | null;
-  port: number | null;
-  url: string;
-  pool: boolean;
-}
 
 /** A claim of `id` for a new member, after the registry's own rules let it through. */
 export interface Claim {

@@ -43,8 +43,6 @@ export class ClusterDirectory extends LocalDirectory {
   private readonly refreshAfterClaim = new Set<string>();
   /** ids whose route is being read; true: read it once more when done */
   private readonly routeReads = new Map<string, boolean>();
-  private reconciling: Promise<void> | null = null;
-  private reconcileAgain = false;
 
   constructor(
     holds: IdHolds,
@@ -68,34 +66,18 @@ export class ClusterDirectory extends LocalDirectory {
   /** The live nodes' URLs (this one's too), read when a node joins or dies and at each reconcile. */
   private liveNodes: string[] = [];
 
-  /** Reads the live nodes again; the shards hear when they changed. One read at a time: calls
-   *  meanwhile (a flood of node hints anyone who may connect can send) make one more after it. */
-  readNodes(): Promise<void> {
-    if (this.readingNodes) {
-      this.readNodesAgain = true;
-      return this.readingNodes;
+  /** Reads the live nodes again; the shards hear when they changed. One read at a time (a flood
+   *  of node hints anyone who may connect can send costs one more read, not one each). */
+  readonly readNodes = oneAtATime(async () => {
+    try {
+      const urls = (await liveNodes(this.sql)).map((r) => r.url);
+      if (urls.join(' ') === this.liveNodes.join(' ')) return;
+      this.liveNodes = urls;
+      this.host.broadcastNodes(urls);
+    } catch (err) {
+      this.log.debug({ err }, 'cluster: live nodes not read; the next reconcile tries again');
     }
-    this.readingNodes = (async () => {
-      do {
-        this.readNodesAgain = false;
-        try {
-          const urls = (await liveNodes(this.sql)).map((r) => r.url);
-          if (urls.join(' ') !== this.liveNodes.join(' ')) {
-            this.liveNodes = urls;
-            this.host.broadcastNodes(urls);
-          }
-        } catch (err) {
-          this.log.debug({ err }, 'cluster: live nodes not read; the next reconcile tries again');
-        }
-      } while (this.readNodesAgain);
-    })().finally(() => {
-      this.readingNodes = null;
-    });
-    return this.readingNodes;
-  }
-
-  private readingNodes: Promise<void> | null = null;
-  private readNodesAgain = false;
+  });
 
   /** The members of `id` on other nodes, as this node last read them. */
   private elsewhere(id: string): ClusterTunnelRow['members'] {
@@ -280,24 +262,10 @@ export class ClusterDirectory extends LocalDirectory {
 
   /**
    * Compares this node's tunnels and routes with the database; each id that differs follows it.
-   * One at a time: calls while one runs (the timer, a LISTEN reconnect, a flood of node hints
-   * anyone who may connect can send) make one more run after it, not one each.
+   * One at a time: calls while one runs (the timer, a LISTEN reconnect, a flood of node hints)
+   * make one more run after it, not one each.
    */
-  reconcile(): Promise<void> {
-    if (this.reconciling) {
-      this.reconcileAgain = true;
-      return this.reconciling;
-    }
-    this.reconciling = (async () => {
-      do {
-        this.reconcileAgain = false;
-        await this.reconcileOnce();
-      } while (this.reconcileAgain);
-    })().finally(() => {
-      this.reconciling = null;
-    });
-    return this.reconciling;
-  }
+  readonly reconcile = oneAtATime(() => this.reconcileOnce());
 
   private async reconcileOnce(): Promise<void> {
     await this.readNodes();
@@ -347,4 +315,25 @@ export class ClusterDirectory extends LocalDirectory {
       this.host.broadcastRoute(id);
     }
   }
+}
+
+/** `work` one run at a time: calls while one runs make one more run after it, not one each. */
+function oneAtATime(work: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | null = null;
+  let again = false;
+  return () => {
+    if (running) {
+      again = true;
+      return running;
+    }
+    running = (async () => {
+      do {
+        again = false;
+        await work();
+      } while (again);
+    })().finally(() => {
+      running = null;
+    });
+    return running;
+  };
 }
