@@ -37,6 +37,9 @@ import { DomainWatch } from './acme/domain-watch.js';
 import { retryDelayMs } from './acme/renewal.js';
 import type { AcmeConfig } from './config.js';
 import { setTimeout as sleep } from 'node:timers/promises';
+import { ClusterDirectory } from './cluster/directory.js';
+import { clusterEvents } from './cluster/events.js';
+import { OwnInvalidations } from './cluster/own-invalidations.js';
 
 // `burrowd`, not `node`, in ps and /proc/<pid>/comm: `pkill -HUP -x burrowd` (the certificate
 // renewal hook, README) and `pgrep -x burrowd` find it.
@@ -144,28 +147,24 @@ const supervisor: ShardSupervisor = new ShardSupervisor(config, databaseUrl, log
     void shutdown('shard restart budget exhausted', 1);
   },
 });
-const registry = new RegistryActor(
+// --node-url: this node joins the cluster before the shards listen (an admission claims its id
+// in the cluster's registry, which names this node). Its events are handled in one place
+// (src/cluster/events.ts); revocations made through another node (or by SQL) end this node's
+// caches and connections as its own API would.
+const clusterLog = log.child({ part: 'cluster' });
+const ownInvalidations = new OwnInvalidations();
+let directory: ClusterDirectory | null = null;
+const cluster: ClusterNode | null =
+  config.nodeUrl === null
+    ? null
+    : new ClusterNode(sql, clusterLog, config.nodeUrl, clusterEvents({ directory: () => directory!, registry: (): RegistryActor => registry, invalidate: (k, u, end) => void invalidateHere(k, u, end), own: ownInvalidations, log: clusterLog }));
+const registry: RegistryActor = new RegistryActor(
   log,
   { tell: (i, m) => supervisor.tell(i, m), ask: (i, m, t) => supervisor.ask(i, m, t) },
   sql,
   config,
+  cluster ? (host, holds) => (directory = new ClusterDirectory(holds, cluster, sql, clusterLog, host, config)) : undefined,
 );
-// --node-url: this node joins the cluster before the shards listen (an admission claims its id
-// in the cluster's registry, which names this node).
-const cluster = config.nodeUrl === null ? null : new ClusterNode(sql, log.child({ part: 'cluster' }), config.nodeUrl, {
-  event(e) {
-    // Revocations made through another node (or by SQL): this node's caches and connections, as
-    // its own API would; the node whose API made the change waits for every node (awaitGone).
-    if (e.t === 'keys') void invalidateHere(e.ids, [], 'the API key was revoked');
-    else if (e.t === 'users') {
-      if (e.ended.length > 0) void invalidateHere([], e.ended, 'the user was deactivated');
-      if (e.changed.length > 0) void invalidateHere([], e.changed, null);
-    } else registry.clusterEvent(e);
-  },
-  reconcile: () => void registry.reconcile(),
-  fenced: () => registry.fence(),
-});
-if (cluster) registry.joinCluster(cluster);
 
 function invalidateHere(keyIds: string[], userIds: string[], endConnections: string | null): Promise<unknown> {
   return supervisor.askAll({ type: 'auth-invalidate', keyIds, userIds, endConnections }, INVALIDATE_TIMEOUT_MS).catch((err: unknown) => log.warn({ err }, 'cluster: invalidation on this node failed'));
@@ -246,6 +245,8 @@ function handleShardMessage(shard: number, msg: Exclude<ShardToMain, { type: 're
     case 'auth-blocks':
       return limiter.blocks().flatMap((b): IpBlock[] => (b.kind === 'ip' ? [{ ip: b.subject, untilMs: b.untilMs }] : []));
     case 'auth-invalidate':
+      // The change's notification comes back to this node too: it finds this done.
+      if (cluster) ownInvalidations.mark(msg.keyIds, msg.userIds, msg.endConnections !== null);
       return supervisor.askAll({ type: 'auth-invalidate', keyIds: msg.keyIds, userIds: msg.userIds, endConnections: msg.endConnections }, INVALIDATE_TIMEOUT_MS).then(async () => {
         // In a cluster the API answers once no node holds a tunnel of these keys or users.
         if (cluster && msg.endConnections !== null) await cluster.awaitGone({ keyIds: msg.keyIds, userIds: msg.userIds });
@@ -309,6 +310,8 @@ process.stdout.on('error', (err) => log.debug({ err }, 'stdout closed'));
 const seeded = config.seedApiKey ? await seedKey() : null;
 if (!config.seedApiKey && config.initialAdminEmail === null && (await noUserExists(sql))) log.warn({ dataDir: config.dataDir }, noAdminWarning());
 await cluster?.start();
+// The shards learn the live nodes with their routes (tunnel-routes), then each change (cluster-nodes).
+await (directory as ClusterDirectory | null)?.readNodes(); // made by the registry's constructor
 // Again just before the shards bind: the database start-up may have taken seconds.
 if (parsed.port !== 0) await assertPortFree(config.host, config.port, log, async () => (await sql.end({ timeout: 2 }), await embedded?.stop()));
 // Each shard's front owns the port (SO_REUSEPORT); its uWS App listens on a unix socket.

@@ -13,7 +13,7 @@ import { pathToFileURL } from 'node:url';
 const [root, serverUrl, key, kind, count, ms, mode] = process.argv.slice(2) as [string, string, string, string, string, string, string | undefined];
 const reconnect = mode === 'reconnect';
 const load = <T>(path: string): Promise<T> => import(pathToFileURL(join(root, 'dist', 'src', path)).href) as Promise<T>;
-const { WsClient } = await load<typeof import('../../src/client/ws-client.js')>('client/ws-client.js');
+const { WsClient } = await load<typeof import('../../src/protocol/ws-client.js')>('protocol/ws-client.js');
 const frames = await load<typeof import('../../src/protocol/frames.js')>('protocol/frames.js');
 const wsFrames = await load<typeof import('../../src/protocol/ws-frames.js')>('protocol/ws-frames.js');
 const { F, encodeFrame, MAX_FRAME_BYTES, PROTOCOL_VERSION } = frames;

@@ -27,7 +27,7 @@ import { parseArgs } from 'node:util';
 import { performance } from 'node:perf_hooks';
 import { getHeapStatistics } from 'node:v8';
 import { WsConnection } from '../../src/protocol/ws-connection.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { Link } from '../../src/client/link.js';
 import { F, MAX_FRAME_BYTES, decodeFrame, encodeFrame, type HttpHead } from '../../src/protocol/frames.js';
 import { RequestParser, ResponseParser, type RequestHead } from '../../src/protocol/http1-parser.js';

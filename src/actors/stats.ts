@@ -1,20 +1,33 @@
 import type { Logger } from '../log.js';
 import type { Sql } from '../db/sql.js';
-import { upsertSessionTotals, type SessionTotals } from '../db/sessions.js';
+import { pruneClosedSessions, upsertSessionTotals, type SessionTotals } from '../db/sessions.js';
 import type { StatsDelta } from '../protocol/tunnel-messages.js';
 
-// StatsActor (main thread): the one writer of the `sessions` table.
+// StatsActor (main thread): the one writer of a session's counters, and of its end while its
+// node lives.
 //
 //   shards ──tunnel-stats deltas (≤ 250 ms)──▶ RegistryActor ──▶ StatsActor.add
 //   every FLUSH_INTERVAL_MS: one multi-row upsert of every changed session
+//   every 10 min (--session-retention): closed sessions past it deleted (prune)
 //
 // It keeps each live session's *totals* and writes absolute values (not increments), so a
 // write that failed, or succeeded without our hearing of it (connection lost mid-reply), is
 // simply repeated: nothing is lost while PostgreSQL is away and nothing is counted twice when
-// it returns. A session row is created by the first flush after registration (the upsert), so
-// registering a tunnel never waits for the database.
+// it returns. On a node alone a session row is created by the first flush after registration
+// (the upsert), so registering a tunnel never waits for the database.
+//
+// The other writers of `sessions`, none of them of counters (test/cluster/session-counts.test.ts
+// checks the counts stay exact through each):
+//   claimTunnel (db/cluster.ts)          a cluster member's row at its claim, counters zero
+//                                        (`on conflict do nothing`: never over this actor's)
+//   reapDeadNodes, registerNode (same)   a dead node's open sessions closed at their last
+//                                        flush, by a live node or the dead one's successor
+//   closeOrphanedSessions (db/sessions.ts, start-up)   a crashed single node's, the same way
 
 export const FLUSH_INTERVAL_MS = 1_000;
+/** --session-retention: how often closed sessions past it are deleted, and how many per statement. */
+const PRUNE_INTERVAL_MS = 10 * 60_000;
+const PRUNE_BATCH = 1_000;
 /** 13 parameters a row; PostgreSQL takes at most 65535 parameters per statement. */
 const MAX_ROWS_PER_STATEMENT = 5_000;
 
@@ -60,9 +73,32 @@ export class StatsActor {
     private readonly sql: Sql,
   ) {}
 
-  start(): void {
+  /** `retentionSecs`: closed sessions older than it are deleted now and every PRUNE_INTERVAL_MS (null: kept). */
+  start(retentionSecs: number | null = null): void {
     this.timer = setInterval(() => void this.flush(), FLUSH_INTERVAL_MS);
     this.timer.unref();
+    if (retentionSecs !== null) {
+      void this.prune(retentionSecs);
+      this.pruneTimer = setInterval(() => void this.prune(retentionSecs), PRUNE_INTERVAL_MS).unref();
+    }
+  }
+
+  private pruneTimer: NodeJS.Timeout | null = null;
+
+  /** Deletes closed sessions older than `keepSecs`, a batch at a time. */
+  async prune(keepSecs: number): Promise<number> {
+    let total = 0;
+    try {
+      for (;;) {
+        const n = await pruneClosedSessions(this.sql, keepSecs, PRUNE_BATCH);
+        total += n;
+        if (n < PRUNE_BATCH) break;
+      }
+      if (total > 0) this.log.info({ deleted: total }, 'closed sessions past --session-retention deleted');
+    } catch (err) {
+      this.log.warn({ err }, 'pruning old sessions failed; next try later');
+    }
+    return total;
   }
 
   open(s: SessionOpen): void {
@@ -161,6 +197,7 @@ export class StatsActor {
   async stop(timeoutMs = 5_000): Promise<void> {
     if (this.timer) clearInterval(this.timer);
     this.timer = null;
+    if (this.pruneTimer) clearInterval(this.pruneTimer);
     const now = new Date();
     for (const r of this.rows.values()) this.close(r.id, now);
     const deadline = Date.now() + timeoutMs;

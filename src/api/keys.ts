@@ -5,7 +5,7 @@ import type { Static } from '@sinclair/typebox';
 import { getKey, listKeys, revokeKey } from '../db/api-keys.js';
 import { issueKey, invalidateKeys } from '../auth/api-keys.js';
 import { ApiError } from '../errors.js';
-import { SCOPES } from '../auth/scopes.js';
+import { SCOPES } from '../protocol/roles.js';
 import { getUser } from '../db/users.js';
 
 async function listMyKeys({ shard, principal }: ApiCall) {

@@ -1,5 +1,5 @@
 import { ApiError } from '../errors.js';
-import { scopeAllows } from '../auth/scopes.js';
+import { scopeAllows } from '../protocol/roles.js';
 import type { Principal } from '../protocol/messages.js';
 import type { RequestData } from '../http/uws.js';
 import type { ShardContext } from '../edge/shard-context.js';

@@ -1,6 +1,6 @@
 import type { TObject, TSchema } from '@sinclair/typebox';
 import type { ProblemCode } from '../errors.js';
-import type { ScopeRequirement } from '../auth/scopes.js';
+import type { ScopeRequirement } from '../protocol/roles.js';
 import type { Principal } from '../protocol/messages.js';
 import type { ShardContext } from '../edge/shard-context.js';
 

@@ -9,7 +9,7 @@ import { reservationRoutes } from './reservations.js';
 import { domainRoutes } from './domains.js';
 import { isUuid } from './schemas.js';
 import { validate, validateQuery } from './validate.js';
-import { scopeAllows } from '../auth/scopes.js';
+import { scopeAllows } from '../protocol/roles.js';
 import { ApiError, unavailableError } from '../errors.js';
 import { isDatabaseDown } from '../db/sql.js';
 import { jsonReply, problemReply, route, type RequestData } from '../http/uws.js';

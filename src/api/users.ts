@@ -6,7 +6,7 @@ import * as users from '../db/users.js';
 import { invalidateKeys } from '../auth/api-keys.js';
 import { ApiError } from '../errors.js';
 import type { Sql } from '../db/sql.js';
-import type { Role } from '../auth/scopes.js';
+import type { Role } from '../protocol/roles.js';
 
 const DEFAULT_LIMIT = 50;
 const CLOSE_TIMEOUT_MS = 10_000;

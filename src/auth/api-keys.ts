@@ -1,6 +1,6 @@
 import type { ShardContext } from '../edge/shard-context.js';
 import type { CreatedKey } from '../api/schemas.js';
-import type { Scope } from './scopes.js';
+import type { Scope } from '../protocol/roles.js';
 import { generateKey } from './key-format.js';
 import { insertKey, revokeByName } from '../db/api-keys.js';
 import { ApiError } from '../errors.js';

@@ -3,7 +3,7 @@ import { rootCertificates } from 'node:tls';
 import type { Dispatcher } from 'undici';
 import { CliError, EXIT } from './errors.js';
 import { verificationProblem } from '../client/tls-verify.js';
-import { isLoopbackName, lookupLoopbackNames } from '../client/loopback-names.js';
+import { isLoopbackName, lookupLoopbackNames } from '../protocol/loopback-names.js';
 
 // Which certificates the CLI trusts: the system's CAs (Node's bundled roots) plus --ca FILE
 // (env BURROW_CA, or a context's `ca`), for the API, login and the control WebSocket alike.
@@ -29,7 +29,7 @@ const dispatchers = new Map<string, Dispatcher>();
 
 /**
  * An undici dispatcher trusting --ca as well and resolving names under .localhost to loopback
- * (client/loopback-names.ts); undefined when neither is needed (the default one serves).
+ * (protocol/loopback-names.ts); undefined when neither is needed (the default one serves).
  */
 async function dispatcherFor(caFile: string | null, url: URL): Promise<Dispatcher | undefined> {
   const ca = trustedCas(caFile);

@@ -1,6 +1,7 @@
-import { F, PROTOCOL_VERSION, decodeFrame, encodeFrame } from '../protocol/frames.js';
+import { F, PROTOCOL_VERSION } from '../protocol/frames.js';
 import { Link, type StreamOpener } from './link.js';
-import type { WsClient } from './ws-client.js';
+import { JoinedTunnels, awaitWelcome } from './joined-connection.js';
+import type { WsClient } from '../protocol/ws-client.js';
 
 // Lanes (the protocol is in src/protocol/frames.ts): on a server of several shards, the client
 // holds one more control connection on each shard other than its main connection's, so a
@@ -34,15 +35,13 @@ const LANE_TICK_MS = 5_000;
 const WELCOME_TIMEOUT_MS = 5_000;
 const AGENT = `burrow-client/${PROTOCOL_VERSION} lane`;
 
-class Lane {
-  /** tunnel ids this lane serves, and the lane key each joined with */
-  readonly joined = new Map<string, string>();
-  /** Opens awaiting Opened/Refused: request id → [tunnel id, key] */
-  readonly pending = new Map<number, [string, string]>();
+class Lane extends JoinedTunnels {
   constructor(
-    readonly link: Link,
+    link: Link,
     readonly shard: number,
-  ) {}
+  ) {
+    super(link);
+  }
 }
 
 export class LaneSet {
@@ -52,7 +51,6 @@ export class LaneSet {
   private awake = false;
   private filling = false;
   private timer: NodeJS.Timeout | null = null;
-  private nextReq = 1;
 
   constructor(private readonly host: LaneHost) {}
 
@@ -104,13 +102,7 @@ export class LaneSet {
   }
 
   private join(lane: Lane, tunnels: { id: string; key: string }[]): void {
-    const asked = new Set([...lane.pending.values()].map(([id]) => id));
-    for (const { id, key } of tunnels) {
-      if (lane.joined.get(id) === key || asked.has(id)) continue;
-      const reqId = this.nextReq++;
-      lane.pending.set(reqId, [id, key]);
-      lane.link.send([F.Open, reqId, { type: 'http', id, lane: key }]);
-    }
+    lane.join(tunnels, (id, key) => ({ type: 'http', id, lane: key }));
   }
 
   private missing(): number {
@@ -129,7 +121,7 @@ export class LaneSet {
         } catch {
           return; // the next tick tries again
         }
-        const shard = await welcomedOn(ws);
+        const shard = (await awaitWelcome(ws, AGENT, WELCOME_TIMEOUT_MS))?.shard ?? null;
         const t = this.target;
         if (shard === null || !t || shard === t.main || shard >= t.shards || this.lanes.has(shard)) {
           ws.close(1000, 'lane not needed');
@@ -158,23 +150,8 @@ export class LaneSet {
 
   private onMessage(lane: Lane, m: Buffer): void {
     const frame = lane.link.receive(m, this.host.openStream);
-    if (!frame) return;
+    if (!frame || lane.answer(frame, (id) => this.host.dropStreams(lane.link, id))) return;
     switch (frame[0]) {
-      case F.Opened: {
-        const asked = lane.pending.get(frame[1]);
-        if (!asked) return;
-        lane.pending.delete(frame[1]);
-        lane.joined.set(asked[0], asked[1]);
-        return;
-      }
-      case F.Refused:
-        // Not joined (the tunnel ended or moved meanwhile, …): the next tick asks again if it still should.
-        lane.pending.delete(frame[1]);
-        return;
-      case F.Closed:
-        lane.joined.delete(frame[1]);
-        this.host.dropStreams(lane.link, frame[1]);
-        return;
       case F.Fatal:
       case F.GoAway:
         // Revoked, shutting down: the main connection hears the same and decides; this lane goes.
@@ -187,29 +164,4 @@ export class LaneSet {
         return;
     }
   }
-}
-
-/** Sends Hello on a new connection and waits for its Welcome: the shard it landed on, or null. */
-function welcomedOn(ws: WsClient): Promise<number | null> {
-  return new Promise((resolve) => {
-    const done = (shard: number | null): void => {
-      clearTimeout(timer);
-      ws.off('message', onMessage);
-      ws.off('close', onClose);
-      resolve(shard);
-    };
-    const onMessage = (m: Buffer): void => {
-      try {
-        const f = decodeFrame(m);
-        done(f[0] === F.Welcome ? (f[1].shard ?? null) : null);
-      } catch {
-        done(null);
-      }
-    };
-    const onClose = (): void => done(null);
-    const timer = setTimeout(() => done(null), WELCOME_TIMEOUT_MS);
-    ws.on('message', onMessage);
-    ws.on('close', onClose);
-    ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]));
-  });
 }

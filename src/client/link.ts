@@ -1,7 +1,7 @@
 import { F, FrameError, decodeFrame, encodeFrame, type Frame, type HttpHead, type TcpHead } from '../protocol/frames.js';
 import { FairWriter } from './fair-writer.js';
 import type { ClientStream, Sender } from './streams.js';
-import type { WsClient } from './ws-client.js';
+import type { WsClient } from '../protocol/ws-client.js';
 
 // One control connection of a client, as its streams see it: the main connection
 // (tunnel-client.ts) or a lane on another shard (lanes.ts). The server opens every stream on

@@ -1,7 +1,8 @@
-import { F, PROTOCOL_VERSION, decodeFrame, encodeFrame, type OpenRequest } from '../protocol/frames.js';
+import { F, PROTOCOL_VERSION, type OpenRequest } from '../protocol/frames.js';
 import { Link, type StreamOpener } from './link.js';
+import { JoinedTunnels, awaitWelcome } from './joined-connection.js';
 import { settled } from './settle.js';
-import type { WsClient } from './ws-client.js';
+import type { WsClient } from '../protocol/ws-client.js';
 
 // A client's second connection in a cluster: its tunnels are served from two nodes, so a node
 // that dies takes no tunnel down with it.
@@ -41,15 +42,14 @@ const AGENT = `burrow-client/${PROTOCOL_VERSION} sibling`;
 
 export class NodeSibling {
   private link: Link | null = null;
+  /** the tunnels the sibling joined (and asked to) on `link` */
+  private tunnels: JoinedTunnels | null = null;
   /** the node the sibling is connected (or connecting) to */
   private node: string | null = null;
   private connecting = false;
   /** the main connection's node, and the cluster's others as the last Welcome named them */
   private mainNode: string | null = null;
   private nodes: string[] = [];
-  private readonly joined = new Map<string, string>();
-  private readonly pending = new Map<number, [string, string]>();
-  private nextReq = 1;
   private retry: NodeJS.Timeout | null = null;
   private pinger: NodeJS.Timeout | null = null;
   private stopped = false;
@@ -93,7 +93,8 @@ export class NodeSibling {
     const link = this.link;
     this.link = null;
     if (!link) return;
-    for (const id of this.joined.keys()) link.send([F.Close, id]);
+    this.tunnels?.leave();
+    this.tunnels = null;
     if (graceMs > 0) await settled(() => link.streams.size === 0 || link.ws.isClosed, graceMs);
     link.ws.close(1000, 'client stopped');
     link.abortStreams();
@@ -128,28 +129,12 @@ export class NodeSibling {
       this.retry = null;
       this.connecting = true;
       this.host.connectTo(node).then(
-        (ws) => {
-          let finished = false;
-          const done = (nodes: string[] | undefined): void => {
-            if (finished) return;
-            finished = true;
-            clearTimeout(timer);
-            ws.close(1000, 'nodes read');
-            this.connecting = false;
-            if (nodes) this.nodes = this.host.dialable(nodes);
-            this.ensure();
-          };
-          const timer = setTimeout(() => done(undefined), PING_MS);
-          ws.on('message', (m) => {
-            try {
-              const f = decodeFrame(m);
-              if (f[0] === F.Welcome) done(f[1].nodes);
-            } catch {
-              done(undefined);
-            }
-          });
-          ws.on('close', () => done(undefined));
-          ws.send(encodeFrame([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]));
+        async (ws) => {
+          const nodes = (await awaitWelcome(ws, AGENT, PING_MS))?.nodes;
+          ws.close(1000, 'nodes read');
+          this.connecting = false;
+          if (nodes) this.nodes = this.host.dialable(nodes);
+          this.ensure();
         },
         () => {
           this.connecting = false;
@@ -172,8 +157,7 @@ export class NodeSibling {
   private adopt(ws: WsClient): void {
     const link = new Link(ws);
     this.link = link;
-    this.joined.clear();
-    this.pending.clear();
+    this.tunnels = new JoinedTunnels(link);
     ws.on('message', (m) => this.onMessage(link, m));
     ws.on('close', () => {
       if (this.link === link) this.lost();
@@ -189,15 +173,10 @@ export class NodeSibling {
   }
 
   private join(): void {
-    const link = this.link;
-    if (!link) return;
-    const asked = new Set([...this.pending.values()].map(([id]) => id));
-    for (const { id, key, open } of this.host.memberTunnels()) {
-      if (this.joined.get(id) === key || asked.has(id)) continue;
-      const reqId = this.nextReq++;
-      this.pending.set(reqId, [id, key]);
-      link.send([F.Open, reqId, { ...open, id, member: key, lane: null }]);
-    }
+    if (!this.link || !this.tunnels) return;
+    const tunnels = this.host.memberTunnels();
+    const opens = new Map(tunnels.map((t) => [t.id, t.open]));
+    this.tunnels.join(tunnels, (id, key) => ({ ...opens.get(id)!, id, member: key, lane: null }));
   }
 
   /** The connection is gone: its streams with it; another node after RETRY_MS. */
@@ -211,8 +190,7 @@ export class NodeSibling {
       this.host.dropStreams(link);
       link.ws.destroy();
     }
-    this.joined.clear();
-    this.pending.clear();
+    this.tunnels = null;
     this.later();
   }
 
@@ -223,9 +201,8 @@ export class NodeSibling {
     this.node = null;
     if (this.pinger) clearInterval(this.pinger);
     this.pinger = null;
-    for (const id of this.joined.keys()) link.send([F.Close, id]);
-    this.joined.clear();
-    this.pending.clear();
+    this.tunnels?.leave();
+    this.tunnels = null;
     void settled(() => link.streams.size === 0 || link.ws.isClosed, RETIRE_MS).then(() => {
       this.host.dropStreams(link);
       link.ws.close(1000, 'sibling moved to another node');
@@ -235,24 +212,17 @@ export class NodeSibling {
   private onMessage(link: Link, m: Buffer): void {
     const frame = link.receive(m, this.host.openStream);
     if (!frame) return;
+    // A join's answer, on the sibling's current connection (a retiring one's are over).
+    if (link === this.link && this.tunnels?.answer(frame, (id) => this.host.dropStreams(link, id))) return;
     switch (frame[0]) {
       case F.Welcome:
         // This node's view of the cluster: the main connection's may be out of date.
         if (frame[1].nodes) this.nodes = this.host.dialable([...new Set([...frame[1].nodes, ...(frame[1].node ? [frame[1].node] : [])])]);
         return;
-      case F.Opened: {
-        const asked = this.pending.get(frame[1]);
-        if (!asked) return;
-        this.pending.delete(frame[1]);
-        this.joined.set(asked[0], asked[1]);
-        return;
-      }
+      case F.Opened:
       case F.Refused:
-        // Not joined (the tunnel ended, or its main connection has not joined yet): the next refresh asks again.
-        this.pending.delete(frame[1]);
         return;
       case F.Closed:
-        this.joined.delete(frame[1]);
         this.host.dropStreams(link, frame[1]);
         return;
       case F.Fatal:

@@ -7,7 +7,7 @@ import {
 import type { AccessRules } from '../protocol/access.js';
 import { guardedExchange, type TunnelObserver } from './observer.js';
 import { verificationProblem } from './tls-verify.js';
-import { WsClient, WsRefused } from './ws-client.js';
+import { WsClient, WsRefused } from '../protocol/ws-client.js';
 import { printable } from './terminal-text.js';
 import { describeLocalError } from './local-error.js';
 import { isJsonType, isProxyUnavailable, notBurrowdMessage } from './not-burrowd.js';

@@ -4,7 +4,7 @@ import type { PortLike } from '../actors/actor.js';
 import type { Logger } from '../log.js';
 import type { StreamHead } from '../protocol/frames.js';
 import type { WsConnection } from '../protocol/ws-connection.js';
-import { WsClient } from '../client/ws-client.js';
+import { WsClient } from '../protocol/ws-client.js';
 import { Mesh } from '../edge/mesh.js';
 import type { Downstream, Upstream } from '../edge/stream.js';
 

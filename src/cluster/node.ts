@@ -16,8 +16,10 @@ import { HintChecker } from './hints.js';
 //   Any role that may connect can NOTIFY this channel: a notification that would end something
 //   is a hint, confirmed by reading the rows again (HintChecker, hints.ts) before anything ends.
 //     reservations          an admin changed the reserved ids
-//   every RECONCILE_MS (and after the LISTEN connection came back): the registry compares its
+//   every RECONCILE_MS (and after the LISTEN connection came back): the directory compares its
 //   routes with the database, so a lost notification costs at most that long.
+//   awaitGone (a revocation made here): woken by each route/node notification, it counts the
+//   rows the revocation affects again, and answers when none is left.
 //
 // The bound a partitioned node keeps a revoked tunnel alive: it fences itself FENCE_AFTER_MS
 // after its last renewal was sent, before its lease (LEASE_MS from that renewal's arrival)
@@ -31,7 +33,8 @@ export const RECONCILE_MS = 5_000;
 /** How long an API call waits for the other nodes to end the tunnels a revocation affects: the
  *  lease and a reap pass, after which a node that did not answer is dead and its rows gone. */
 export const AWAIT_GONE_MS = LEASE_MS + REAP_MS + 500;
-const AWAIT_POLL_MS = 25;
+/** A count that failed (the database away) is tried again after this long. */
+const AWAIT_RETRY_MS = 100;
 
 /** A notification as sent: a hint of what changed, which anyone who may connect could have sent. */
 export type ClusterHint =
@@ -132,11 +135,16 @@ export class ClusterNode {
       (payload) => {
         const hint = parseClusterEvent(payload);
         if (!hint) return this.malformed(payload);
+        // Every member row that goes is announced (route: released or taken over; node: reaped).
+        if (hint.t === 'route' || hint.t === 'node') this.wakeGone();
         if (hint.t === 'route' || hint.t === 'node' || hint.t === 'reservations') return this.handlers.event(hint);
         this.hints.check(hint);
       },
       // Called again after every reconnect of the LISTEN connection: what was sent meanwhile is lost.
-      () => this.handlers.reconcile(),
+      () => {
+        this.wakeGone();
+        this.handlers.reconcile();
+      },
     );
     const sent = performance.now();
     await registerNode(this.sql, this.id, this.url, LEASE_MS);
@@ -219,28 +227,59 @@ export class ClusterNode {
     return requestClose(this.sql, id, this.id, reason);
   }
 
+  /** Revocations waiting for members to go: each is woken by every notification that a member row went. */
+  private readonly goneWaiters = new Set<() => void>();
+
+  private wakeGone(): void {
+    for (const wake of [...this.goneWaiters]) wake();
+  }
+
   /**
-   * Waits until no node holds a tunnel the revocation affects (each removes its rows as it ends
-   * them; a node that cannot is reaped within the lease). False when the wait ran out.
+   * Waits until no node holds a tunnel the revocation affects. Each node removes its rows as it
+   * ends them, and every removal is a notification (`route`; a node that cannot is reaped within
+   * the lease: `node`), so the rows are counted again only when one arrives. False when the
+   * wait ran out.
    */
   async awaitGone(affected: Affected): Promise<boolean> {
     const until = performance.now() + AWAIT_GONE_MS;
     for (;;) {
-      const n = await countAffected(this.sql, affected).catch(() => -1);
-      if (n === 0) return true;
-      if (performance.now() >= until) {
-        this.log.warn({ affected, left: n }, 'cluster: tunnels of a revocation still listed after the wait');
-        return false;
+      // Listening before counting: a removal announced while the count runs wakes the next wait.
+      let wake = (): void => undefined;
+      let woken = false;
+      const heard = new Promise<void>((resolve) => {
+        wake = () => {
+          woken = true;
+          resolve();
+        };
+      });
+      this.goneWaiters.add(wake);
+      try {
+        const n = await countAffected(this.sql, affected).catch(() => -1);
+        if (n === 0) return true;
+        const left = until - performance.now();
+        if (left <= 0) {
+          this.log.warn({ affected, left: n }, 'cluster: tunnels of a revocation still listed after the wait');
+          return false;
+        }
+        if (!woken) await waitFor(heard, n < 0 ? Math.min(left, AWAIT_RETRY_MS) : left);
+      } finally {
+        this.goneWaiters.delete(wake);
       }
-      await new Promise((r) => setTimeout(r, AWAIT_POLL_MS));
     }
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
+    this.wakeGone();
     for (const t of this.timers) clearInterval(t);
     this.hints.stop();
     await this.listening?.unlisten().catch(() => undefined);
     await leaveCluster(this.sql, this.id).catch((err: unknown) => this.log.warn({ err }, 'cluster: could not leave cleanly; the lease will run out'));
   }
+}
+
+/** Resolves when `p` does or after `ms`, whichever is first. */
+function waitFor(p: Promise<void>, ms: number): Promise<void> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([p, new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))]).finally(() => clearTimeout(timer));
 }

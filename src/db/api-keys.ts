@@ -1,7 +1,7 @@
 import type { Sql } from './sql.js';
 import { iso, isoRequired } from './sql.js';
 import type { ApiKey } from '../api/schemas.js';
-import type { Role, Scope } from '../auth/scopes.js';
+import type { Role, Scope } from '../protocol/roles.js';
 
 interface KeyRow {
   id: string;

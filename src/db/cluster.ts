@@ -1,5 +1,6 @@
 import type { Sql } from './sql.js';
-import { poolRulesProblem, type AccessWire } from '../protocol/access.js';
+import type { AccessWire } from '../protocol/access.js';
+import { addsClient, decideClaim, type ClaimRefusal } from '../protocol/admission.js';
 
 // The cluster's shared state (migration 008): node leases and the live-tunnel registry.
 // Uniqueness of tunnel ids and TCP ports across nodes is the database's (primary key and
@@ -108,6 +109,9 @@ export interface TunnelClaim {
   client: string;
   /** --max-tunnels-per-user, counted over the cluster */
   maxPerUser: number;
+  /** --max-tcp-ports-per-user and --max-registrations-per-minute, counted over the cluster */
+  maxTcpPorts: number;
+  maxRegistrationsPerMinute: number;
 }
 
 /** What a joining member serves under: the registration's, not its own Open's. */
@@ -121,19 +125,23 @@ export interface Registration {
 }
 
 /** What a claim found: admitted (`replaced`: the same user's registration it took over), or why not. */
-export type ClaimResult =
-  | { ok: true; replaced: boolean; registration: Registration }
-  | { ok: false; why: 'other-user' | 'port' | 'limit' | 'pool' | 'no-client' | 'rules'; held?: number; rules?: string };
+export type ClaimResult = { ok: true; replaced: boolean; registration: Registration } | ClaimRefusal;
 
 /**
- * Claims id (and port) cluster-wide for one member, as the takeover and pool rules say. The
- * primary key settles a race between two first claims: the loser's insert fails (23505).
+ * Claims id (and port) cluster-wide for one member, as decideClaim (src/protocol/admission.ts)
+ * says of the row read FOR UPDATE. The primary key settles a race between two first claims:
+ * the loser's insert fails (23505).
  */
 export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult> {
   return sql.begin(async (tx) => {
-    // One user's claims take turns (their count is a limit); other users' do not wait.
+    // One user's claims take turns (their counts are limits); other users' do not wait.
     await tx`select pg_advisory_xact_lock(hashtext(${c.userId}))`;
-    const [held] = await tx<{ user_id: string; team_id: string | null; pool: boolean; tunnel_type: string; access: AccessJson | null; port: number | null; url: string }[]>`
+    // Every claim writes a session row: the user's rows of the last minute are their registrations over the cluster.
+    const [recent] = await tx<{ n: number; age: number | null }[]>`
+      select count(*)::int as n, extract(epoch from now() - min(connected_at))::float8 as age
+      from sessions where user_id = ${c.userId} and connected_at > now() - interval '1 minute'`;
+    if (recent!.n >= c.maxRegistrationsPerMinute) return { ok: false, why: 'rate', max: c.maxRegistrationsPerMinute, retryAfterS: Math.max(1, Math.ceil(60 - (recent!.age ?? 0))) } as const;
+    const [held] = await tx<{ user_id: string; team_id: string | null; pool: boolean; tunnel_type: 'http' | 'tcp'; access: AccessJson | null; port: number | null; url: string }[]>`
       select user_id, team_id, pool, tunnel_type, access, port, url from cluster_tunnels where id = ${c.id} for update`;
     const addMember = async (): Promise<void> => {
       await tx`insert into cluster_members (session_id, tunnel_id, node_id, user_id, key_id, client)
@@ -145,38 +153,33 @@ export async function claimTunnel(sql: Sql, c: TunnelClaim): Promise<ClaimResult
         on conflict (id) do nothing`;
       await tx`select burrow_cluster_notify(${JSON.stringify({ t: 'route', id: c.id })}::text::jsonb)`;
     };
-    const joined = (h: NonNullable<typeof held>) => ({ ok: true, replaced: false, registration: { userId: h.user_id, teamId: h.team_id, access: h.access === null ? null : accessFromJson(h.access), port: h.port, url: h.url, pool: h.pool } }) as const;
+    const access = held?.access ? accessFromJson(held.access) : null;
+    const joined = (h: NonNullable<typeof held>) => ({ ok: true, replaced: false, registration: { userId: h.user_id, teamId: h.team_id, access, port: h.port, url: h.url, pool: h.pool } }) as const;
     if ('join' in c.mode) {
       const [client] = held ? await tx`select 1 from cluster_members where tunnel_id = ${c.id} and client = ${c.mode.join} and user_id = ${c.userId}` : [];
       if (!held || !client) return { ok: false, why: 'no-client' } as const;
       await addMember();
       return joined(held);
     }
-    const sameOwner = held !== undefined && (held.team_id !== null ? held.team_id === c.teamId : held.user_id === c.userId && c.teamId === null);
-    // A new client of the user (a registration, or one more client of a pool) counts toward the limit.
-    const overLimit = async (): Promise<number | null> => {
+    const verdict = decideClaim(held ? { userId: held.user_id, teamId: held.team_id, pool: held.pool, type: held.tunnel_type, access } : null, { userId: c.userId, teamId: c.teamId, pool: 'pool' in c.mode, type: c.tunnelType, access: c.access });
+    if (!verdict.ok) return verdict;
+    if (addsClient(verdict)) {
+      // A new client of the user (a registration, or one more client of a pool), counted over the cluster.
       const [count] = await tx<{ n: number }[]>`select count(distinct (tunnel_id, client))::int as n from cluster_members where user_id = ${c.userId}`;
-      return count!.n >= c.maxPerUser ? count!.n : null;
-    };
-    if (held?.pool) {
-      // A pool is joined, never taken over: its members may be other users of its team.
-      if (!('pool' in c.mode) || !sameOwner || held.tunnel_type !== c.tunnelType) return { ok: false, why: sameOwner && !('pool' in c.mode) ? 'pool' : 'other-user' } as const;
-      const rules = poolRulesProblem(held.access === null ? null : accessFromJson(held.access), c.access);
-      if (rules !== null) return { ok: false, why: 'rules', rules } as const;
-      const n = await overLimit();
-      if (n !== null) return { ok: false, why: 'limit', held: n } as const;
-      await addMember();
-      return joined(held);
+      if (count!.n >= c.maxPerUser) return { ok: false, why: 'limit', held: count!.n, max: c.maxPerUser } as const;
     }
-    if (held && held.user_id !== c.userId) return { ok: false, why: 'other-user' } as const;
-    if (!held) {
-      const n = await overLimit();
-      if (n !== null) return { ok: false, why: 'limit', held: n } as const;
+    if (verdict.kind === 'join-pool') {
+      await addMember();
+      return joined(held!);
     }
     // Checked before anything is written: a refusal commits nothing.
+    if (c.tunnelType === 'tcp') {
+      const [tcp] = await tx<{ n: number }[]>`select count(*)::int as n from cluster_tunnels where user_id = ${c.userId} and tunnel_type = 'tcp' and id <> ${c.id}`;
+      if (tcp!.n >= c.maxTcpPorts) return { ok: false, why: 'tcp-ports', held: tcp!.n, max: c.maxTcpPorts } as const;
+    }
     if (c.port !== null) {
       const [taken] = await tx`select 1 from cluster_tunnels where port = ${c.port} and id <> ${c.id}`;
-      if (taken) return { ok: false, why: 'port' } as const;
+      if (taken) return { ok: false, why: 'port', port: c.port } as const;
     }
     if (held) await tx`delete from cluster_tunnels where id = ${c.id}`;
     await tx`

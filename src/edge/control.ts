@@ -1,7 +1,7 @@
 import { withRawHead } from '../protocol/raw-head.js';
 import type { Socket } from 'node:net';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
-import { scopeAllows } from '../auth/scopes.js';
+import { scopeAllows } from '../protocol/roles.js';
 import { WsConnection, websocketAccept } from '../protocol/ws-connection.js';
 import { WS_CLOSE } from '../protocol/ws-frames.js';
 import { headerOf, type Exchange, type FrontConnection } from './front-connection.js';

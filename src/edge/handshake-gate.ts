@@ -18,7 +18,7 @@
 // so one group cannot hold every place. Every refusal counts as a failed authentication of its
 // address (acceptControl), so a flood that only ever gets 503 reaches the limit and 429.
 
-import { MAX_QUEUED_JOBS } from '../workers/job-limits.js';
+import { MAX_QUEUED_JOBS } from '../protocol/job-limits.js';
 
 /**
  * Handshakes per stage and class per shard: together the shards fill each of main's

@@ -186,12 +186,6 @@ export class RouteTable<T extends RoutedTunnel = TunnelActor> {
     return this.routes.get(id)?.members.some((m) => m.session === session) ?? false;
   }
 
-  /** A member of `id` on another node whose TCP port this node relays: none when a member is on this node. */
-  onlyElsewhere(id: string): boolean {
-    const members = this.routes.get(id)?.members;
-    return members !== undefined && members.length > 0 && members.every((m) => m.node !== undefined);
-  }
-
   get routeCount(): number {
     return this.routes.size;
   }

@@ -26,7 +26,6 @@ import { ExpiryTimers } from './shard-expiry.js';
 import { StatsReporter } from './shard-stats.js';
 import { drainTunnels } from './shard-drain.js';
 import { NodeLinks } from '../cluster/node-links.js';
-import { liveNodes } from '../db/cluster.js';
 import type { PortLike } from '../actors/actor.js';
 
 // The tunnel data plane of one shard worker:
@@ -72,7 +71,8 @@ export interface ShardTunnels {
 
 export { STATS_REPORT_MS } from './shard-stats.js';
 const ADMIT_TIMEOUT_MS = 10_000;
-const NODES_REFRESH_MS = 1_000;
+/** A TCP port this node follows that could not be bound is tried again this often. */
+const FOLLOW_RETRY_MS = 250;
 const SHUTTING_DOWN = 'the server is shutting down; try again shortly';
 
 export function installTunnels(ctx: ShardContext): ShardTunnels {
@@ -173,7 +173,9 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       // Opens (any connection, any shard) cannot bind more than --max-tcp-ports-per-user.
       let claim: number | null = null;
       let tcp: Awaited<ReturnType<typeof bindTcpPort>> | null = null;
-      if (req.type === 'tcp') {
+      // A member joining its client's registration (cluster) binds nothing: the registration has
+      // its port, and this node's listener of it (followRemoteTcp) serves the member.
+      if (req.type === 'tcp' && typeof req.member !== 'string') {
         checkTcpRequest(ctx.config.tcpPortRange, req.remotePort ?? null);
         claim = (await ctx.main.ask({ type: 'tunnel-port-claim', userId: conn.principal.userId, id: req.id ?? null }, ADMIT_TIMEOUT_MS)).claim;
         try {
@@ -186,7 +188,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
           throw err;
         }
       }
-      const port = tcp ? (tcp.address() as { port: number }).port : null;
+      const bound = tcp ? (tcp.address() as { port: number }).port : null;
       let admitted: TunnelAdmitted;
       try {
         admitted = await admitting(
@@ -198,7 +200,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
               tunnelType: req.type,
               id: req.id ?? null,
               teamId: req.teamId ?? null,
-              remotePort: port,
+              remotePort: bound,
               clientIp: conn.ip,
               access,
               claim,
@@ -220,6 +222,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         ctx.main.tell({ type: 'tunnel-down', id: admitted.id, sessionId: admitted.sessionId, last: null });
         throw gone();
       }
+      const port = bound ?? admitted.remotePort;
       // A takeover on this same shard: the registry's tunnel-close for the old one came first.
       const actor = new TunnelActor(
         { id: admitted.id, type: req.type, userId: conn.principal.userId, teamId: admitted.teamId, sessionId: admitted.sessionId, url: admitted.url, remotePort: port, lane: false },
@@ -269,9 +272,10 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   // Learn where live tunnels are (a restarted shard starts empty).
   ctx.main
     .ask({ type: 'tunnel-routes' }, ADMIT_TIMEOUT_MS)
-    .then((list) => {
+    .then(({ routes: list, nodes }) => {
       routes.load(list);
-      for (const r of list) followRemoteTcp(r.id, routes.onlyElsewhere(r.id), r.port, r.access);
+      for (const r of list) followRemoteTcp(r.id, r.portHeld !== true, r.port, r.access);
+      if (nodes) peerNodes = nodes;
     })
     .catch((err: unknown) => log.warn({ err }, 'could not load tunnel routes'));
 
@@ -322,22 +326,16 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   };
   /** A stream on a tunnel of this node: what a link from another node opens (never a second hop). */
   const openOnNode = (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null => openStream(tunnelId, head, down, false);
-  /** cluster: the live nodes' URLs, read every few seconds (Welcome names them to clients) */
+  /** cluster: the live nodes' URLs, as main last sent them (Welcome names them to clients) */
   let peerNodes: string[] = [];
-  const readNodes = (): void =>
-    void liveNodes(ctx.sql).then(
-      (rows) => (peerNodes = rows.map((r) => r.url)),
-      (err: unknown) => log.debug({ err }, 'cluster: live nodes not read'),
-    );
-  const nodesTimer = ctx.config.nodeUrl === null ? null : setInterval(readNodes, NODES_REFRESH_MS);
-  nodesTimer?.unref();
-  if (nodesTimer) readNodes();
   /** cluster: listeners of TCP tunnels held on other nodes (every node answers on the port), by id */
   const remoteTcp = new Map<string, { port: number; close: () => void }>();
-  /** A TCP tunnel served only by other nodes answers on its port here too: bound by one shard of this node (port mod shards). */
-  const followRemoteTcp = (id: string, onlyElsewhere: boolean, port: number | null | undefined, access: AccessWire | null | undefined): void => {
+  /** A TCP tunnel answers on its port on every node: where no member here bound it (members
+   *  elsewhere only, or members that joined their client's registration), one shard of this node
+   *  (port mod shards) listens and relays each connection to the nearest member. */
+  const followRemoteTcp = (id: string, unheld: boolean, port: number | null | undefined, access: AccessWire | null | undefined, retries = 0): void => {
     const held = remoteTcp.get(id);
-    const wanted = onlyElsewhere && typeof port === 'number' && port % ctx.config.workers === ctx.index;
+    const wanted = unheld && typeof port === 'number' && port % ctx.config.workers === ctx.index;
     if (held && (!wanted || held.port !== port)) {
       remoteTcp.delete(id);
       held.close();
@@ -348,12 +346,18 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
     bindTcpPort(ctx.config.host, { min: port!, max: port! }, port!).then(
       (server) => {
         if (remoteTcp.get(id) !== entry) return void server.close();
-        // Each connection goes to a node that holds a member now (a client on two nodes has two).
+        // Each connection goes to the nearest member now (a client on two nodes has two).
         entry.close = relayTcp(server, (head, visitor) => openStream(id, head, visitor, true), AccessGate.of(access ?? null));
       },
       (err: unknown) => {
-        if (remoteTcp.get(id) === entry) remoteTcp.delete(id);
-        log.warn({ err: (err as Error).message, id, port }, 'cluster: the port of a TCP tunnel on another node cannot be bound here');
+        if (remoteTcp.get(id) !== entry) return;
+        if (retries === 0) log.warn({ err: (err as Error).message, id, port }, 'cluster: the port of a TCP tunnel cannot be bound here; trying again');
+        // A member's own listener of it may still be closing (its member left): again while no route changed it.
+        setTimeout(() => {
+          if (remoteTcp.get(id) !== entry) return;
+          remoteTcp.delete(id);
+          followRemoteTcp(id, true, port, access, retries + 1);
+        }, FOLLOW_RETRY_MS).unref();
       },
     );
   };
@@ -407,7 +411,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         case 'tunnel-route':
           routes.route(msg);
           lanes.closeStale(msg.id);
-          followRemoteTcp(msg.id, routes.onlyElsewhere(msg.id), msg.port, msg.access);
+          followRemoteTcp(msg.id, msg.portHeld !== true, msg.port, msg.access);
           return undefined;
         case 'tunnel-counts': {
           let streams = 0;
@@ -427,6 +431,9 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
           };
           return counts;
         }
+        case 'cluster-nodes':
+          peerNodes = msg.nodes;
+          return null;
         default:
           return assertNever(msg);
       }
@@ -450,7 +457,6 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       draining = true;
       await drainTunnels({ log, connections, tcpListeners: tcpListeners.values(), visitors, tunnels: () => routes.localTunnels(), closeLocal }, timeoutMs);
       clearInterval(heartbeatTimer);
-      if (nodesTimer) clearInterval(nodesTimer);
       links?.closeAll();
       for (const t of remoteTcp.values()) t.close();
       remoteTcp.clear();

@@ -6,7 +6,7 @@
 //
 // Each direction's asked messages and their replies are in one map (ShardToMainReplies,
 // MainToShardReplies, at the end): Mailbox.ask reads the reply type from msg.type there.
-import type { Role, Scope } from '../auth/scopes.js';
+import type { Role, Scope } from './roles.js';
 import type { TunnelMainToShard, TunnelMainToShardReplies, TunnelShardToMain, TunnelShardToMainReplies } from './tunnel-messages.js';
 import type { AccessView } from './access.js';
 

@@ -81,7 +81,7 @@ export type TunnelShardToMain =
   | { type: 'tunnel-down'; id: string; sessionId: string; last: StatsDelta | null }
   /** Merged counter deltas of this shard's sessions (sent at most every 250 ms). */
   | { type: 'tunnel-stats'; deltas: StatsDelta[] }
-  /** Every live tunnel's shard (a shard asks this once at start); answers TunnelRoute[]. */
+  /** Every live tunnel's shard, and in a cluster the live nodes (a shard asks this once at start). */
   | { type: 'tunnel-routes' }
   /** a control connection of `userId` wants in: counted, or refused past --max-connections-per-user */
   | { type: 'control-connect'; userId: string }
@@ -115,7 +115,7 @@ export interface TunnelShardToMainReplies {
   'tunnel-port-claim': PortClaimed;
   'tunnel-admit': TunnelAdmitted;
   'tunnel-lane': TunnelLaneAdmitted;
-  'tunnel-routes': TunnelRoute[];
+  'tunnel-routes': { routes: TunnelRoute[]; nodes: string[] | null };
   'control-connect': ControlAdmitted;
   'data-plane-counts': DataPlaneCounts;
 }
@@ -141,6 +141,8 @@ export interface TunnelAdmitted {
   memberKey?: string;
   /** the registration's access rules (a pool's are its first member's: a client asking for others is refused) */
   access: AccessWire | null;
+  /** tcp: the registration's port (a joining member binds none: its node's listener of the port serves it) */
+  remotePort: number | null;
 }
 
 /** One control connection serving a tunnel, as a route names it: on a shard of this node, or on another node. */
@@ -200,6 +202,8 @@ export interface TunnelRoute {
   node?: string;
   /** cluster: a TCP tunnel's port (every node answers on it) */
   port?: number | null;
+  /** cluster: a member on this node listens on `port` itself (else one shard of the node follows it) */
+  portHeld?: boolean;
   /** every member (absent: the one of `shard`/`node` and `sessionId`) */
   members?: RouteMember[];
   /** the registration: a lane of another session of this id is stale and closes */
@@ -216,15 +220,18 @@ export type TunnelMainToShard =
   | { type: 'tunnel-close'; tunnelId: string; reason: string; permanent: boolean; sessionId?: string; code?: RefusalCode }
   /** Where a live tunnel lives now (`shard` null: gone), its session and access rules. Sent to
    *  every shard; lanes of `id` with another session (or none) close. */
-  | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; port?: number | null; sessionId?: string; access?: AccessWire | null; members?: RouteMember[] }
+  | { type: 'tunnel-route'; id: string; shard: number | null; node?: string; port?: number | null; portHeld?: boolean; sessionId?: string; access?: AccessWire | null; members?: RouteMember[] }
   /** This shard's live data-plane objects; answers ShardCounts. */
-  | { type: 'tunnel-counts' };
+  | { type: 'tunnel-counts' }
+  /** cluster: the live nodes' --node-url (this one's too) changed: Welcome names them to clients. */
+  | { type: 'cluster-nodes'; nodes: string[] };
 
 /** What a shard answers each ask of main; tunnel-route is asked only as an acknowledgement (null). */
 export interface TunnelMainToShardReplies {
   'tunnel-close': { closed: boolean };
   'tunnel-route': null;
   'tunnel-counts': ShardCounts;
+  'cluster-nodes': null;
 }
 
 /** shard ↔ shard over the mesh: one public HTTP stream whose visitor is on the ingress shard

@@ -1,5 +1,5 @@
 // RFC 6455 framing, the one codec behind both ends of the control WebSocket: the tunnel
-// client's (client/ws-client.ts) and the edge's (edge/control.ts), both through
+// client's (protocol/ws-client.ts) and the edge's (edge/control.ts), both through
 // protocol/ws-connection.ts. The decoder takes the expected masking as a parameter: a client
 // receives unmasked server frames and sends masked ones, a server the other way round.
 //

@@ -4,7 +4,7 @@ import { ApiError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { Argon2Task } from './argon2-job.js';
 import { FairQueue } from './fair-queue.js';
-import { MAX_QUEUED_JOBS } from './job-limits.js';
+import { MAX_QUEUED_JOBS } from '../protocol/job-limits.js';
 
 // Stateless CPU jobs (argon2id) on a piscina pool owned by the main thread. Shards ask
 // main for them, so the machine runs one pool, not one per shard. Jobs wait in a bounded

@@ -224,7 +224,7 @@ test('shardDown: that shard’s tunnels end, routes go everywhere, sessions clos
   ]);
   assert.is(await r.handle(1, { type: 'tunnels-get', id: 'on-zero' }), null);
   assert.ok(await r.handle(1, { type: 'tunnels-get', id: 'on-one' }));
-  const routes = (await r.handle(1, { type: 'tunnel-routes' })) as { id: string }[];
+  const { routes } = (await r.handle(1, { type: 'tunnel-routes' })) as { routes: { id: string }[] };
   assert.equal(routes.map((x) => x.id), ['on-one']);
   await r.stats.flush();
   const s = await session(lost.sessionId);

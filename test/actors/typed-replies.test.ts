@@ -23,7 +23,7 @@ test('ask infers the reply type from msg.type, on both channels', async () => {
   const { shard, main, close } = shardEnd();
   main.handle((m) => {
     if (m.type === 'verify-key') return { verdict: 'valid' } satisfies KeyVerdict;
-    if (m.type === 'tunnel-routes') return [{ id: 'a', shard: 1, sessionId: 's', access: null }] satisfies TunnelRoute[];
+    if (m.type === 'tunnel-routes') return { routes: [{ id: 'a', shard: 1, sessionId: 's', access: null }], nodes: null } satisfies { routes: TunnelRoute[]; nodes: string[] | null };
     return undefined;
   });
   shard.handle((m) => (m.type === 'drain' ? { idle: true } : undefined));
@@ -31,7 +31,7 @@ test('ask infers the reply type from msg.type, on both channels', async () => {
   const verdict = shard.ask({ type: 'verify-key', ip: '127.0.0.1', prefix: 'p', hash: null, secret: 's' }, 1000);
   assert.ok(same<typeof verdict, Promise<KeyVerdict>>(true));
   const routes = shard.ask({ type: 'tunnel-routes' }, 1000);
-  assert.ok(same<typeof routes, Promise<TunnelRoute[]>>(true));
+  assert.ok(same<typeof routes, Promise<{ routes: TunnelRoute[]; nodes: string[] | null }>>(true));
   const admit = (): Promise<TunnelAdmitted> =>
     shard.ask(
       { type: 'tunnel-admit', userId: 'u', keyId: 'k', tunnelType: 'http', id: null, teamId: null, remotePort: null, clientIp: null, access: null, claim: null, local: null, pool: false, member: null },
@@ -55,7 +55,7 @@ test('ask infers the reply type from msg.type, on both channels', async () => {
   void shard.ask({ type: 'tunnel-routes', bogus: 1 }, 10).catch(() => undefined);
 
   assert.equal(await verdict, { verdict: 'valid' });
-  assert.is((await routes)[0]!.shard, 1);
+  assert.is((await routes).routes[0]!.shard, 1);
   assert.equal(await drained, { idle: true });
   close();
 });

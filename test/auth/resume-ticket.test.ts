@@ -8,7 +8,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
 import { keyDigest, keyPrefixOf } from '../../src/auth/key-format.js';
 import { TicketBox } from '../../src/auth/resume-ticket.js';
-import { WsClient, WsRefused } from '../../src/client/ws-client.js';
+import { WsClient, WsRefused } from '../../src/protocol/ws-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, RESUME_HEADER, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
 
 const METRICS = ['--metrics-addr', '127.0.0.1:0'];

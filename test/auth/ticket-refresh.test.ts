@@ -7,7 +7,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { createKeyFor, createUser, withDeadline } from '../helpers/fixtures.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, RESUME_HEADER, TICKET_REFRESH_HEADER, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
 

@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { startDatabase, type TestDatabase } from '../helpers/database.js';
 import { withDeadline } from '../helpers/deadline.js';
+import { rawPeer, type RawPeer } from '../tunnel/raw-peer.js';
 
 // A cluster of real burrowd processes on one machine: node i listens on 127.0.0.(i+2) (every
 // 127/8 address is loopback on Linux), all on one database of their own (the suite's
@@ -20,6 +21,8 @@ export interface ClusterNodeProc extends TestServer {
 export interface TestCluster {
   nodes: ClusterNodeProc[];
   db: TestDatabase;
+  /** the nodes' shared data dir (a node started again takes it: startNode) */
+  dataDir: string;
   adminKey: string;
   stop(): Promise<void>;
 }
@@ -57,6 +60,7 @@ export async function startCluster(n: number, extra: string[] = [], opts: { db?:
   return {
     nodes,
     db,
+    dataDir,
     adminKey: nodes[0]!.adminKey,
     async stop() {
       await Promise.all(nodes.map((s) => s.stop({ keepDatabase: true })));
@@ -90,4 +94,20 @@ export function visitNode(node: ClusterNodeProc, id: string, o: { method?: strin
     ms,
     `${o.method ?? 'GET'} ${id} at ${node.nodeUrl}`,
   );
+}
+
+/** Raw control connections to the nodes of a test file's cluster, all ended by `end()`. */
+export class NodePeers {
+  private readonly peers: RawPeer[] = [];
+  constructor(private readonly cluster: () => TestCluster) {}
+
+  async at(node: number, key: string): Promise<RawPeer> {
+    const p = await rawPeer(this.cluster().nodes[node]!.nodeUrl, key);
+    this.peers.push(p);
+    return p;
+  }
+
+  end(): void {
+    for (const p of this.peers) p.ws.destroy();
+  }
 }

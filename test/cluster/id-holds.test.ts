@@ -1,9 +1,9 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
-import { startCluster, type TestCluster } from './cluster.js';
+import { NodePeers, startCluster, type TestCluster } from './cluster.js';
 import { api, createKeyFor, createUser, eventually } from '../helpers/fixtures.js';
 import { F } from '../../src/protocol/frames.js';
-import { rawPeer, refusalIn, type RawPeer } from '../tunnel/raw-peer.js';
+import { refusalIn, type RawPeer } from '../tunnel/raw-peer.js';
 import { sleep } from '../tunnel/helpers.js';
 
 // The --id-grace holds in a cluster: each node holds the ids of tunnels that ended on other
@@ -12,22 +12,18 @@ import { sleep } from '../tunnel/helpers.js';
 
 const MIN_LIFETIME_S = 2;
 let cluster: TestCluster;
-const peers: RawPeer[] = [];
+const peers = new NodePeers(() => cluster);
 
 test.before(async () => {
   cluster = await startCluster(2, ['--id-grace', '1h', '--id-grace-min-lifetime', String(MIN_LIFETIME_S), '--id-grace-max-per-user', '1']);
 });
 
 test.after(async () => {
-  for (const p of peers) p.ws.destroy();
+  peers.end();
   await cluster?.stop();
 });
 
-async function peer(node: number, key: string): Promise<RawPeer> {
-  const p = await rawPeer(cluster.nodes[node]!.nodeUrl, key);
-  peers.push(p);
-  return p;
-}
+const peer = (node: number, key: string): Promise<RawPeer> => peers.at(node, key);
 
 /** Live (or not) as node `node` sees it. */
 async function liveOn(node: number, id: string, live: boolean): Promise<void> {

@@ -9,7 +9,7 @@ import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, type Local } from '../tunnel/helpers.js';
 import { lanePorts } from '../helpers/ports.js';
 import { startServer } from '../helpers/server.js';
-import { WsClient, WsRefused } from '../../src/client/ws-client.js';
+import { WsClient, WsRefused } from '../../src/protocol/ws-client.js';
 import { LINK_TOKEN_WINDOW_MS, LinkTokens, linkToken } from '../../src/cluster/node-links.js';
 import { decodeEach, encode } from '../../src/protocol/codec.js';
 

@@ -8,7 +8,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { createHash } from 'node:crypto';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { listen, visit, type Local } from '../tunnel/helpers.js';
 import { parseExposition, sampleNames, valueOf, type Family } from './exposition.js';
 import { lanePorts } from '../helpers/ports.js';

@@ -13,7 +13,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { issue, makeCa } from '../helpers/certs.js';
 import { httpsGet } from '../helpers/https-visit.js';
 import { burrow, RunningBurrows, tempDir, type CliEnv } from '../cli/harness.js';
-import { isLoopbackName, lookupLoopbackNames } from '../../src/client/loopback-names.js';
+import { isLoopbackName, lookupLoopbackNames } from '../../src/protocol/loopback-names.js';
 
 const DOMAIN = 'burrow.localhost';
 const dir = mkdtempSync(join(tmpdir(), 'burrow-devtls-'));

@@ -6,7 +6,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { loadUws } from '../../src/http/uws-loader.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import type { DataPlaneCounts } from '../../src/protocol/tunnel-messages.js';
 import { listen, visit, type Local } from './helpers.js';
 import type { us_listen_socket } from '@trufflesuite/uws-js-unofficial';

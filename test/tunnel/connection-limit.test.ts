@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually } from '../helpers/deadline.js';
 import { createKeyFor, createUser } from '../helpers/fixtures.js';
-import { WsClient, WsRefused } from '../../src/client/ws-client.js';
+import { WsClient, WsRefused } from '../../src/protocol/ws-client.js';
 import { MAX_FRAME_BYTES } from '../../src/protocol/frames.js';
 
 // --max-connections-per-user: one user's control connections over every shard are bounded (a

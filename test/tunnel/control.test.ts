@@ -5,7 +5,7 @@ import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient, TunnelRefused } from '../../src/client/tunnel-client.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
 import { listen, visit, once, type Local } from './helpers.js';
 import { burrowVersion } from '../../src/version.js';

@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, eventually } from '../helpers/fixtures.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, encodeFrame, type OpenRequest } from '../../src/protocol/frames.js';
 import { visit } from './helpers.js';
 import { lanePorts } from '../helpers/ports.js';

@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import '../helpers/property.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, eventually, withDeadline } from '../helpers/fixtures.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { encode } from '../../src/protocol/codec.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, RESET_CODES, decodeFrame, type Frame } from '../../src/protocol/frames.js';
 import { visit, sleep } from './helpers.js';

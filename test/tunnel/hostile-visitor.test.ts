@@ -4,7 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame } from '../../src/protocol/frames.js';
 import { exchange, rawOrigin, sequence, type RawOrigin } from './raw-http.js';
 import { sleep } from './helpers.js';

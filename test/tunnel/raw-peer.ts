@@ -1,4 +1,4 @@
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { F, MAX_FRAME_BYTES, PROTOCOL_VERSION, decodeFrame, encodeFrame, type Frame, type Hello, type OpenRequest, type Refusal } from '../../src/protocol/frames.js';
 import { withDeadline } from '../helpers/deadline.js';
 

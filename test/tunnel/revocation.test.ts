@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { api, createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { keyPrefixOf } from '../../src/auth/key-format.js';
-import { WsClient, WsRefused } from '../../src/client/ws-client.js';
+import { WsClient, WsRefused } from '../../src/protocol/ws-client.js';
 import { F, MAX_FRAME_BYTES } from '../../src/protocol/frames.js';
 import { rawPeer, refusalIn, type RawPeer } from './raw-peer.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';

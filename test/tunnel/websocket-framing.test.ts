@@ -5,7 +5,7 @@ import { createHash } from 'node:crypto';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
-import { WsClient } from '../../src/client/ws-client.js';
+import { WsClient } from '../../src/protocol/ws-client.js';
 import { WS_OP, encodeClosePayload, encodeWsFrame } from '../../src/protocol/ws-frames.js';
 
 // After a 101 the edge is a byte relay: whatever the local service sends, even framing that

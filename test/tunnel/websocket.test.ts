@@ -4,7 +4,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { loadUws } from '../../src/http/uws-loader.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
-import { WsClient, WsRefused } from '../../src/client/ws-client.js';
+import { WsClient, WsRefused } from '../../src/protocol/ws-client.js';
 import { visit } from './helpers.js';
 import type { us_listen_socket } from '@trufflesuite/uws-js-unofficial';
 

@@ -1,4 +1,5 @@
-// Scopes a key may carry and roles a user may have (spec: ApiScope, Role, TeamRole).
+// Scopes a key may carry and roles a user may have (spec: ApiScope, Role, TeamRole): words of
+// the API, the database and the messages between threads alike, so they live at the bottom layer.
 export const SCOPES = ['tunnels', 'management'] as const;
 export type Scope = (typeof SCOPES)[number];
 export const ROLES = ['admin', 'member'] as const;
