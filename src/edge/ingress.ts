@@ -1,11 +1,11 @@
 import type { ProblemCode } from '../errors.js';
 import { CreditMeter, SendWindow } from '../protocol/flow-control.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
-import { hostOnlyCookie, requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
+import { hostOnlyCookie, requestHeaders, tunnelResponseHeaders, tunnelTrailers } from '../protocol/http-headers.js';
 import type { ClientAddress } from '../http/client-address.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
-import type { Exchange, FrontConnection } from './front-connection.js';
-import type { VisitorResponse } from './visitor-response.js';
+import type { Exchange } from './front-connection.js';
+import type { VisitorAnswer, VisitorConnection } from './visitor-port.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { Finishing } from './visitor-limit.js';
 import { countHttpAnswer } from './metrics.js';
@@ -79,8 +79,8 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
   private vanishedWith: ResetCode | null = null;
 
   constructor(
-    private readonly conn: FrontConnection,
-    private readonly res: VisitorResponse,
+    private readonly conn: VisitorConnection,
+    private readonly res: VisitorAnswer,
     private readonly request: RequestHead,
     /** The visitor's Accept prefers text/html (a browser): errors are an HTML page. */
     private readonly html: boolean,
@@ -230,7 +230,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
     this.meter.holdBack(visitorBuffers.creditHeld);
   }
 
-  end(): void {
+  end(trailers?: string[]): void {
     if (this.over) return;
     if (this.relaying) {
       if (this.peerEnded) return;
@@ -240,7 +240,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing {
       return;
     }
     if (!this.res.started) return this.problem('bad-gateway', 'the local service sent no response', 'protocol');
-    this.res.end();
+    this.res.end(trailers && this.res.carriesTrailers ? tunnelTrailers(trailers) : undefined);
     this.finish();
   }
 

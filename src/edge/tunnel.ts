@@ -195,10 +195,11 @@ export class TunnelStream implements Upstream {
         this.tunnel.count(0, chunk.byteLength);
         this.down.data(chunk);
       },
-      end: () => {
+      end: (trailers) => {
         if (this.switched) return;
         this.answered = true;
-        this.down.end();
+        // Trailers (gRPC's grpc-status) go on: an h2 visitor gets them as HTTP/2 trailers.
+        this.down.end(trailers.length > 0 ? trailers : undefined);
       },
     });
     p.expect(this.method, this.kind === 'upgrade');
