@@ -20,7 +20,7 @@ export interface ExchangeObserver {
 
 /** The rest of the status line, as the local service wrote it. */
 export interface StatusLine {
-  version: 'HTTP/1.0' | 'HTTP/1.1';
+  version: 'HTTP/1.0' | 'HTTP/1.1' | 'HTTP/2';
   /** The reason phrase ("OK", or whatever the service chose; may be empty). */
   reason: string;
 }

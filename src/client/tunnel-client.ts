@@ -13,6 +13,7 @@ import { describeLocalError } from './local-error.js';
 import { hostPort, withHostHeader, type LocalTarget } from './local-target.js';
 import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
 import { LocalPool } from './local-pool.js';
+import { H2LocalStream, H2Sessions } from './h2-local.js';
 import { Link } from './link.js';
 import { LaneSet } from './lanes.js';
 import { NodeSibling } from './node-sibling.js';
@@ -163,6 +164,8 @@ class Tunnel {
   retryTimer: NodeJS.Timeout | null = null;
   readonly name: string;
   readonly pool: LocalPool;
+  /** An HTTP/2 local service (h2c:// or h2://): its session, instead of the pool's connections. */
+  readonly h2: H2Sessions | null;
 
   /** host:port of the local service, as messages name it */
   get localAddr(): string {
@@ -172,6 +175,7 @@ class Tunnel {
   constructor(readonly opts: TunnelOptions) {
     this.name = opts.name ?? opts.type;
     this.pool = new LocalPool(opts.local, MAX_LOCAL_CONNECTIONS);
+    this.h2 = opts.local.h2 ? new H2Sessions(opts.local) : null;
   }
 
   openRequest(): OpenRequest {
@@ -195,6 +199,7 @@ class Tunnel {
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
     this.pool.close();
+    this.h2?.close();
   }
 }
 
@@ -624,7 +629,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       const durationMs = Date.now() - s.startedMs;
       const f = s.localFailure;
       const error = f ? { error: describeLocalError(f.err, t.localAddr, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
-      if (s instanceof RawHttpStream) {
+      if (s instanceof RawHttpStream || s instanceof H2LocalStream) {
         // No answer: the status the visitor got from the edge for it.
         const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
         this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
@@ -634,7 +639,11 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     };
     const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
-      head.kind === 'http' ? new RawHttpStream(sid, link.sender, onFinish, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, onFinish, head, t.opts.local);
+      head.kind === 'tcp'
+        ? new TcpStream(sid, link.sender, onFinish, head, t.opts.local)
+        : t.h2
+          ? new H2LocalStream(sid, link.sender, onFinish, head, t.h2, timeoutMs)
+          : new RawHttpStream(sid, link.sender, onFinish, head, t.pool, timeoutMs);
     if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, t.opts.local);
     link.streams.set(sid, s);
     this.owner.set(s, t);

@@ -1,0 +1,219 @@
+import { test } from 'uvu';
+import * as assert from 'uvu/assert';
+import * as grpc from '@grpc/grpc-js';
+import { CliSuite } from '../cli/harness.js';
+import { withDeadline } from '../helpers/deadline.js';
+import { waitFor } from '../cli/harness.js';
+
+// gRPC end to end: a @grpc/grpc-js client → burrowd (h2c on the plain port) → a real
+// `burrow http h2c://…` → a @grpc/grpc-js server. The four call kinds, metadata (a -bin one
+// too), 4 MiB messages, status and message in the trailers (and trailers-only errors),
+// deadlines, and a client's cancellation reaching the server as a cancellation. Messages are
+// raw bytes (no protobuf): what crosses burrow is the gRPC framing and HTTP/2 fields.
+
+const raw = { serialize: (b: Buffer) => b, deserialize: (b: Buffer) => b };
+const method = (name: string, requestStream: boolean, responseStream: boolean) => ({
+  path: `/burrow.test.Echo/${name}`,
+  requestStream,
+  responseStream,
+  requestSerialize: raw.serialize,
+  requestDeserialize: raw.deserialize,
+  responseSerialize: raw.serialize,
+  responseDeserialize: raw.deserialize,
+});
+const SERVICE = {
+  unary: method('Unary', false, false),
+  serverStream: method('ServerStream', false, true),
+  clientStream: method('ClientStream', true, false),
+  bidi: method('Bidi', true, true),
+} as const;
+const MIB4 = 4 * 1024 * 1024;
+const LIMITS = { 'grpc.max_receive_message_length': 8 * 1024 * 1024, 'grpc.max_send_message_length': 8 * 1024 * 1024 };
+
+type Client = grpc.Client & Record<keyof typeof SERVICE, (...a: unknown[]) => grpc.ClientUnaryCall & grpc.ClientReadableStream<Buffer> & grpc.ClientWritableStream<Buffer> & grpc.ClientDuplexStream<Buffer, Buffer>>;
+
+let suite: CliSuite;
+let server: grpc.Server;
+let client: Client;
+/** Calls the server saw end by cancellation, by their x-call metadata. */
+const cancelled = new Set<string>();
+const grpcTimeouts: string[] = [];
+
+function serve(): Promise<number> {
+  server = new grpc.Server(LIMITS);
+  server.addService(SERVICE as unknown as grpc.ServiceDefinition, {
+    unary(call: grpc.ServerUnaryCall<Buffer, Buffer>, done: grpc.sendUnaryData<Buffer>) {
+      const md = call.metadata;
+      // grpc-js reads grpc-timeout into the call's deadline (it is not metadata).
+      const deadline = call.getDeadline();
+      if (deadline !== Infinity) grpcTimeouts.push(String(deadline));
+      call.on('cancelled', () => cancelled.add(String(md.get('x-call')[0] ?? '')));
+      const what = call.request.subarray(0, 16).toString('latin1');
+      if (what === 'fail') return done({ code: grpc.status.NOT_FOUND, details: 'no such thing: ünïcode' });
+      if (what === 'hang') return; // answered never: the deadline or the cancel ends it
+      const head = new grpc.Metadata();
+      head.set('x-echo', String(md.get('x-token')[0] ?? ''));
+      const bin = md.get('x-blob-bin')[0];
+      if (bin) head.set('x-blob-bin', bin as Buffer);
+      call.sendMetadata(head);
+      const trailer = new grpc.Metadata();
+      trailer.set('x-length', String(call.request.length));
+      done(null, call.request, trailer);
+    },
+    serverStream(call: grpc.ServerWritableStream<Buffer, Buffer>) {
+      const n = call.request.readUInt32BE(0);
+      const gapMs = call.request.readUInt32BE(4);
+      call.on('cancelled', () => cancelled.add(String(call.metadata.get('x-call')[0] ?? '')));
+      let i = 0;
+      const next = (): void => {
+        if (call.cancelled) return;
+        if (i === n) {
+          const t = new grpc.Metadata();
+          t.set('x-sent', String(n));
+          return void call.end(t);
+        }
+        call.write(Buffer.from(`message ${i++}`));
+        setTimeout(next, gapMs);
+      };
+      next();
+    },
+    clientStream(call: grpc.ServerReadableStream<Buffer, Buffer>, done: grpc.sendUnaryData<Buffer>) {
+      let count = 0;
+      let bytes = 0;
+      call.on('data', (m: Buffer) => {
+        count++;
+        bytes += m.length;
+      });
+      call.on('end', () => done(null, Buffer.from(`${count} messages, ${bytes} bytes`)));
+    },
+    bidi(call: grpc.ServerDuplexStream<Buffer, Buffer>) {
+      call.on('data', (m: Buffer) => call.write(Buffer.concat([Buffer.from('echo: '), m])));
+      call.on('end', () => call.end());
+    },
+  });
+  return new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))));
+}
+
+function unary(body: Buffer, md = new grpc.Metadata(), opts: grpc.CallOptions = {}): Promise<{ err: grpc.ServiceError | null; value?: Buffer; head?: grpc.Metadata; status?: grpc.StatusObject }> {
+  return new Promise((resolve) => {
+    let head: grpc.Metadata | undefined;
+    let status: grpc.StatusObject | undefined;
+    const call = client.unary(body, md, opts, (err: grpc.ServiceError | null, value?: Buffer) => setImmediate(() => resolve({ err, value, head, status })));
+    call.on('metadata', (m: grpc.Metadata) => (head = m));
+    call.on('status', (s: grpc.StatusObject) => (status = s));
+  });
+}
+
+test.before(async () => {
+  suite = await CliSuite.start({ workers: 2 });
+  const port = await serve();
+  const child = suite.burrows.start(suite.admin, ['http', `h2c://127.0.0.1:${port}`, '--id', 'grpc', '--no-inspect']);
+  const host = new URL(await suite.burrows.firstLine(child)).host;
+  client = new (grpc.makeGenericClientConstructor(SERVICE as unknown as grpc.ServiceDefinition, 'Echo'))(`127.0.0.1:${suite.srv.port}`, grpc.credentials.createInsecure(), {
+    ...LIMITS,
+    'grpc.default_authority': host,
+  }) as unknown as Client;
+});
+
+test.after(async () => {
+  client?.close();
+  server?.forceShutdown();
+  await suite?.stop();
+});
+
+test('unary: the message, metadata (a -bin one too) both ways, status OK and trailers', async () => {
+  const md = new grpc.Metadata();
+  md.set('x-token', 'abc');
+  md.set('x-blob-bin', Buffer.from([0, 1, 2, 255]));
+  const r = await withDeadline(unary(Buffer.from('hello'), md), 10_000, 'unary');
+  assert.is(r.err, null);
+  assert.is(r.value!.toString(), 'hello');
+  assert.equal(r.head!.get('x-echo'), ['abc']);
+  assert.equal(r.head!.get('x-blob-bin'), [Buffer.from([0, 1, 2, 255])]);
+  assert.is(r.status!.code, grpc.status.OK);
+  assert.equal(r.status!.metadata.get('x-length'), ['5']);
+});
+
+test('an error status and its message arrive (a trailers-only answer)', async () => {
+  const r = await withDeadline(unary(Buffer.from('fail')), 10_000, 'failing unary');
+  assert.is(r.err!.code, grpc.status.NOT_FOUND);
+  assert.is(r.err!.details, 'no such thing: ünïcode');
+});
+
+test('4 MiB messages both ways', async () => {
+  const big = Buffer.alloc(MIB4, 7);
+  big.write('big', 0, 'latin1');
+  const r = await withDeadline(unary(big), 20_000, 'big unary');
+  assert.is(r.err, null);
+  assert.is(r.value!.length, MIB4);
+  assert.ok(r.value!.equals(big));
+});
+
+test('server streaming, with a quiet gap, ends with its trailers', async () => {
+  const req = Buffer.alloc(8);
+  req.writeUInt32BE(5, 0);
+  req.writeUInt32BE(300, 4);
+  const call = client.serverStream(req);
+  const got: string[] = [];
+  call.on('data', (m: Buffer) => got.push(m.toString()));
+  const status = await withDeadline(new Promise<grpc.StatusObject>((resolve) => call.on('status', resolve)), 10_000, 'server stream');
+  assert.is(status.code, grpc.status.OK);
+  assert.equal(got, ['message 0', 'message 1', 'message 2', 'message 3', 'message 4']);
+  assert.equal(status.metadata.get('x-sent'), ['5']);
+});
+
+test('client streaming', async () => {
+  const answer = new Promise<Buffer>((resolve, reject) => {
+    const call = client.clientStream((err: grpc.ServiceError | null, v?: Buffer) => (err ? reject(err) : resolve(v!)));
+    for (let i = 0; i < 50; i++) call.write(Buffer.alloc(1000, i));
+    call.end();
+  });
+  assert.is((await withDeadline(answer, 10_000, 'client stream')).toString(), '50 messages, 50000 bytes');
+});
+
+test('bidirectional streaming: each message answered as it comes', async () => {
+  const call = client.bidi();
+  const got: string[] = [];
+  const status = new Promise<grpc.StatusObject>((resolve) => call.on('status', resolve));
+  for (let i = 0; i < 3; i++) {
+    const echoed = new Promise<string>((resolve) => call.once('data', (m: Buffer) => resolve(m.toString())));
+    call.write(Buffer.from(`ping ${i}`));
+    // The answer to each message comes before the next is sent: nothing waits for the end.
+    got.push(await withDeadline(echoed, 10_000, `echo ${i}`));
+  }
+  call.end();
+  assert.is((await withDeadline(status, 10_000, 'bidi status')).code, grpc.status.OK);
+  assert.equal(got, ['echo: ping 0', 'echo: ping 1', 'echo: ping 2']);
+});
+
+test('a deadline travels as grpc-timeout and ends the call with DEADLINE_EXCEEDED', async () => {
+  const md = new grpc.Metadata();
+  md.set('x-call', 'deadline');
+  const r = await withDeadline(unary(Buffer.from('hang'), md, { deadline: Date.now() + 800 }), 10_000, 'deadline');
+  assert.is(r.err!.code, grpc.status.DEADLINE_EXCEEDED);
+  assert.ok(grpcTimeouts.length > 0, 'the server saw a grpc-timeout');
+  await waitFor(() => (cancelled.has('deadline') ? true : undefined), 10_000, 'the server ends the call');
+});
+
+test("a client's cancellation reaches the server as a cancellation", async () => {
+  const md = new grpc.Metadata();
+  md.set('x-call', 'cancel');
+  const req = Buffer.alloc(8);
+  req.writeUInt32BE(1000, 0);
+  req.writeUInt32BE(100, 4);
+  const call = client.serverStream(req, md);
+  await withDeadline(new Promise((resolve) => call.once('data', resolve)), 10_000, 'first message');
+  call.on('error', () => undefined);
+  call.cancel();
+  await waitFor(() => (cancelled.has('cancel') ? true : undefined), 10_000, 'the server hears the cancel');
+});
+
+test('many concurrent unary calls on one connection', async () => {
+  const rs = await withDeadline(Promise.all(Array.from({ length: 64 }, (_, i) => unary(Buffer.from(`call ${i}`)))), 20_000, '64 calls');
+  rs.forEach((r, i) => {
+    assert.is(r.err, null);
+    assert.is(r.value!.toString(), `call ${i}`);
+  });
+});
+
+test.run();
