@@ -140,8 +140,10 @@ export class H2Front {
     };
     armIdle();
     this.sessions.add(session);
+    let goneAway = false;
     const abuse = (why: string): void => {
-      if (session.closed || session.destroyed) return;
+      if (goneAway || session.closed || session.destroyed) return;
+      goneAway = true;
       this.opts.log.info({ peer, why }, 'h2: session over its budget: GOAWAY');
       session.goaway(NGHTTP2_ENHANCE_YOUR_CALM);
       setTimeout(() => session.destroy(), GOAWAY_GRACE_MS).unref();
