@@ -36,10 +36,12 @@ export interface TunnelSpec {
   upstreamInsecure?: boolean;
   /** one of several clients serving this id (a pool); needs an id */
   pool?: boolean;
+  /** how long the local service may take to start its answer (a gRPC server stream may be quiet longer than the default) */
+  responseTimeoutMs?: number;
 }
 
 /** The keys an entry may have, as written in burrow.yml (flags map onto them: --remote-port → remote_port). */
-export const TUNNEL_KEYS = ['proto', 'addr', 'id', 'team', 'remote_port', 'basic_auth', 'allow_ip', 'deny_ip', 'expires', 'host_header', 'upstream_insecure', 'pool'] as const;
+export const TUNNEL_KEYS = ['proto', 'addr', 'id', 'team', 'remote_port', 'basic_auth', 'allow_ip', 'deny_ip', 'expires', 'host_header', 'upstream_insecure', 'pool', 'response_timeout'] as const;
 export type TunnelKey = (typeof TUNNEL_KEYS)[number];
 export type RawTunnel = Partial<Record<TunnelKey, unknown>>;
 
@@ -58,6 +60,8 @@ export function flagOf(field: string): string {
 
 // A Host header value: a host name or address, optionally with a port; nothing a header could smuggle.
 const HOST_VALUE_RE = /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
+
+const RESPONSE_TIMEOUT_UNIT_MS: Record<string, number> = { s: 1_000, m: 60_000, h: 3_600_000 };
 
 const show = (v: unknown): string => (typeof v === 'string' ? `"${v}"` : JSON.stringify(v) ?? String(v));
 
@@ -223,6 +227,16 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
     else pool = raw.pool;
   }
 
+  let responseTimeoutMs: number | undefined;
+  if (raw.response_timeout !== undefined && raw.response_timeout !== null) {
+    const v = raw.response_timeout;
+    const m = typeof v === 'string' ? /^(\d+)\s*(s|m|h)$/.exec(v.trim()) : null;
+    const ms = m ? Number(m[1]) * RESPONSE_TIMEOUT_UNIT_MS[m[2]!]! : Number.NaN;
+    if (!(ms >= 1_000 && ms <= 86_400_000)) err('response_timeout', `expected a duration from 1s to 24h (30s, 5m, 1h), got ${show(v)}`);
+    else if (type === 'tcp') err('response_timeout', 'only http tunnels wait for an answer');
+    else responseTimeoutMs = ms;
+  }
+
   if (errors.length || !type || !local) return { spec: null, errors };
   const access: AccessRules = {};
   if (basicAuth.length) access.basicAuth = basicAuth;
@@ -236,6 +250,7 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
   if (hostHeader !== undefined) spec.hostHeader = hostHeader;
   if (upstreamInsecure !== undefined) spec.upstreamInsecure = upstreamInsecure;
   if (pool) spec.pool = true;
+  if (responseTimeoutMs !== undefined) spec.responseTimeoutMs = responseTimeoutMs;
   return { spec, errors };
 }
 

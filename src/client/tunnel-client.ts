@@ -71,7 +71,7 @@ export interface TunnelClientOptions {
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
-export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'localLabel' | 'observer' | 'pool'>;
+export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'localLabel' | 'observer' | 'pool' | 'responseTimeoutMs'>;
 
 export class TunnelRefused extends Error {
   constructor(
@@ -622,13 +622,15 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     // Visitors arrive: from now on lanes are worth their connections.
     if (link === this.link && t.laneKey) this.lanes.wake();
     if (head.kind === 'http' && t.opts.local.hostHeader) head = { ...head, headers: withHostHeader(head.headers, t.opts.local) };
+    // Per tunnel (--response-timeout, burrow.yml response_timeout), else the client's.
+    const timeoutMs = t.opts.responseTimeoutMs ?? this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const onFinish = (s: ClientStream): void => {
       if (link.streams.get(s.sid) === s) link.streams.delete(s.sid);
       t.open = Math.max(0, t.open - 1);
       this.emit('open-streams', t.open, t.name);
       const durationMs = Date.now() - s.startedMs;
       const f = s.localFailure;
-      const error = f ? { error: describeLocalError(f.err, t.localAddr, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
+      const error = f ? { error: describeLocalError(f.err, t.localAddr, timeoutMs) } : {};
       if (s instanceof RawHttpStream || s instanceof H2LocalStream) {
         // No answer: the status the visitor got from the edge for it.
         const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
@@ -637,7 +639,6 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         this.emit('connection', { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
       }
     };
-    const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
       head.kind === 'tcp'
         ? new TcpStream(sid, link.sender, onFinish, head, t.opts.local)
