@@ -3,6 +3,7 @@ import * as assert from 'uvu/assert';
 import http2 from 'node:http2';
 import { CliSuite } from '../cli/harness.js';
 import { withDeadline } from '../helpers/deadline.js';
+import { h2Get } from './helpers.js';
 import { ERR, FLAG, RawH2, T, field, frame, getBlock, indexedField, integer, settings, u32 } from './h2-raw.js';
 
 // HTTP/2 attacks on the public port, each from a raw peer writing frames by hand (h2-raw.ts),
@@ -21,16 +22,7 @@ let host = '';
 function visitor(path = '/'): Promise<{ status: number; body: string }> {
   const session = http2.connect(`http://127.0.0.1:${suite.srv.port}`, { localAddress: '127.0.0.2' } as http2.SecureClientSessionOptions);
   session.on('error', () => undefined);
-  const answer = new Promise<{ status: number; body: string }>((resolve, reject) => {
-    const req = session.request({ ':path': path, ':authority': host });
-    let status = 0;
-    let body = '';
-    req.on('response', (h) => (status = Number(h[':status'])));
-    req.on('data', (c: Buffer) => (body += c));
-    req.on('end', () => resolve({ status, body }));
-    req.on('error', reject);
-    req.end();
-  });
+  const answer = h2Get(session, host, path);
   return withDeadline(answer, 5_000, 'a fair visitor').finally(() => session.close());
 }
 

@@ -7,6 +7,7 @@ import { CliSuite } from '../cli/harness.js';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { tlsFixture } from '../helpers/certs.js';
 import { RunningBurrows, tempDir } from '../cli/harness.js';
+import { h2Get } from './helpers.js';
 
 // HTTP/2 visitors through a real burrowd and a real `burrow http` toward an HTTP/1.1 service:
 // curl with --http2-prior-knowledge on the plain port (h2c) and --http2 over TLS (ALPN), the
@@ -80,18 +81,7 @@ test('h2c with prior knowledge: curl speaks HTTP/2, the service hears HTTP/1.1 w
 test('h2c: many streams on one connection each get their answer', async () => {
   const session = http2.connect(`http://127.0.0.1:${plain.srv.port}`);
   try {
-    const answers = await Promise.all(
-      Array.from({ length: 20 }, (_, i) =>
-        new Promise<string>((resolve, reject) => {
-          const req = session.request({ ':path': `/n/${i}`, ':authority': h2cHost });
-          let body = '';
-          req.on('data', (c: Buffer) => (body += c));
-          req.on('end', () => resolve(body));
-          req.on('error', reject);
-          req.end();
-        }),
-      ),
-    );
+    const answers = await Promise.all(Array.from({ length: 20 }, (_, i) => h2Get(session, h2cHost, `/n/${i}`).then((r) => r.body)));
     assert.is(answers.length, 20);
     for (const a of answers) assert.is(a, 'hello over 1.1: 0');
   } finally {
@@ -124,17 +114,7 @@ test('TLS: the API host keeps HTTP/1.1 (ALPN)', async () => {
 test('TLS: two tunnels coalesced on one connection under the wildcard certificate; 421 for a host it does not cover', async () => {
   const [a, b] = tlsHosts.map((h) => h.split(':')[0]!);
   const session = http2.connect(`https://127.0.0.1:${secure.port}`, { ca: fixture.caPem, servername: a });
-  const ask = (authority: string): Promise<{ status: number; body: string }> =>
-    new Promise((resolve, reject) => {
-      const req = session.request({ ':path': '/c', ':authority': `${authority}:${secure.port}` });
-      let status = 0;
-      let body = '';
-      req.on('response', (h) => (status = Number(h[':status'])));
-      req.on('data', (c: Buffer) => (body += c));
-      req.on('end', () => resolve({ status, body }));
-      req.on('error', reject);
-      req.end();
-    });
+  const ask = (authority: string): Promise<{ status: number; body: string }> => h2Get(session, `${authority}:${secure.port}`, '/c');
   try {
     const first = await ask(a);
     const second = await ask(b);
