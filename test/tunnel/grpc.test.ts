@@ -1,7 +1,10 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import * as grpc from '@grpc/grpc-js';
-import { CliSuite } from '../cli/harness.js';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { CliSuite, tempDir } from '../cli/harness.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { waitFor } from '../cli/harness.js';
 
@@ -33,14 +36,16 @@ const LIMITS = { 'grpc.max_receive_message_length': 8 * 1024 * 1024, 'grpc.max_s
 type Client = grpc.Client & Record<keyof typeof SERVICE, (...a: unknown[]) => grpc.ClientUnaryCall & grpc.ClientReadableStream<Buffer> & grpc.ClientWritableStream<Buffer> & grpc.ClientDuplexStream<Buffer, Buffer>>;
 
 let suite: CliSuite;
-let server: grpc.Server;
+const servers: grpc.Server[] = [];
 let client: Client;
+const certDir = tempDir('burrow-grpc-tls-');
 /** Calls the server saw end by cancellation, by their x-call metadata. */
 const cancelled = new Set<string>();
 const grpcTimeouts: string[] = [];
 
-function serve(): Promise<number> {
-  server = new grpc.Server(LIMITS);
+function serve(credentials = grpc.ServerCredentials.createInsecure()): Promise<number> {
+  const server = new grpc.Server(LIMITS);
+  servers.push(server);
   server.addService(SERVICE as unknown as grpc.ServiceDefinition, {
     unary(call: grpc.ServerUnaryCall<Buffer, Buffer>, done: grpc.sendUnaryData<Buffer>) {
       const md = call.metadata;
@@ -91,14 +96,22 @@ function serve(): Promise<number> {
       call.on('end', () => call.end());
     },
   });
-  return new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))));
+  return new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', credentials, (err, port) => (err ? reject(err) : resolve(port))));
 }
 
-function unary(body: Buffer, md = new grpc.Metadata(), opts: grpc.CallOptions = {}): Promise<{ err: grpc.ServiceError | null; value?: Buffer; head?: grpc.Metadata; status?: grpc.StatusObject }> {
+/** A client of the tunnel `host` through burrowd's plain port (h2c). */
+function clientOf(host: string): Client {
+  return new (grpc.makeGenericClientConstructor(SERVICE as unknown as grpc.ServiceDefinition, 'Echo'))(`127.0.0.1:${suite.srv.port}`, grpc.credentials.createInsecure(), {
+    ...LIMITS,
+    'grpc.default_authority': host,
+  }) as unknown as Client;
+}
+
+function unary(body: Buffer, md = new grpc.Metadata(), opts: grpc.CallOptions = {}, via: Client = client): Promise<{ err: grpc.ServiceError | null; value?: Buffer; head?: grpc.Metadata; status?: grpc.StatusObject }> {
   return new Promise((resolve) => {
     let head: grpc.Metadata | undefined;
     let status: grpc.StatusObject | undefined;
-    const call = client.unary(body, md, opts, (err: grpc.ServiceError | null, value?: Buffer) => setImmediate(() => resolve({ err, value, head, status })));
+    const call = via.unary(body, md, opts, (err: grpc.ServiceError | null, value?: Buffer) => setImmediate(() => resolve({ err, value, head, status })));
     call.on('metadata', (m: grpc.Metadata) => (head = m));
     call.on('status', (s: grpc.StatusObject) => (status = s));
   });
@@ -108,17 +121,14 @@ test.before(async () => {
   suite = await CliSuite.start({ workers: 2 });
   const port = await serve();
   const child = suite.burrows.start(suite.admin, ['http', `h2c://127.0.0.1:${port}`, '--id', 'grpc', '--no-inspect']);
-  const host = new URL(await suite.burrows.firstLine(child)).host;
-  client = new (grpc.makeGenericClientConstructor(SERVICE as unknown as grpc.ServiceDefinition, 'Echo'))(`127.0.0.1:${suite.srv.port}`, grpc.credentials.createInsecure(), {
-    ...LIMITS,
-    'grpc.default_authority': host,
-  }) as unknown as Client;
+  client = clientOf(new URL(await suite.burrows.firstLine(child)).host);
 });
 
 test.after(async () => {
   client?.close();
-  server?.forceShutdown();
+  for (const s of servers) s.forceShutdown();
   await suite?.stop();
+  certDir.remove();
 });
 
 test('unary: the message, metadata (a -bin one too) both ways, status OK and trailers', async () => {
@@ -214,6 +224,25 @@ test('many concurrent unary calls on one connection', async () => {
     assert.is(r.err, null);
     assert.is(r.value!.toString(), `call ${i}`);
   });
+});
+
+test('h2://: a gRPC service over TLS, its self-signed certificate accepted with --upstream-insecure', async () => {
+  execFileSync('/usr/bin/openssl', [
+    'req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-days', '1', '-subj', '/CN=localhost',
+    '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
+    '-keyout', join(certDir.dir, 'key.pem'), '-out', join(certDir.dir, 'cert.pem'),
+  ], { stdio: 'ignore' });
+  const port = await serve(grpc.ServerCredentials.createSsl(null, [{ private_key: readFileSync(join(certDir.dir, 'key.pem')), cert_chain: readFileSync(join(certDir.dir, 'cert.pem')) }]));
+  const child = suite.burrows.start(suite.admin, ['http', `h2://localhost:${port}`, '--id', 'grpc-tls', '--upstream-insecure', '--no-inspect']);
+  const tlsClient = clientOf(new URL(await suite.burrows.firstLine(child)).host);
+  try {
+    const r = await withDeadline(unary(Buffer.from('over tls'), new grpc.Metadata(), {}, tlsClient), 10_000, 'unary over h2://');
+    assert.is(r.err, null);
+    assert.is(r.value!.toString(), 'over tls');
+    assert.equal(r.status!.metadata.get('x-length'), ['8']);
+  } finally {
+    tlsClient.close();
+  }
 });
 
 test.run();

@@ -98,6 +98,15 @@ test('an HTTP/1.1 request on the plain port is still served as before, and Upgra
   assert.is(seen[0]!.headers['http2-settings'], undefined);
 });
 
+test('requests that came as HTTP/2 streams are counted apart (burrow_h2_requests_total)', async () => {
+  let text = '';
+  for (let i = 0; i < 40 && !/^burrow_h2_requests_total [1-9]/m.test(text); i++) {
+    if (i > 0) await new Promise((r) => setTimeout(r, 100));
+    text = await (await fetch(`http://127.0.0.1:${plain.srv.port}/metrics`, { headers: { authorization: `Bearer ${plain.srv.adminKey}` } })).text();
+  }
+  assert.match(text, /^burrow_h2_requests_total (2[1-9]|[3-9]\d)/m);
+});
+
 test('TLS: ALPN h2 for a tunnel host, answered over HTTP/2', async () => {
   const r = await curl(['--http2', '-i', '--cacert', fixture.ca.cert, '--resolve', `${tlsHosts[0]!.split(':')[0]}:${secure.port}:127.0.0.1`, `https://${tlsHosts[0]}/x`]);
   assert.is(r.code, 0, r.stderr);
