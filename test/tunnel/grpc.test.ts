@@ -4,129 +4,36 @@ import * as grpc from '@grpc/grpc-js';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CliSuite, tempDir } from '../cli/harness.js';
+import { CliSuite, tempDir, waitFor } from '../cli/harness.js';
 import { withDeadline } from '../helpers/deadline.js';
-import { waitFor } from '../cli/harness.js';
+import { echoClient, startEcho, unaryCall, type Echo, type EchoClient, type UnaryResult } from '../helpers/grpc-echo.js';
 
 // gRPC end to end: a @grpc/grpc-js client → burrowd (h2c on the plain port) → a real
 // `burrow http h2c://…` → a @grpc/grpc-js server. The four call kinds, metadata (a -bin one
 // too), 4 MiB messages, status and message in the trailers (and trailers-only errors),
-// deadlines, and a client's cancellation reaching the server as a cancellation. Messages are
-// raw bytes (no protobuf): what crosses burrow is the gRPC framing and HTTP/2 fields.
+// deadlines, and a client's cancellation reaching the server as a cancellation (the echo
+// service: test/helpers/grpc-echo.ts).
 
-const raw = { serialize: (b: Buffer) => b, deserialize: (b: Buffer) => b };
-const method = (name: string, requestStream: boolean, responseStream: boolean) => ({
-  path: `/burrow.test.Echo/${name}`,
-  requestStream,
-  responseStream,
-  requestSerialize: raw.serialize,
-  requestDeserialize: raw.deserialize,
-  responseSerialize: raw.serialize,
-  responseDeserialize: raw.deserialize,
-});
-const SERVICE = {
-  unary: method('Unary', false, false),
-  serverStream: method('ServerStream', false, true),
-  clientStream: method('ClientStream', true, false),
-  bidi: method('Bidi', true, true),
-} as const;
 const MIB4 = 4 * 1024 * 1024;
-const LIMITS = { 'grpc.max_receive_message_length': 8 * 1024 * 1024, 'grpc.max_send_message_length': 8 * 1024 * 1024 };
-
-type Client = grpc.Client & Record<keyof typeof SERVICE, (...a: unknown[]) => grpc.ClientUnaryCall & grpc.ClientReadableStream<Buffer> & grpc.ClientWritableStream<Buffer> & grpc.ClientDuplexStream<Buffer, Buffer>>;
 
 let suite: CliSuite;
-const servers: grpc.Server[] = [];
-let client: Client;
+let echo: Echo;
+let tlsEcho: Echo | null = null;
+let client: EchoClient;
 const certDir = tempDir('burrow-grpc-tls-');
-/** Calls the server saw end by cancellation, by their x-call metadata. */
-const cancelled = new Set<string>();
-const grpcTimeouts: string[] = [];
-
-function serve(credentials = grpc.ServerCredentials.createInsecure()): Promise<number> {
-  const server = new grpc.Server(LIMITS);
-  servers.push(server);
-  server.addService(SERVICE as unknown as grpc.ServiceDefinition, {
-    unary(call: grpc.ServerUnaryCall<Buffer, Buffer>, done: grpc.sendUnaryData<Buffer>) {
-      const md = call.metadata;
-      // grpc-js reads grpc-timeout into the call's deadline (it is not metadata).
-      const deadline = call.getDeadline();
-      if (deadline !== Infinity) grpcTimeouts.push(String(deadline));
-      call.on('cancelled', () => cancelled.add(String(md.get('x-call')[0] ?? '')));
-      const what = call.request.subarray(0, 16).toString('latin1');
-      if (what === 'fail') return done({ code: grpc.status.NOT_FOUND, details: 'no such thing: ünïcode' });
-      if (what === 'hang') return; // answered never: the deadline or the cancel ends it
-      const head = new grpc.Metadata();
-      head.set('x-echo', String(md.get('x-token')[0] ?? ''));
-      const bin = md.get('x-blob-bin')[0];
-      if (bin) head.set('x-blob-bin', bin as Buffer);
-      call.sendMetadata(head);
-      const trailer = new grpc.Metadata();
-      trailer.set('x-length', String(call.request.length));
-      done(null, call.request, trailer);
-    },
-    serverStream(call: grpc.ServerWritableStream<Buffer, Buffer>) {
-      const n = call.request.readUInt32BE(0);
-      const gapMs = call.request.readUInt32BE(4);
-      call.on('cancelled', () => cancelled.add(String(call.metadata.get('x-call')[0] ?? '')));
-      let i = 0;
-      const next = (): void => {
-        if (call.cancelled) return;
-        if (i === n) {
-          const t = new grpc.Metadata();
-          t.set('x-sent', String(n));
-          return void call.end(t);
-        }
-        call.write(Buffer.from(`message ${i++}`));
-        setTimeout(next, gapMs);
-      };
-      next();
-    },
-    clientStream(call: grpc.ServerReadableStream<Buffer, Buffer>, done: grpc.sendUnaryData<Buffer>) {
-      let count = 0;
-      let bytes = 0;
-      call.on('data', (m: Buffer) => {
-        count++;
-        bytes += m.length;
-      });
-      call.on('end', () => done(null, Buffer.from(`${count} messages, ${bytes} bytes`)));
-    },
-    bidi(call: grpc.ServerDuplexStream<Buffer, Buffer>) {
-      call.on('data', (m: Buffer) => call.write(Buffer.concat([Buffer.from('echo: '), m])));
-      call.on('end', () => call.end());
-    },
-  });
-  return new Promise((resolve, reject) => server.bindAsync('127.0.0.1:0', credentials, (err, port) => (err ? reject(err) : resolve(port))));
-}
-
-/** A client of the tunnel `host` through burrowd's plain port (h2c). */
-function clientOf(host: string): Client {
-  return new (grpc.makeGenericClientConstructor(SERVICE as unknown as grpc.ServiceDefinition, 'Echo'))(`127.0.0.1:${suite.srv.port}`, grpc.credentials.createInsecure(), {
-    ...LIMITS,
-    'grpc.default_authority': host,
-  }) as unknown as Client;
-}
-
-function unary(body: Buffer, md = new grpc.Metadata(), opts: grpc.CallOptions = {}, via: Client = client): Promise<{ err: grpc.ServiceError | null; value?: Buffer; head?: grpc.Metadata; status?: grpc.StatusObject }> {
-  return new Promise((resolve) => {
-    let head: grpc.Metadata | undefined;
-    let status: grpc.StatusObject | undefined;
-    const call = via.unary(body, md, opts, (err: grpc.ServiceError | null, value?: Buffer) => setImmediate(() => resolve({ err, value, head, status })));
-    call.on('metadata', (m: grpc.Metadata) => (head = m));
-    call.on('status', (s: grpc.StatusObject) => (status = s));
-  });
-}
+const unary = (body: Buffer, md?: grpc.Metadata, opts?: grpc.CallOptions): Promise<UnaryResult> => unaryCall(client, body, md, opts);
 
 test.before(async () => {
   suite = await CliSuite.start({ workers: 2 });
-  const port = await serve();
-  const child = suite.burrows.start(suite.admin, ['http', `h2c://127.0.0.1:${port}`, '--id', 'grpc', '--no-inspect']);
-  client = clientOf(new URL(await suite.burrows.firstLine(child)).host);
+  echo = await startEcho();
+  const child = suite.burrows.start(suite.admin, ['http', `h2c://127.0.0.1:${echo.port}`, '--id', 'grpc', '--no-inspect']);
+  client = echoClient(`127.0.0.1:${suite.srv.port}`, new URL(await suite.burrows.firstLine(child)).host);
 });
 
 test.after(async () => {
   client?.close();
-  for (const s of servers) s.forceShutdown();
+  echo?.server.forceShutdown();
+  tlsEcho?.server.forceShutdown();
   await suite?.stop();
   certDir.remove();
 });
@@ -201,8 +108,8 @@ test('a deadline travels as grpc-timeout and ends the call with DEADLINE_EXCEEDE
   md.set('x-call', 'deadline');
   const r = await withDeadline(unary(Buffer.from('hang'), md, { deadline: Date.now() + 800 }), 10_000, 'deadline');
   assert.is(r.err!.code, grpc.status.DEADLINE_EXCEEDED);
-  assert.ok(grpcTimeouts.length > 0, 'the server saw a grpc-timeout');
-  await waitFor(() => (cancelled.has('deadline') ? true : undefined), 10_000, 'the server ends the call');
+  assert.ok(echo.deadlines.length > 0, 'the server read a deadline from grpc-timeout');
+  await waitFor(() => (echo.cancelled.has('deadline') ? true : undefined), 10_000, 'the server ends the call');
 });
 
 test("a client's cancellation reaches the server as a cancellation", async () => {
@@ -215,7 +122,7 @@ test("a client's cancellation reaches the server as a cancellation", async () =>
   await withDeadline(new Promise((resolve) => call.once('data', resolve)), 10_000, 'first message');
   call.on('error', () => undefined);
   call.cancel();
-  await waitFor(() => (cancelled.has('cancel') ? true : undefined), 10_000, 'the server hears the cancel');
+  await waitFor(() => (echo.cancelled.has('cancel') ? true : undefined), 10_000, 'the server hears the cancel');
 });
 
 test('many concurrent unary calls on one connection', async () => {
@@ -232,11 +139,11 @@ test('h2://: a gRPC service over TLS, its self-signed certificate accepted with 
     '-addext', 'subjectAltName=DNS:localhost,IP:127.0.0.1',
     '-keyout', join(certDir.dir, 'key.pem'), '-out', join(certDir.dir, 'cert.pem'),
   ], { stdio: 'ignore' });
-  const port = await serve(grpc.ServerCredentials.createSsl(null, [{ private_key: readFileSync(join(certDir.dir, 'key.pem')), cert_chain: readFileSync(join(certDir.dir, 'cert.pem')) }]));
-  const child = suite.burrows.start(suite.admin, ['http', `h2://localhost:${port}`, '--id', 'grpc-tls', '--upstream-insecure', '--no-inspect']);
-  const tlsClient = clientOf(new URL(await suite.burrows.firstLine(child)).host);
+  tlsEcho = await startEcho(grpc.ServerCredentials.createSsl(null, [{ private_key: readFileSync(join(certDir.dir, 'key.pem')), cert_chain: readFileSync(join(certDir.dir, 'cert.pem')) }]));
+  const child = suite.burrows.start(suite.admin, ['http', `h2://localhost:${tlsEcho.port}`, '--id', 'grpc-tls', '--upstream-insecure', '--no-inspect']);
+  const tlsClient = echoClient(`127.0.0.1:${suite.srv.port}`, new URL(await suite.burrows.firstLine(child)).host);
   try {
-    const r = await withDeadline(unary(Buffer.from('over tls'), new grpc.Metadata(), {}, tlsClient), 10_000, 'unary over h2://');
+    const r = await withDeadline(unaryCall(tlsClient, Buffer.from('over tls')), 10_000, 'unary over h2://');
     assert.is(r.err, null);
     assert.is(r.value!.toString(), 'over tls');
     assert.equal(r.status!.metadata.get('x-length'), ['8']);
