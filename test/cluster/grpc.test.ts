@@ -4,7 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import { startCluster, type TestCluster } from './cluster.js';
 import { createKeyFor, createUser, eventually, withDeadline } from '../helpers/fixtures.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
-import { echoClient, startEcho, unaryCall, type Echo, type EchoClient } from '../helpers/grpc-echo.js';
+import { cancelAfterFirst, echoClient, startEcho, unaryCall, type Echo, type EchoClient } from '../helpers/grpc-echo.js';
 
 // gRPC through a node that does not hold the tunnel: the client is connected to node A only (no
 // second connection), the gRPC client speaks h2c to node B, whose stream crosses the link to A
@@ -51,15 +51,7 @@ test('a unary call through another node keeps its metadata, status and trailers'
 });
 
 test('a cancelled server stream through another node is cancelled at the service', async () => {
-  const md = new grpc.Metadata();
-  md.set('x-call', 'cancel-b');
-  const req = Buffer.alloc(8);
-  req.writeUInt32BE(1000, 0);
-  req.writeUInt32BE(100, 4);
-  const call = viaB.serverStream(req, md);
-  call.on('error', () => undefined);
-  await withDeadline(new Promise((resolve) => call.once('data', resolve)), 10_000, 'first message');
-  call.cancel();
+  await withDeadline(cancelAfterFirst(viaB, 'cancel-b'), 10_000, 'first message, then the cancel');
   await eventually(() => (echo.cancelled.has('cancel-b') ? true : undefined), 10_000, 'the service hears the cancel');
 });
 

@@ -102,6 +102,24 @@ export function echoClient(address: string, authority: string): EchoClient {
   }) as unknown as EchoClient;
 }
 
+/** The serverStream request: `count` messages, `gapMs` apart. */
+export function streamRequest(count: number, gapMs: number): Buffer {
+  const req = Buffer.alloc(8);
+  req.writeUInt32BE(count, 0);
+  req.writeUInt32BE(gapMs, 4);
+  return req;
+}
+
+/** Opens a long server stream tagged `tag` (x-call) and cancels it once its first message came. */
+export async function cancelAfterFirst(client: EchoClient, tag: string): Promise<void> {
+  const md = new grpc.Metadata();
+  md.set('x-call', tag);
+  const call = client.serverStream(streamRequest(1000, 100), md);
+  call.on('error', () => undefined);
+  await new Promise((resolve) => call.once('data', resolve));
+  call.cancel();
+}
+
 export interface UnaryResult {
   err: grpc.ServiceError | null;
   value?: Buffer;

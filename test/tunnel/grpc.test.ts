@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CliSuite, tempDir, waitFor } from '../cli/harness.js';
 import { withDeadline } from '../helpers/deadline.js';
-import { echoClient, startEcho, unaryCall, type Echo, type EchoClient, type UnaryResult } from '../helpers/grpc-echo.js';
+import { cancelAfterFirst, echoClient, startEcho, streamRequest, unaryCall, type Echo, type EchoClient, type UnaryResult } from '../helpers/grpc-echo.js';
 
 // gRPC end to end: a @grpc/grpc-js client → burrowd (h2c on the plain port) → a real
 // `burrow http h2c://…` → a @grpc/grpc-js server. The four call kinds, metadata (a -bin one
@@ -67,10 +67,7 @@ test('4 MiB messages both ways', async () => {
 });
 
 test('server streaming, with a quiet gap, ends with its trailers', async () => {
-  const req = Buffer.alloc(8);
-  req.writeUInt32BE(5, 0);
-  req.writeUInt32BE(300, 4);
-  const call = client.serverStream(req);
+  const call = client.serverStream(streamRequest(5, 300));
   const got: string[] = [];
   call.on('data', (m: Buffer) => got.push(m.toString()));
   const status = await withDeadline(new Promise<grpc.StatusObject>((resolve) => call.on('status', resolve)), 10_000, 'server stream');
@@ -113,15 +110,7 @@ test('a deadline travels as grpc-timeout and ends the call with DEADLINE_EXCEEDE
 });
 
 test("a client's cancellation reaches the server as a cancellation", async () => {
-  const md = new grpc.Metadata();
-  md.set('x-call', 'cancel');
-  const req = Buffer.alloc(8);
-  req.writeUInt32BE(1000, 0);
-  req.writeUInt32BE(100, 4);
-  const call = client.serverStream(req, md);
-  await withDeadline(new Promise((resolve) => call.once('data', resolve)), 10_000, 'first message');
-  call.on('error', () => undefined);
-  call.cancel();
+  await withDeadline(cancelAfterFirst(client, 'cancel'), 10_000, 'first message, then the cancel');
   await waitFor(() => (echo.cancelled.has('cancel') ? true : undefined), 10_000, 'the server hears the cancel');
 });
 
