@@ -138,9 +138,10 @@ export class H2LocalStream extends ClientStream {
 
   private onLocalEnd(): void {
     if (this.done || !this.answered) return;
+    const t = this.trailers ? flatFields(this.trailers) : [];
+    if (t.length > 0) this.capture?.trailers?.(t);
     if (this.chunked) {
       let text = '0\r\n';
-      const t = this.trailers ? flatFields(this.trailers) : [];
       for (let i = 0; i < t.length; i += 2) text += `${t[i]}: ${t[i + 1]}\r\n`;
       this.send(Buffer.from(text + '\r\n', 'latin1'));
     }

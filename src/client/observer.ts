@@ -12,6 +12,8 @@ export interface ExchangeObserver {
   response(status: number, headers: readonly string[], line?: StatusLine): void;
   /** A chunk of the response body. */
   responseBody(chunk: Uint8Array): void;
+  /** The response's trailers (an HTTP/2 local service's: gRPC's grpc-status), before `end`. */
+  trailers?(fields: readonly string[]): void;
   /** The exchange completed. */
   end(): void;
   /** The exchange failed (local service unreachable, timed out, reset by either side). */
@@ -96,6 +98,15 @@ class GuardedExchange implements ExchangeObserver {
     if (this.broken) return;
     try {
       this.inner.responseBody(chunk);
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  trailers(fields: readonly string[]): void {
+    if (this.broken) return;
+    try {
+      this.inner.trailers?.(fields);
     } catch {
       this.broken = true;
     }

@@ -4,8 +4,9 @@ import * as grpc from '@grpc/grpc-js';
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { CliSuite, tempDir, waitFor } from '../cli/harness.js';
-import { withDeadline } from '../helpers/deadline.js';
+import { CliSuite, closedPort, tempDir, waitFor } from '../cli/harness.js';
+import type { CaptureSummary } from '../../src/client/inspector/store.js';
+import { eventually, withDeadline } from '../helpers/deadline.js';
 import { cancelAfterFirst, echoClient, startEcho, streamRequest, unaryCall, type Echo, type EchoClient, type UnaryResult } from '../helpers/grpc-echo.js';
 
 // gRPC end to end: a @grpc/grpc-js client → burrowd (h2c on the plain port) → a real
@@ -138,6 +139,28 @@ test('h2://: a gRPC service over TLS, its self-signed certificate accepted with 
     assert.equal(r.status!.metadata.get('x-length'), ['8']);
   } finally {
     tlsClient.close();
+  }
+});
+
+test('the inspector lists gRPC calls as HTTP/2 with their grpc-status', async () => {
+  const admin = suite.admin;
+  const child = suite.burrows.start({ ...admin, env: { ...admin.env, BURROW_INSPECT_BASE_PORT: String(await closedPort()) } }, ['http', `h2c://127.0.0.1:${echo.port}`, '--id', 'grpc-insp']);
+  const inspected = echoClient(`127.0.0.1:${suite.srv.port}`, new URL(await suite.burrows.firstLine(child)).host);
+  try {
+    const inspector = await waitFor(() => /^burrow: inspector at (http:\/\/\S+)$/m.exec(child.output.stderr)?.[1], 10_000, 'inspector address');
+    assert.is((await withDeadline(unaryCall(inspected, Buffer.from('seen')), 10_000, 'ok call')).err, null);
+    assert.is((await withDeadline(unaryCall(inspected, Buffer.from('fail')), 10_000, 'failing call')).err!.code, grpc.status.NOT_FOUND);
+    const list = await eventually(async () => {
+      const l = (await (await fetch(`${inspector}/api/requests`)).json()) as CaptureSummary[];
+      return l.length === 2 && l.every((c) => c.state === 'complete') ? l : undefined;
+    }, 10_000, 'two complete captures');
+    // Newest first: the failing call, then the good one.
+    assert.equal(list!.map((c) => [c.path, c.http_version, c.grpc_status]), [
+      ['/burrow.test.Echo/Unary', 'HTTP/2', grpc.status.NOT_FOUND],
+      ['/burrow.test.Echo/Unary', 'HTTP/2', grpc.status.OK],
+    ]);
+  } finally {
+    inspected.close();
   }
 });
 
