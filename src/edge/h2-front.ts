@@ -4,7 +4,6 @@ import tls from 'node:tls';
 import type { Logger } from '../log.js';
 import { TokenBucket } from '../protocol/token-bucket.js';
 import { MAX_HEAD_BYTES, type RequestHead } from '../protocol/http1-parser.js';
-import { renderProblem } from '../http/problem.js';
 import type { Exchange } from './front-connection.js';
 import { H2Answer, H2StreamCarrier, h2RequestHead, NGHTTP2_NO_ERROR } from './h2-visitor.js';
 import type { VisitorAnswer, VisitorConnection } from './visitor-port.js';
@@ -64,7 +63,6 @@ export interface H2Options {
 /** One per shard: serves the HTTP/2 connections its fronts hand over. */
 export class H2Front {
   private readonly server: Http2Server;
-  private readonly sessions = new Set<ServerHttp2Session>();
 
   constructor(private readonly opts: H2Options) {
     const max = opts.maxStreams;
@@ -78,8 +76,9 @@ export class H2Front {
       maxSessionRejectedStreams: max,
       maxOutstandingPings: 4,
       maxSettings: 16,
-      // MiB of nghttp2's own queues per session (headers, acks) before new streams are refused.
-      maxSessionMemory: 4,
+      // MiB of nghttp2's own queues per session (headers, acks, DATA handed to it) before new
+      // streams are refused: Node's default, said here so it is a choice.
+      maxSessionMemory: 10,
       settings: {
         maxConcurrentStreams: max,
         maxHeaderListSize: MAX_HEAD_BYTES,
@@ -115,15 +114,6 @@ export class H2Front {
   }
   private handing: { socket: Duplex; peer: string } | null = null;
 
-  get sessionCount(): number {
-    return this.sessions.size;
-  }
-
-  /** Every session ends (the end of a shutdown). */
-  closeAll(): void {
-    for (const s of this.sessions) s.destroy();
-  }
-
   private adopt(session: ServerHttp2Session): void {
     if (!this.handing) return void session.destroy();
     const { socket, peer } = this.handing;
@@ -139,7 +129,6 @@ export class H2Front {
       idle = setTimeout(() => session.close(), IDLE_TIMEOUT_MS);
     };
     armIdle();
-    this.sessions.add(session);
     let goneAway = false;
     const abuse = (why: string): void => {
       if (goneAway || session.closed || session.destroyed) return;
@@ -150,7 +139,6 @@ export class H2Front {
     };
     session.on('error', () => undefined);
     session.on('close', () => {
-      this.sessions.delete(session);
       if (idle) clearTimeout(idle);
       sendTimeout?.stop();
     });
@@ -192,8 +180,7 @@ export class H2Front {
 
 /** A short answer of the front's own on a stream; its request body is read and dropped. */
 function refuse(answer: H2Answer, code: 'bad-request' | 'not-implemented' | 'misdirected', detail: string, stream: ServerHttp2Stream): void {
-  const r = renderProblem(code, detail);
-  answer.problem(code, detail, { status: r.status });
+  answer.problem(code, detail);
   stream.resume();
 }
 
