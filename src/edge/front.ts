@@ -256,6 +256,7 @@ export class Front {
       if (preface && seen.length < H2_PREFACE.length) return;
       clearTimeout(timer);
       socket.off('data', onData);
+      socket.off('end', onEnd);
       socket.off('close', onClose);
       socket.pause();
       socket.unshift(seen);
@@ -264,7 +265,11 @@ export class Front {
       socket.resume();
     };
     const onClose = (): void => clearTimeout(timer);
+    // The visitor's FIN before it said which protocol: no request to answer (allowHalfOpen
+    // would keep the socket, and its slot, open otherwise).
+    const onEnd = (): void => void socket.destroy();
     socket.on('data', onData);
+    socket.once('end', onEnd);
     socket.once('close', onClose);
     socket.resume();
   }
