@@ -22,6 +22,8 @@ let secure: TestServer;
 const burrows = new RunningBurrows();
 const home = tempDir();
 let h2cHost = '';
+/** A tunnel with --basic-auth: the access rules apply to each stream. */
+let lockedHost = '';
 let servicePort = 0;
 const tlsHosts: string[] = [];
 let seen: { version: string; headers: http.IncomingHttpHeaders; body: string }[] = [];
@@ -52,6 +54,7 @@ test.before(async () => {
     });
   });
   h2cHost = await expose(plain.srv, 'h2c-one');
+  lockedHost = await expose(plain.srv, 'h2c-locked', ['--basic-auth', 'ann:s3cret']);
   secure = await startServer({ workers: 1, args: ['--domain', DOMAIN, '--tls-cert', fixture.main.cert, '--tls-key', fixture.main.key, '--tls-dir', fixture.sniDir] });
   tlsHosts.push(await expose(secure, 'alpha', ['--ca', fixture.ca.cert]), await expose(secure, 'beta', ['--ca', fixture.ca.cert]));
 });
@@ -96,6 +99,27 @@ test('an HTTP/1.1 request on the plain port is still served as before, and Upgra
   assert.match(r.stdout, /^HTTP\/1\.1 200/);
   assert.is(seen[0]!.headers.upgrade, undefined);
   assert.is(seen[0]!.headers['http2-settings'], undefined);
+});
+
+test('basic auth applies to each stream of one connection; the password never reaches the service', async () => {
+  seen = [];
+  const session = http2.connect(`http://127.0.0.1:${plain.srv.port}`);
+  try {
+    const ask = (authorization: string | null) =>
+      new Promise<number>((resolve, reject) => {
+        const req = session.request({ ':path': '/locked', ':authority': lockedHost, ...(authorization ? { authorization } : {}) });
+        req.on('response', (h) => resolve(Number(h[':status'])));
+        req.on('error', reject);
+        req.resume();
+        req.end();
+      });
+    const good = `Basic ${Buffer.from('ann:s3cret').toString('base64')}`;
+    assert.equal(await Promise.all([ask(null), ask(good), ask(`Basic ${Buffer.from('ann:nope').toString('base64')}`)]), [401, 200, 401]);
+    assert.is(seen.length, 1);
+    assert.is(seen[0]!.headers.authorization, undefined);
+  } finally {
+    session.close();
+  }
 });
 
 test('requests that came as HTTP/2 streams are counted apart (burrow_h2_requests_total)', async () => {
