@@ -87,6 +87,8 @@ export interface Config {
   heartbeatIntervalMs: number;
   /** Concurrent tunnelled HTTP requests one visitor IP may have on a shard (more: 429). */
   visitorConcurrency: number;
+  /** --h2-max-streams: concurrent HTTP/2 streams per visitor connection (SETTINGS_MAX_CONCURRENT_STREAMS). */
+  h2MaxStreams: number;
   /** The public port's own bounds on connections, their timers and their buffers (edge/front-limits.ts). */
   front: FrontLimitsConfig;
   /** --metrics-addr: a listener of its own serving GET /metrics without a key (null: off). */
@@ -291,6 +293,7 @@ export function buildServerCommand(): Command {
     .addOption(opt('--shutdown-timeout <ms>', 'how long shutdown waits for in-flight work').argParser(int('--shutdown-timeout', 0, 600_000)).default(10_000))
     .addOption(opt('--heartbeat-interval <ms>', 'tunnel control connections ping this often; one silent for 3 intervals is dropped').argParser(int('--heartbeat-interval', 100, 10_000)).default(5_000))
     .addOption(opt('--visitor-concurrency <n>', 'concurrent tunnelled HTTP requests per visitor IP and shard worker; more are answered 429').argParser(int('--visitor-concurrency', 1, 1_000_000)).default(128))
+    .addOption(opt('--h2-max-streams <n>', 'concurrent HTTP/2 streams per visitor connection (h2 and h2c); an abuser of stream resets or control frames gets GOAWAY').argParser(int('--h2-max-streams', 1, 10_000)).default(100))
     .addOption(opt('--first-byte-timeout <duration>', 'a public connection that sends nothing for this long after it opened is closed').argParser(timeoutMs('--first-byte-timeout', 300)).default(5_000, '5s'))
     .addOption(opt('--send-timeout <duration>', 'a public connection whose visitor takes none of its answer for this long is closed (as nginx\'s send_timeout)').argParser(timeoutMs('--send-timeout', 3600)).default(60_000, '60s'))
     .addOption(opt('--max-connections-per-ip <n>', 'open public connections per client address (an IPv4 address, an IPv6 /64; the PROXY header\'s under --proxy-protocol; --trust-proxy peers exempt) and shard worker; more are closed at once').argParser(int('--max-connections-per-ip', 1, 1_000_000)).default(512))
@@ -407,6 +410,7 @@ export function configFromOptions(o: Opts): Config {
     shutdownTimeoutMs: o.shutdownTimeout as number,
     heartbeatIntervalMs: o.heartbeatInterval as number,
     visitorConcurrency: o.visitorConcurrency as number,
+    h2MaxStreams: o.h2MaxStreams as number,
     front: Object.freeze({
       firstByteTimeoutMs: o.firstByteTimeout as number,
       sendTimeoutMs: o.sendTimeout as number,

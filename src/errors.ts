@@ -10,6 +10,7 @@ export const PROBLEMS = {
   'payload-too-large': { status: 413, title: 'Payload Too Large' },
   'uri-too-long': { status: 414, title: 'URI Too Long' },
   'unsupported-media-type': { status: 415, title: 'Unsupported Media Type' },
+  misdirected: { status: 421, title: 'Misdirected Request' },
   'too-many-requests': { status: 429, title: 'Too Many Requests' },
   'header-too-large': { status: 431, title: 'Request Header Fields Too Large' },
   internal: { status: 500, title: 'Internal Server Error' },

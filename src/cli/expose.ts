@@ -83,6 +83,7 @@ interface ExposeOptions {
   pidFile?: string;
   upstreamInsecure?: boolean;
   hostHeader?: string;
+  responseTimeout?: string;
   basicAuth?: string[];
   allowIp?: string[];
   denyIp?: string[];
@@ -129,7 +130,7 @@ function specOfFlags(type: 'http' | 'tcp', addr: string, o: ExposeOptions): Tunn
   // The access flags were parsed by their argParsers (cidrArg, expiresArg) and are checked here
   // with the same protocol/access.ts functions validateTunnel applies to a file's keys.
   const access = accessRulesOf(type, o) ?? {};
-  const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort, host_header: o.hostHeader, upstream_insecure: o.upstreamInsecure, pool: o.pool };
+  const raw: RawTunnel = { proto: type, addr, id: o.id, team: o.team, remote_port: o.remotePort, host_header: o.hostHeader, upstream_insecure: o.upstreamInsecure, pool: o.pool, response_timeout: o.responseTimeout };
   const { spec, errors } = validateTunnel(type, raw);
   if (spec) return { ...spec, access };
   const e = errors[0]!;
@@ -200,6 +201,7 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
         access: Object.keys(s.access).length ? s.access : undefined,
         localLabel: localLabel(s),
         pool: s.pool,
+        responseTimeoutMs: s.responseTimeoutMs,
         observer: s.type === 'http' ? inspector?.observer(named ? s.name : () => ids.get(s.name) ?? s.id ?? s.name, local, s.access.basicAuth?.[0] ?? null) : undefined,
       };
     }),
@@ -398,6 +400,7 @@ export function registerExpose(program: Command): void {
           .argument('<target>', 'local port (3000), host:port (192.168.1.5:8080) or an https:// URL (https://localhost:8443)')
           .option('--basic-auth <user:pass>', 'visitors must log in with this user and password (HTTP Basic; repeatable)', collect)
           .option('--upstream-insecure', "accept the local https:// service's certificate without verifying it (self-signed dev servers)")
+          .option('--response-timeout <duration>', 'how long the local service may take to start its answer (30s, 5m, 1h; default 60s); a streaming answer has no limit once it started')
           .option('--host-header <value>', "Host sent to the local service: 'rewrite' (its own host:port, for dev servers that refuse a foreign Host) or a value")
           .option('--pool', 'serve --id together with other clients of yours (or of the --team) started with --pool: visitors are spread over them, and it keeps serving while one leaves')
           // Hidden: it exists so the bench can weigh lanes against the server's cross-shard relay
@@ -410,6 +413,7 @@ export function registerExpose(program: Command): void {
     [
       'burrow http 3000',
       'burrow http https://localhost:8443 --upstream-insecure',
+      'burrow http h2c://localhost:50051 --response-timeout 5m   # a gRPC service',
       'burrow http 5173 --host-header rewrite   # Vite, webpack-dev-server: they check Host',
       'burrow http 3000 --id myapp          # http://myapp.<domain>',
       'burrow http 192.168.1.5:8080 --team web',

@@ -11,8 +11,10 @@ import { unknownKeyMessage } from './did-you-mean.js';
 export interface LocalTarget {
   host: string;
   port: number;
-  /** the local service speaks HTTPS (`addr: https://…`) */
+  /** the local service speaks HTTPS (`addr: https://…`, or `h2://…`) */
   tls?: boolean;
+  /** the local service speaks HTTP/2 (`addr: h2c://…` in clear, `h2://…` over TLS): gRPC */
+  h2?: boolean;
 }
 
 export type { AccessRules };
@@ -35,10 +37,12 @@ export interface TunnelSpec {
   upstreamInsecure?: boolean;
   /** one of several clients serving this id (a pool); needs an id */
   pool?: boolean;
+  /** how long the local service may take to start its answer (a gRPC server stream may be quiet longer than the default) */
+  responseTimeoutMs?: number;
 }
 
 /** The keys an entry may have, as written in burrow.yml (flags map onto them: --remote-port → remote_port). */
-export const TUNNEL_KEYS = ['proto', 'addr', 'id', 'team', 'remote_port', 'basic_auth', 'allow_ip', 'deny_ip', 'expires', 'host_header', 'upstream_insecure', 'pool'] as const;
+export const TUNNEL_KEYS = ['proto', 'addr', 'id', 'team', 'remote_port', 'basic_auth', 'allow_ip', 'deny_ip', 'expires', 'host_header', 'upstream_insecure', 'pool', 'response_timeout'] as const;
 export type TunnelKey = (typeof TUNNEL_KEYS)[number];
 export type RawTunnel = Partial<Record<TunnelKey, unknown>>;
 
@@ -58,9 +62,11 @@ export function flagOf(field: string): string {
 // A Host header value: a host name or address, optionally with a port; nothing a header could smuggle.
 const HOST_VALUE_RE = /^(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]+\])(?::\d{1,5})?$/;
 
+const RESPONSE_TIMEOUT_UNIT_MS: Record<string, number> = { s: 1_000, m: 60_000, h: 3_600_000 };
+
 const show = (v: unknown): string => (typeof v === 'string' ? `"${v}"` : JSON.stringify(v) ?? String(v));
 
-/** "3000", "192.168.1.5:8080", "[::1]:8080", "http://localhost:3000", "https://localhost:8443" → target. */
+/** "3000", "192.168.1.5:8080", "[::1]:8080", "http://localhost:3000", "https://localhost:8443", "h2c://localhost:50051", "h2://…" → target. */
 export function parseLocal(v: string): LocalTarget {
   const fail = () => new Error(`expected a port or host:port, got "${v}"`);
   const port = (s: string) => {
@@ -70,16 +76,18 @@ export function parseLocal(v: string): LocalTarget {
   };
   let s = v.trim();
   let tls = false;
-  const url = /^([a-z]+):\/\/(.*?)\/?$/i.exec(s);
+  let h2 = false;
+  const url = /^([a-z][a-z0-9]*):\/\/(.*?)\/?$/i.exec(s);
   if (url) {
     const scheme = url[1]!.toLowerCase();
-    if (scheme !== 'http' && scheme !== 'https') throw new Error(`expected an http:// or https:// address, got "${v}"`);
-    tls = scheme === 'https';
+    if (scheme !== 'http' && scheme !== 'https' && scheme !== 'h2c' && scheme !== 'h2') throw new Error(`expected an http://, https://, h2c:// or h2:// address, got "${v}"`);
+    tls = scheme === 'https' || scheme === 'h2';
+    h2 = scheme === 'h2c' || scheme === 'h2';
     s = url[2]!;
     // A URL may leave out its port: the scheme's own.
     if (/^[A-Za-z0-9.-]+$/.test(s) || /^\[[0-9a-f:.]+\]$/i.test(s)) s = `${s}:${tls ? 443 : 80}`;
   }
-  const withTls = (t: LocalTarget): LocalTarget => (tls ? { ...t, tls } : t);
+  const withTls = (t: LocalTarget): LocalTarget => ({ ...t, ...(tls ? { tls } : {}), ...(h2 ? { h2 } : {}) });
   if (/^\d+$/.test(s)) return withTls({ host: 'localhost', port: port(s) });
   const v6 = /^\[([0-9a-f:.]+)\]:(\d+)$/i.exec(s);
   if (v6) return withTls({ host: v6[1]!, port: port(v6[2]!) });
@@ -139,7 +147,7 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
     } catch (e) {
       err('addr', (e as Error).message.replace(`"${addr}"`, show(raw.addr)));
     }
-    if (local?.tls && type === 'tcp') err('addr', 'https:// is for http tunnels; a tcp tunnel carries any protocol as it is');
+    if ((local?.tls || local?.h2) && type === 'tcp') err('addr', `${local.h2 ? (local.tls ? 'h2' : 'h2c') : 'https'}:// is for http tunnels; a tcp tunnel carries any protocol as it is`);
   }
 
   let id: string | undefined;
@@ -208,7 +216,7 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
   let upstreamInsecure: boolean | undefined;
   if (raw.upstream_insecure !== undefined && raw.upstream_insecure !== null) {
     if (typeof raw.upstream_insecure !== 'boolean') err('upstream_insecure', `expected true or false, got ${show(raw.upstream_insecure)}`);
-    else if (raw.upstream_insecure && !local?.tls) err('upstream_insecure', 'only means something with an https:// addr');
+    else if (raw.upstream_insecure && !local?.tls) err('upstream_insecure', 'only means something with an https:// or h2:// addr');
     else upstreamInsecure = raw.upstream_insecure;
   }
 
@@ -218,6 +226,16 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
     else if (raw.pool && type === 'tcp') err('pool', 'only http tunnels can be pooled');
     else if (raw.pool && id === undefined) err('pool', 'a pool is several clients serving one id: give the id too');
     else pool = raw.pool;
+  }
+
+  let responseTimeoutMs: number | undefined;
+  if (raw.response_timeout !== undefined && raw.response_timeout !== null) {
+    const v = raw.response_timeout;
+    const m = typeof v === 'string' ? /^(\d+)\s*(s|m|h)$/.exec(v.trim()) : null;
+    const ms = m ? Number(m[1]) * RESPONSE_TIMEOUT_UNIT_MS[m[2]!]! : Number.NaN;
+    if (!(ms >= 1_000 && ms <= 86_400_000)) err('response_timeout', `expected a duration from 1s to 24h (30s, 5m, 1h), got ${show(v)}`);
+    else if (type === 'tcp') err('response_timeout', 'only http tunnels wait for an answer');
+    else responseTimeoutMs = ms;
   }
 
   if (errors.length || !type || !local) return { spec: null, errors };
@@ -233,12 +251,13 @@ export function validateTunnel(name: string, raw: RawTunnel, now = Date.now()): 
   if (hostHeader !== undefined) spec.hostHeader = hostHeader;
   if (upstreamInsecure !== undefined) spec.upstreamInsecure = upstreamInsecure;
   if (pool) spec.pool = true;
+  if (responseTimeoutMs !== undefined) spec.responseTimeoutMs = responseTimeoutMs;
   return { spec, errors };
 }
 
 /** How the status screen and `config check` show the local side: http://localhost:3000. */
 export function localLabel(spec: Pick<TunnelSpec, 'type' | 'local'>): string {
   const host = spec.local.host.includes(':') ? `[${spec.local.host}]` : spec.local.host;
-  const scheme = spec.type === 'tcp' ? 'tcp' : spec.local.tls ? 'https' : 'http';
+  const scheme = spec.type === 'tcp' ? 'tcp' : spec.local.h2 ? (spec.local.tls ? 'h2' : 'h2c') : spec.local.tls ? 'https' : 'http';
   return `${scheme}://${host}:${spec.local.port}`;
 }

@@ -7,6 +7,7 @@ import { isIP } from 'node:net';
 //    resolvers (this machine's /etc/hosts among them) map it to 127.0.0.1 only, and a dev server
 //    listening on ::1 alone (Vite, recent Node defaults) then got 502. Both are offered and
 //    Node's happy eyeballs (autoSelectFamily, on by default) tries the next on ECONNREFUSED.
+//  - `h2`: the local service speaks HTTP/2 (`h2c://`, `h2://` with `tls`), as gRPC servers do.
 //  - `tls`: the local service speaks HTTPS; its certificate is verified unless `insecure`
 //    (`--upstream-insecure`, for the self-signed certificates of dev servers).
 //  - `hostHeader`: many dev servers refuse a Host they do not know (the public
@@ -16,6 +17,8 @@ export interface LocalTarget {
   host: string;
   port: number;
   tls?: boolean;
+  /** the local service speaks HTTP/2 (h2c:// in clear, h2:// over TLS): gRPC servers (h2-local.ts) */
+  h2?: boolean;
   insecure?: boolean;
   hostHeader?: string;
 }

@@ -14,6 +14,8 @@ export interface ExchangeObserver {
   response(status: number, headers: readonly string[], line?: StatusLine): void;
   /** A chunk of the response body. */
   responseBody(chunk: Uint8Array): void;
+  /** The response's trailers (an HTTP/2 local service's: gRPC's grpc-status), before `end`. */
+  trailers?(fields: readonly string[]): void;
   /** The exchange completed. */
   end(): void;
   /**
@@ -26,7 +28,7 @@ export interface ExchangeObserver {
 
 /** The rest of the status line, as the local service wrote it. */
 export interface StatusLine {
-  version: 'HTTP/1.0' | 'HTTP/1.1';
+  version: 'HTTP/1.0' | 'HTTP/1.1' | 'HTTP/2';
   /** The reason phrase ("OK", or whatever the service chose; may be empty). */
   reason: string;
 }
@@ -152,6 +154,15 @@ class GuardedExchange implements GuardedObserver {
     if (this.broken) return;
     try {
       this.inner.responseBody(chunk);
+    } catch {
+      this.broken = true;
+    }
+  }
+
+  trailers(fields: readonly string[]): void {
+    if (this.broken) return;
+    try {
+      this.inner.trailers?.(fields);
     } catch {
       this.broken = true;
     }

@@ -15,6 +15,7 @@ import { hostPort, withHostHeader, type LocalTarget } from './local-target.js';
 import { withFields } from '../protocol/raw-head.js';
 import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
 import { LocalPool } from './local-pool.js';
+import { H2LocalStream, H2Sessions } from './h2-local.js';
 import { Link } from './link.js';
 import { LaneSet } from './lanes.js';
 import { NodeSibling } from './node-sibling.js';
@@ -72,7 +73,7 @@ export interface TunnelClientOptions {
 }
 
 /** One tunnel of a client: what it asks the server for, and where its streams go. */
-export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'localLabel' | 'observer' | 'pool'>;
+export type TunnelOptions = Required<Pick<TunnelClientOptions, 'type' | 'local'>> & Pick<TunnelClientOptions, 'name' | 'id' | 'teamId' | 'remotePort' | 'access' | 'localLabel' | 'observer' | 'pool' | 'responseTimeoutMs'>;
 
 export class TunnelRefused extends Error {
   constructor(
@@ -170,6 +171,8 @@ class Tunnel {
   retryTimer: NodeJS.Timeout | null = null;
   readonly name: string;
   readonly pool: LocalPool;
+  /** An HTTP/2 local service (h2c:// or h2://): its session, instead of the pool's connections. */
+  readonly h2: H2Sessions | null;
 
   /** host:port of the local service, as messages name it */
   get localAddr(): string {
@@ -179,6 +182,7 @@ class Tunnel {
   constructor(readonly opts: TunnelOptions) {
     this.name = opts.name ?? opts.type;
     this.pool = new LocalPool(opts.local, MAX_LOCAL_CONNECTIONS);
+    this.h2 = opts.local.h2 ? new H2Sessions(opts.local) : null;
   }
 
   openRequest(): OpenRequest {
@@ -202,6 +206,7 @@ class Tunnel {
     if (this.retryTimer) clearTimeout(this.retryTimer);
     this.retryTimer = null;
     this.pool.close();
+    this.h2?.close();
   }
 }
 
@@ -622,13 +627,17 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (!t || head.kind !== t.opts.type) return link.send([F.Reset, sid, 'no-tunnel']);
     // Visitors arrive: from now on lanes are worth their connections.
     if (link === this.link && t.laneKey) this.lanes.wake();
-    if (head.kind === 'http' && t.opts.local.hostHeader) {
-      const fields = withFields(head);
-      head = { ...fields, headers: withHostHeader(fields.headers, t.opts.local) };
-    }
-    const timeoutMs = this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
+    // An HTTP/2 local service (h2-local.ts) builds its request from the fields; a Host rewrite works on them too.
+    if (head.kind === 'http' && (t.h2 || t.opts.local.hostHeader)) head = withFields(head);
+    if (head.kind === 'http' && t.opts.local.hostHeader) head = { ...head, headers: withHostHeader(head.headers, t.opts.local) };
+    // Per tunnel (--response-timeout, burrow.yml response_timeout), else the client's.
+    const timeoutMs = t.opts.responseTimeoutMs ?? this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS;
     const s =
-      head.kind === 'http' ? new RawHttpStream(sid, link.sender, this.streamFinished, head, t.pool, timeoutMs) : new TcpStream(sid, link.sender, this.streamFinished, head, t.opts.local);
+      head.kind === 'tcp'
+        ? new TcpStream(sid, link.sender, this.streamFinished, head, t.opts.local)
+        : t.h2
+          ? new H2LocalStream(sid, link.sender, this.streamFinished, head, t.h2, timeoutMs)
+          : new RawHttpStream(sid, link.sender, this.streamFinished, head, t.pool, timeoutMs);
     if (head.kind === 'http' && t.opts.observer) s.capture = guardedExchange(t.opts.observer, head, t.opts.local);
     s.owner = t;
     s.link = link;
@@ -646,8 +655,8 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.emit('open-streams', t.open, t.name);
     const durationMs = Date.now() - s.startedMs;
     const f = s.localFailure;
-    const error = f ? { error: describeLocalError(f.err, t.localAddr, this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
-    if (s instanceof RawHttpStream) {
+    const error = f ? { error: describeLocalError(f.err, t.localAddr, t.opts.responseTimeoutMs ?? this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
+    if (s instanceof RawHttpStream || s instanceof H2LocalStream) {
       // No answer: the status the visitor got from the edge for it.
       const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
       this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });

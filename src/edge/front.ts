@@ -8,6 +8,7 @@ import { CidrSet } from '../protocol/cidr.js';
 import { parseProxyHeader, V2_MAX } from '../protocol/proxy-header.js';
 import { DEFAULT_TERMS, DISCARD, FrontConnection, type ConnectionTerms, type FrontHost } from './front-connection.js';
 import type { ConnectionLimits } from './front-limits.js';
+import type { H2Front } from './h2-front.js';
 
 // The public port of one shard: node:net (node:tls with --tls-cert), shared by every shard
 // through SO_REUSEPORT, so the kernel spreads connections over the shards' loops.
@@ -54,7 +55,12 @@ export interface FrontOptions {
   limits?: ConnectionLimits | null;
   /** --first-byte-timeout, --send-timeout. */
   timeouts?: Pick<ConnectionTerms, 'firstByteTimeoutMs' | 'sendTimeoutMs'>;
+  /** HTTP/2 for tunnel traffic (edge/h2-front.ts): ALPN `h2` with TLS, the h2c preface on a plain port; null: HTTP/1.x only. */
+  h2?: H2Front | null;
 }
+
+/** RFC 9113 §3.4: an h2c connection with prior knowledge opens with these 24 bytes. */
+const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n', 'latin1');
 
 /** True where Node's listen() takes `reusePort` (22.12 and later). */
 export function nativeReusePort(): boolean {
@@ -205,7 +211,10 @@ export class Front {
 
   private secure(socket: net.Socket, peer: string, terms: ConnectionTerms, host: FrontHost = this.opts.host_): void {
     const contexts = this.opts.tls;
+    // A connection without its PROXY header is answered 400 by HTTP/1.1 alone.
+    const h2 = host === this.opts.host_ ? (this.opts.h2 ?? null) : null;
     if (!contexts) {
+      if (h2) return this.sniffPreface(socket, peer, terms, host, h2);
       new FrontConnection(socket, peer, host, terms);
       socket.resume();
       return;
@@ -214,7 +223,7 @@ export class Front {
       isServer: true,
       secureContext: contexts.contextFor(''),
       SNICallback: (name, cb) => cb(null, contexts.contextFor(name)),
-      ALPNProtocols: ['http/1.1'],
+      ...(h2 ? { ALPNCallback: ({ servername, protocols }: { servername: string; protocols: string[] }) => h2.alpn(servername, protocols) } : { ALPNProtocols: ['http/1.1'] }),
     });
     this.live.add(secure);
     secure.on('close', () => this.live.delete(secure));
@@ -225,9 +234,43 @@ export class Front {
     });
     secure.once('secure', () => {
       clearTimeout(timer);
+      if (h2 && secure.alpnProtocol === 'h2') return h2.serve(secure, peer);
       new FrontConnection(secure, peer, host, terms);
     });
     // The TLS layer reads the raw socket itself (bytes a PROXY header read left were taken in
     // by the TLSSocket's constructor): resuming the raw socket here would steal them.
+  }
+
+  /**
+   * A plain port: a connection whose first bytes are the HTTP/2 preface is h2c with prior
+   * knowledge (an `Upgrade: h2c` is never honoured: http-headers.ts), anything else HTTP/1.x.
+   * The bytes read to decide go back to the socket for whoever reads it next.
+   */
+  private sniffPreface(socket: net.Socket, peer: string, terms: ConnectionTerms, host: FrontHost, h2: H2Front): void {
+    let seen: Buffer = Buffer.alloc(0);
+    const timer = setTimeout(() => socket.destroy(), terms.firstByteTimeoutMs);
+    const onData = (chunk: Buffer): void => {
+      seen = seen.length === 0 ? chunk : Buffer.concat([seen, chunk]);
+      const n = Math.min(seen.length, H2_PREFACE.length);
+      const preface = seen.subarray(0, n).equals(H2_PREFACE.subarray(0, n));
+      if (preface && seen.length < H2_PREFACE.length) return;
+      clearTimeout(timer);
+      socket.off('data', onData);
+      socket.off('end', onEnd);
+      socket.off('close', onClose);
+      socket.pause();
+      socket.unshift(seen);
+      if (preface) return h2.serve(socket, peer);
+      new FrontConnection(socket, peer, host, terms);
+      socket.resume();
+    };
+    const onClose = (): void => clearTimeout(timer);
+    // The visitor's FIN before it said which protocol: no request to answer (allowHalfOpen
+    // would keep the socket, and its slot, open otherwise).
+    const onEnd = (): void => void socket.destroy();
+    socket.on('data', onData);
+    socket.once('end', onEnd);
+    socket.once('close', onClose);
+    socket.resume();
   }
 }

@@ -1,11 +1,11 @@
 import type { ProblemCode } from '../errors.js';
 import { CreditMeter, SendWindow, type Source } from '../protocol/flow-control.js';
 import type { HttpHead, ResetCode, ResponseHead } from '../protocol/frames.js';
-import { hostOnlyCookie, requestHeaders, tunnelResponseHeaders } from '../protocol/http-headers.js';
+import { hostOnlyCookie, requestHeaders, tunnelResponseHeaders, tunnelTrailers } from '../protocol/http-headers.js';
 import type { ClientAddress } from '../http/client-address.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import { FrontConnection, type Exchange } from './front-connection.js';
-import type { VisitorResponse } from './visitor-response.js';
+import type { VisitorAnswer, VisitorConnection } from './visitor-port.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { Finishing, VisitorLimit } from './visitor-limit.js';
 import { countHttpAnswer } from './metrics.js';
@@ -85,8 +85,8 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
   private vanishedWith: ResetCode | null = null;
 
   constructor(
-    private readonly conn: FrontConnection,
-    private readonly res: VisitorResponse,
+    private readonly conn: VisitorConnection,
+    private readonly res: VisitorAnswer,
     private readonly request: RequestHead,
     /** The tunnel's public host (no port), for Set-Cookie's Domain rule. */
     private readonly tunnelHost: string,
@@ -260,7 +260,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
     this.meter.holdBack(visitorBuffers.creditHeld);
   }
 
-  end(): void {
+  end(trailers?: string[]): void {
     if (this.over) return;
     if (this.relaying) {
       if (this.peerEnded) return;
@@ -270,7 +270,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
       return;
     }
     if (!this.res.started) return this.problem('bad-gateway', 'the local service sent no response', 'protocol');
-    this.res.end();
+    this.res.end(trailers && this.res.carriesTrailers ? tunnelTrailers(trailers) : undefined);
     this.finish();
   }
 

@@ -49,9 +49,9 @@ class Incoming implements Downstream {
   data(bytes: Uint8Array): void {
     this.peer.mailbox.tell({ type: 'x-data', xid: -this.xid, bytes });
   }
-  end(): void {
+  end(trailers?: string[]): void {
     if (!this.ends.endLocal()) return;
-    this.peer.mailbox.tell({ type: 'x-end', xid: -this.xid });
+    this.peer.mailbox.tell({ type: 'x-end', xid: -this.xid, ...(trailers ? { trailers } : {}) });
     this.ends.settle();
   }
   reset(code: ResetCode, vanished?: boolean): void {
@@ -194,7 +194,7 @@ export class Mesh {
         case 'x-data':
           return out.data(msg.bytes);
         case 'x-end':
-          return out.end();
+          return out.end(msg.trailers);
         case 'x-reset':
           peer.outgoing.delete(-msg.xid);
           return out.reset(msg.code, msg.vanished === true);

@@ -24,9 +24,11 @@ class EdgeCounters {
   tcpConnections = 0;
   refusedBasicAuth = 0;
   refusedIp = 0;
+  /** Visitor requests that came as HTTP/2 streams (h2 or h2c); the others are HTTP/1.x. */
+  h2Streams = 0;
 
   totals(): EdgeTotals {
-    return { http: Array.from(this.httpByClass), tcp: this.tcpConnections, refusedBasicAuth: this.refusedBasicAuth, refusedIp: this.refusedIp };
+    return { http: Array.from(this.httpByClass), tcp: this.tcpConnections, refusedBasicAuth: this.refusedBasicAuth, refusedIp: this.refusedIp, h2: this.h2Streams };
   }
 }
 
@@ -38,6 +40,11 @@ export function countHttpAnswer(status: number): void {
   edgeCounters.httpByClass[(status / 100) | 0]!++;
 }
 
+/** One visitor request on an HTTP/2 stream (burrow_http_requests_total{protocol="h2"}). */
+export function countH2Stream(): void {
+  edgeCounters.h2Streams++;
+}
+
 /** A visitor refused by a tunnel's access rules (the hook the access rules call). */
 export function countAccessRefusal(rule: AccessRule): void {
   if (rule === 'ip') edgeCounters.refusedIp++;
@@ -45,7 +52,7 @@ export function countAccessRefusal(rule: AccessRule): void {
 }
 
 function same(a: EdgeTotals, b: EdgeTotals): boolean {
-  return a.tcp === b.tcp && a.refusedBasicAuth === b.refusedBasicAuth && a.refusedIp === b.refusedIp && a.http.every((n, i) => n === b.http[i]);
+  return a.tcp === b.tcp && a.h2 === b.h2 && a.refusedBasicAuth === b.refusedBasicAuth && a.refusedIp === b.refusedIp && a.http.every((n, i) => n === b.http[i]);
 }
 
 /** Starts reporting this shard's totals to main; returns a stop function (the drain sends a last report). */

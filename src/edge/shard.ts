@@ -12,7 +12,7 @@ import { serveVisitor, TunnelVisitor } from './ingress.js';
 import { Mesh } from './mesh.js';
 import { DISCARD, FrontConnection, headerOf, type Exchange } from './front-connection.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
-import type { VisitorResponse } from './visitor-response.js';
+import type { VisitorAnswer, VisitorConnection } from './visitor-port.js';
 import { bindTcpPort, checkTcpRequest, relayTcp, serveTcp } from './tcp.js';
 import type { Downstream, Upstream } from './stream.js';
 import { VisitorLimit } from './visitor-limit.js';
@@ -50,7 +50,7 @@ export interface ShardTunnels {
   /** The tunnel id of a Host header, or null when it is not public tunnel traffic. */
   tunnelOf(host: string): string | null;
   /** Serves a visitor request for tunnel `id` (access rules, limits, then the stream). */
-  serve(conn: FrontConnection, head: RequestHead, res: VisitorResponse, id: string): Exchange;
+  serve(conn: VisitorConnection, head: RequestHead, res: VisitorAnswer, id: string): Exchange;
   /** What control connections (edge/control.ts) need from this shard. */
   control: ControlHost;
   /** main's data-plane messages; an ask's answer is its TunnelMainToShardReplies entry. */

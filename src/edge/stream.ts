@@ -30,7 +30,8 @@ export interface Upstream {
 export interface Downstream {
   response(head: ResponseHead): void;
   data(bytes: Uint8Array): void;
-  end(): void;
+  /** The answer is complete; `trailers` flat [name, value, ...] as llhttp read them (a chunked answer's), if any. */
+  end(trailers?: string[]): void;
   /**
    * The stream is over. `vanished`: the edge ended it because its carrier went (the tunnel
    * closed, its connection, a link or a node was lost, or no tunnel took it): not an answer of

@@ -195,10 +195,11 @@ export class TunnelStream implements Upstream {
     this.tunnel.count(0, chunk.byteLength);
     this.down.data(chunk);
   }
-  answerEnd(): void {
+  answerEnd(trailers: string[]): void {
     if (this.switched) return;
     this.answered = true;
-    this.down.end();
+    // Trailers (gRPC's grpc-status) go on: an h2 visitor gets them as HTTP/2 trailers.
+    this.down.end(trailers.length > 0 ? trailers : undefined);
   }
 
   /** The client's frames broke the stream's order: reset it both ways. */
@@ -253,8 +254,8 @@ class AnswerReader implements ResponseSink {
   body(chunk: Buffer): void {
     this.stream?.answerBody(chunk);
   }
-  end(): void {
-    this.stream?.answerEnd();
+  end(trailers: string[]): void {
+    this.stream?.answerEnd(trailers);
   }
 }
 

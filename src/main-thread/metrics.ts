@@ -32,7 +32,7 @@ const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', '6xx', '7xx', '8xx', 
 const USUAL_CLASSES = new Set(['1xx', '2xx', '3xx', '4xx', '5xx']);
 
 function zero(): EdgeTotals {
-  return { http: new Array<number>(10).fill(0), tcp: 0, refusedBasicAuth: 0, refusedIp: 0 };
+  return { http: new Array<number>(10).fill(0), tcp: 0, refusedBasicAuth: 0, refusedIp: 0, h2: 0 };
 }
 
 function addInto(sum: EdgeTotals, t: EdgeTotals): void {
@@ -40,6 +40,7 @@ function addInto(sum: EdgeTotals, t: EdgeTotals): void {
   sum.tcp += t.tcp;
   sum.refusedBasicAuth += t.refusedBasicAuth;
   sum.refusedIp += t.refusedIp;
+  sum.h2 += t.h2 ?? 0;
 }
 
 export class ServerMetrics implements StatsObserver {
@@ -52,6 +53,7 @@ export class ServerMetrics implements StatsObserver {
   private readonly tunnels: Gauge<'type'>;
   private readonly visitorRequests: Counter<'type' | 'code_class'>;
   private readonly accessRefusals: Counter<'rule'>;
+  private readonly h2Requests: Counter;
   private readonly bytesTotal: Counter<'direction'>;
   private readonly controlConnections: Gauge;
   private readonly shardHeap: Gauge<'shard'>;
@@ -84,6 +86,7 @@ export class ServerMetrics implements StatsObserver {
     this.authFailures = new Counter({ name: 'burrow_auth_failures_total', help: 'Failed authentications: missing, malformed, unknown, revoked or expired API keys (API and tunnel control).', registers });
     this.keyVerifications = new Counter({ name: 'burrow_key_verifications_total', help: 'argon2id verifications of API keys (a key is verified once per shard, then cached; a resumed control connection skips it).', registers });
     this.flushSeconds = new Histogram({ name: 'burrow_stats_flush_seconds', help: 'Duration of each write of the session counters to the database.', registers });
+    this.h2Requests = new Counter({ name: 'burrow_h2_requests_total', help: 'Visitor requests that came as HTTP/2 streams (h2 or h2c); the others are HTTP/1.x.', registers });
     this.accessRefusals = new Counter({ name: 'burrow_access_refusals_total', help: "Visitors refused by a tunnel's access rules, by rule.", labelNames: ['rule'], registers });
     this.visitorBuffered = new Gauge({ name: 'burrow_visitor_buffered_bytes', help: 'Answer bytes held for visitors that read slower than their tunnel answers (all shards; bounded by --visitor-buffer-budget per shard).', registers });
     this.shardHeap = new Gauge({ name: 'burrow_shard_heap_used_bytes', help: 'V8 heap used by each shard worker thread.', labelNames: ['shard'], registers });
@@ -162,6 +165,8 @@ export class ServerMetrics implements StatsObserver {
     this.accessRefusals.reset();
     this.accessRefusals.inc({ rule: 'basic_auth' }, sum.refusedBasicAuth);
     this.accessRefusals.inc({ rule: 'ip' }, sum.refusedIp);
+    this.h2Requests.reset();
+    this.h2Requests.inc(sum.h2);
     return { contentType: this.registry.contentType, text: await this.registry.metrics() };
   }
 }

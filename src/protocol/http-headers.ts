@@ -170,6 +170,22 @@ export function tunnelResponseHeaders(raw: readonly string[], tunnelHost: string
 }
 
 /**
+ * An answer's trailers (read by llhttp: tokens and clean values) as an HTTP/2 visitor gets them:
+ * without hop-by-hop fields and without fields that only mean something in a head (framing,
+ * Host, cookies, pseudo-headers), RFC 9110 §6.5.1.
+ */
+export function tunnelTrailers(raw: readonly string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < raw.length; i += 2) {
+    const lower = raw[i]!.toLowerCase();
+    if (HOP_BY_HOP.has(lower) || NOT_IN_TRAILERS.has(lower) || lower.startsWith(':')) continue;
+    out.push(lower, raw[i + 1]!);
+  }
+  return out;
+}
+const NOT_IN_TRAILERS = new Set(['content-length', 'content-type', 'content-encoding', 'host', 'set-cookie', 'cookie', 'authorization', 'location', 'cache-control']);
+
+/**
  * Drops a Set-Cookie `Domain=` that names the server's domain or a parent of it: such a cookie
  * would reach every other tunnel (cookie tossing between tunnels). Without it the cookie is
  * host-only, for the tunnel that set it.

@@ -60,6 +60,8 @@ export interface EdgeTotals {
   tcp: number;
   refusedBasicAuth: number;
   refusedIp: number;
+  /** visitor requests that came as HTTP/2 streams */
+  h2: number;
 }
 
 /** An IP answered 429 until `untilMs` (epoch ms). */

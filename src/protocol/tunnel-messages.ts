@@ -244,8 +244,8 @@ export type TunnelMesh =
   | { type: 'x-response'; xid: number; head: ResponseHead }
   /** both: body bytes (request body toward the owner, response body toward the ingress). */
   | { type: 'x-data'; xid: number; bytes: Uint8Array }
-  /** both: end of body in the sender's direction. */
-  | { type: 'x-end'; xid: number }
+  /** both: end of body in the sender's direction; owner → ingress: the answer's trailers, if any. */
+  | { type: 'x-end'; xid: number; trailers?: string[] }
   /** both: the stream is aborted (`vanished`: by the edge, its carrier gone; Downstream.reset). */
   | { type: 'x-reset'; xid: number; code: ResetCode; vanished?: boolean }
   /** both: the sender's side consumed `bytes` of what it received (end-to-end credit). */

@@ -28,6 +28,7 @@ import { Front } from '../edge/front.js';
 import { ConnectionLimits, shardFdBudget } from '../edge/front-limits.js';
 import { visitorBuffers } from '../edge/visitor-buffers.js';
 import { DISCARD, type FrontHost } from '../edge/front-connection.js';
+import { H2Front } from '../edge/h2-front.js';
 import { ApiExchange } from '../edge/api-relay.js';
 import { acceptControl, isControlRequest } from '../edge/control.js';
 import { acceptLink, isLinkRequest } from '../cluster/link-accept.js';
@@ -269,7 +270,8 @@ const limits = new ConnectionLimits({
 const timeouts = { firstByteTimeoutMs: config.front.firstByteTimeoutMs, sendTimeoutMs: config.front.sendTimeoutMs };
 visitorBuffers.budget = config.front.visitorBufferBudgetBytes;
 try {
-  front = await Front.listen({ host: config.host, port, tls: contexts, proxyProtocol: config.proxyProtocol, proxyFrom, log, host_: frontHost, limits, timeouts });
+  const h2 = new H2Front({ log, tunnels, maxStreams: config.h2MaxStreams, sendTimeoutMs: timeouts.sendTimeoutMs });
+  front = await Front.listen({ host: config.host, port, tls: contexts, proxyProtocol: config.proxyProtocol, proxyFrom, log, host_: frontHost, limits, timeouts, h2 });
   if (config.httpPort !== null) redirectFront = await Front.listen({ host: config.host, port: config.httpPort, tls: null, proxyProtocol: false, log, host_: redirectHost, limits, timeouts });
 } catch (err) {
   log.fatal({ err, host: config.host, port }, 'cannot listen (port in use or not permitted)');

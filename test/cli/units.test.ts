@@ -157,7 +157,19 @@ test('parseLocal: port, host:port, [v6]:port, URL; bad input throws', () => {
   assert.equal(parseLocal('https://localhost:8443'), { host: 'localhost', port: 8443, tls: true });
   assert.equal(parseLocal('https://dev.internal'), { host: 'dev.internal', port: 443, tls: true });
   assert.equal(parseLocal('http://[::1]'), { host: '::1', port: 80 });
-  assert.throws(() => parseLocal('ftp://localhost:21'), /expected an http:\/\/ or https:\/\/ address/);
+  assert.throws(() => parseLocal('ftp://localhost:21'), /expected an http:\/\/, https:\/\/, h2c:\/\/ or h2:\/\/ address/);
+  // HTTP/2 local services (gRPC): h2c in clear, h2 over TLS.
+  assert.equal(parseLocal('h2c://127.0.0.1:50051'), { host: '127.0.0.1', port: 50051, h2: true });
+  assert.equal(parseLocal('h2://grpc.internal'), { host: 'grpc.internal', port: 443, tls: true, h2: true });
+});
+
+test('validateTunnel: response_timeout is a duration of an http tunnel', async () => {
+  const { validateTunnel } = await import('../../src/cli/tunnel-spec.js');
+  assert.is(validateTunnel('http', { proto: 'http', addr: 'h2c://localhost:50051', response_timeout: '5m' }).spec!.responseTimeoutMs, 300_000);
+  assert.match(validateTunnel('http', { proto: 'http', addr: 3000, response_timeout: '0s' }).errors[0]!.message, /from 1s to 24h/);
+  assert.match(validateTunnel('http', { proto: 'http', addr: 3000, response_timeout: 5 }).errors[0]!.message, /from 1s to 24h/);
+  assert.match(validateTunnel('tcp', { proto: 'tcp', addr: 22, response_timeout: '5m' }).errors[0]!.message, /only http tunnels/);
+  assert.match(validateTunnel('tcp', { proto: 'tcp', addr: 'h2c://localhost:1' }).errors[0]!.message, /h2c:\/\/ is for http tunnels/);
 });
 
 test('local targets: localhost is both loopback addresses; Host rewritten as asked', async () => {

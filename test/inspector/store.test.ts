@@ -195,6 +195,7 @@ test('recorded as numbers and references, shown exactly as before: the JSON of a
     status: 201,
     status_text: 'Made',
     http_version: 'HTTP/1.0',
+    grpc_status: null,
     duration_ms: 12.3,
     started_at: '2027-03-04T05:06:07.089Z',
     state: 'complete',

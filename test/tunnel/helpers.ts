@@ -1,4 +1,5 @@
 import http from 'node:http';
+import type { ClientHttp2Session } from 'node:http2';
 import net from 'node:net';
 import { withDeadline } from '../helpers/deadline.js';
 
@@ -59,3 +60,17 @@ export function once<T extends unknown[]>(emitter: { once(ev: string, f: (...a: 
 }
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** One bodiless HTTP/2 request on `session`: its status and body. */
+export function h2Get(session: ClientHttp2Session, authority: string, path = '/'): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = session.request({ ':path': path, ':authority': authority });
+    let status = 0;
+    let body = '';
+    req.on('response', (h) => (status = Number(h[':status'])));
+    req.on('data', (c: Buffer) => (body += c));
+    req.on('end', () => resolve({ status, body }));
+    req.on('error', reject);
+    req.end();
+  });
+}

@@ -150,8 +150,10 @@ export interface CaptureSummary {
   status: number | null;
   /** The reason phrase the local service sent ("OK"); the standard one when it sent none. */
   status_text: string;
-  /** The response's HTTP version as the local service wrote it ("HTTP/1.1"); null before it. */
+  /** The response's HTTP version as the local service wrote it ("HTTP/1.1", "HTTP/2"); null before it. */
   http_version: string | null;
+  /** A gRPC call's status code (grpc-status, from the trailers or a trailers-only head); null for other exchanges. */
+  grpc_status: number | null;
   duration_ms: number | null;
   started_at: string;
   state: CaptureState;
@@ -173,6 +175,7 @@ export class Capture {
   readonly response = new Side();
   status: number | null = null;
   statusLine: StatusLine | null = null;
+  grpcStatus: number | null = null;
   durationMs: number | null = null;
   state: CaptureState = 'pending';
   error: string | null = null;
@@ -215,6 +218,7 @@ export class Capture {
       status: this.status,
       status_text: this.status === null ? '' : this.statusLine?.reason || (STATUS_CODES[this.status] ?? ''),
       http_version: this.statusLine?.version ?? null,
+      grpc_status: this.grpcStatus,
       duration_ms: this.durationMs,
       started_at: (this.startedIso ??= this.startedAt.toISOString()),
       state: this.state,
@@ -374,6 +378,7 @@ class Recorder implements CaptureHandle {
     if (c.evicted || c.status !== null) return;
     c.status = status;
     c.statusLine = line ?? null;
+    c.grpcStatus = grpcStatusOf(headers);
     this.store.charge(c, c.response.setHeaders(headers, this.store.limits.maxHeadBytes));
     this.store.changed(c);
   }
@@ -381,6 +386,11 @@ class Recorder implements CaptureHandle {
   responseBody(chunk: Uint8Array): void {
     const c = this.capture;
     if (!c.evicted) this.store.charge(c, c.response.addBody(chunk, this.store.limits.maxBodyBytes));
+  }
+
+  trailers(fields: readonly string[]): void {
+    const c = this.capture;
+    if (!c.evicted) c.grpcStatus = grpcStatusOf(fields) ?? c.grpcStatus;
   }
 
   end(): void {
@@ -400,4 +410,14 @@ class Recorder implements CaptureHandle {
     c.finishTiming();
     this.store.changed(c);
   }
+}
+
+/** The grpc-status of a field list (0–16, as gRPC defines them), or null. */
+function grpcStatusOf(fields: readonly string[]): number | null {
+  for (let i = 0; i < fields.length; i += 2) {
+    if (fields[i]!.toLowerCase() !== 'grpc-status') continue;
+    const v = fields[i + 1]!;
+    return /^\d{1,2}$/.test(v) ? Number(v) : null;
+  }
+  return null;
 }
