@@ -27,7 +27,11 @@ async function htmlServer(status: number): Promise<string> {
     res.writeHead(status, { 'content-type': 'text/html; charset=utf-8' });
     res.end(PAGE);
   });
-  s.on('upgrade', (_req, socket) => socket.end(answer));
+  s.on('upgrade', (_req, socket) => {
+    // The CLI may reset the connection once it read the answer: not this server's error.
+    socket.on('error', () => undefined);
+    socket.end(answer);
+  });
   servers.push(s);
   await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
   return `http://127.0.0.1:${(s.address() as { port: number }).port}`;
