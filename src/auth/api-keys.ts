@@ -25,7 +25,13 @@ export async function issueKey(shard: Pick<ShardContext, 'sql' | 'main'>, req: I
   let revoked: string[] = [];
   try {
     const info = await shard.sql.begin(async (tx) => {
-      if (req.replaceSameName) revoked = await revokeByName(tx as never, req.userId, req.name);
+      if (req.replaceSameName) {
+        // Two replacements of one name at once (nodes starting together with --seed-api-key on
+        // one database) take turns: the later one revokes the earlier key instead of failing on
+        // the active-name index.
+        await tx`select pg_advisory_xact_lock(hashtext('burrow-key-name'), hashtext(${`${req.userId}/${req.name}`}))`;
+        revoked = await revokeByName(tx as never, req.userId, req.name);
+      }
       return insertKey(tx as never, { userId: req.userId, name: req.name, prefix, hash, scopes: req.scopes, expiresAt: req.expiresAt });
     });
     if (revoked.length) await invalidateKeys(shard, revoked, [], 'the API key was revoked (replaced by a new key of the same name)');

@@ -8,6 +8,12 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { api } from '../helpers/fixtures.js';
 import { startServer, type TestServer } from '../helpers/server.js';
+import { startDatabase } from '../helpers/database.js';
+import argon2 from 'argon2';
+import { SEED_EMAIL, ensureSeedKey } from '../../src/seed-key.js';
+import { ensureUser } from '../../src/db/users.js';
+import { createLogger } from '../../src/log.js';
+import { migrate } from '../../src/db/migrate.js';
 import { exitOf, spawnBurrow, tempDir, waitFor } from '../cli/harness.js';
 
 const servers: TestServer[] = [];
@@ -84,6 +90,28 @@ test('a revoked seed key is replaced at the next start; so is a kept copy that d
   assert.is.not(third.adminKey, second.adminKey);
   assert.is((await api(third, 'GET', '/me', { key: third.adminKey })).status, 200);
   assert.is((await api(third, 'GET', '/me', { key: second.adminKey })).status, 401);
+});
+
+test('nodes of one database issuing the seed key at the same moment all succeed: the key is replaced in turn, never a conflict on its name', async () => {
+  // What several burrowd of one database do when they start together with --seed-api-key (each
+  // with a data dir of its own), at the same instant: the race a loaded machine showed.
+  const db = await startDatabase();
+  const dirs = [0, 1, 2, 3, 4, 5, 6, 7].map(() => tempDir('burrow-seed-'));
+  try {
+    // One hash made beforehand (the keys are never used here): every caller reaches its
+    // transaction in the same turn, as argon2's pool lets them under load.
+    const hashed = await argon2.hash('unused');
+    const deps = { sql: db.sql, log: createLogger('silent'), hash: async () => hashed, verify: (h: string, s: string) => argon2.verify(h, s) };
+    await migrate(db.sql, deps.log);
+    await ensureUser(db.sql, SEED_EMAIL, 'Seed admin', 'admin'); // so every caller reaches the key at once
+    const results = await Promise.allSettled(dirs.map((d) => ensureSeedKey(deps, d.dir)));
+    assert.equal(results.map((r) => (r.status === 'rejected' ? String(r.reason) : 'ok')), dirs.map(() => 'ok'));
+    const [row] = await db.sql<{ n: number }[]>`select count(*)::int as n from api_keys where name = 'seed' and revoked_at is null`;
+    assert.is(row!.n, 1, 'one seed key stays active: the last one issued');
+  } finally {
+    for (const d of dirs) d.remove();
+    await db.stop();
+  }
 });
 
 test.run();
