@@ -9,7 +9,7 @@ import { join } from 'node:path';
 import { MAIN, startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/fixtures.js';
 import { issue, makeCa, tlsFixture, type Ca } from '../helpers/certs.js';
-import { bulkRoute, httpsGet, MIB, MIB_SHA, type HttpsGot } from '../helpers/https-visit.js';
+import { bulkRoute, httpsGet, MIB, MIB_SHA, peerCertificate, type HttpsGot } from '../helpers/https-visit.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { listen, type Local } from '../tunnel/helpers.js';
 import { burrow, closedPort, RunningBurrows, tempDir } from '../cli/harness.js';
@@ -38,18 +38,7 @@ function get(servername: string, path: string, opts: { ca?: string; agent?: http
 
 /** The certificate a fresh handshake with this SNI name gets (not verified: the test looks at it). */
 function certificateFor(servername: string): Promise<tls.PeerCertificate> {
-  return withDeadline(
-    new Promise((resolve, reject) => {
-      const s = tls.connect({ host: '127.0.0.1', port: server.port, servername, rejectUnauthorized: false }, () => {
-        const c = s.getPeerCertificate();
-        s.destroy();
-        resolve(c);
-      });
-      s.on('error', reject);
-    }),
-    15_000,
-    `handshake as ${servername}`,
-  );
+  return peerCertificate(server.port, servername, null);
 }
 
 test.before(async () => {

@@ -178,8 +178,11 @@ test('a member killed with requests in flight: those requests are asked again of
     const postReplies = await Promise.all(posts);
     for (const [i, r] of postReplies.entries()) {
       const there = died.includes(`POST /post${i}`);
-      assert.is(stayed.includes(`POST /post${i}`), !there, `POST /post${i} reached exactly one member (${there ? 'the dying one' : 'the one that stays'})`);
-      assert.is(r.status, there ? 502 : 200);
+      const here = stayed.includes(`POST /post${i}`);
+      // Never sent twice. One the dying member took may have died in its client before its
+      // service read it (a loaded machine shows that window): 502 too, and not sent again.
+      assert.not.ok(there && here, `POST /post${i} reached both members`);
+      assert.is(r.status, here ? 200 : 502, `POST /post${i} (${here ? 'served by the member that stays' : there ? 'held by the dying member' : 'taken by the dying member, not yet at its service'})`);
     }
   } finally {
     cli.kill('SIGKILL');
