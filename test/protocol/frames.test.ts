@@ -253,6 +253,8 @@ test('wrong shapes are refused', () => {
     [F.Credit, 1],
     [F.StreamOpen, 1, 'id', { kind: 'http', method: 'GET', target: '/', headers: ['odd'], upgrade: false }],
     [F.Hello, { v: 'one' }],
+    [F.Hello, { v: 2, agent: 'x', rawHeads: 'yes' }],
+    [F.StreamOpen, 1, 'id', { kind: 'http', method: 'GET', target: '/', headers: [], upgrade: false, raw: 'GET / HTTP/1.1\r\n\r\n' }],
     [99, 1],
     // every field is type-checked: ids, codes, ranges, lengths
     [F.Open, 1, { type: 'http', id: 1234 }],
