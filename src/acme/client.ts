@@ -104,7 +104,17 @@ export class AcmeClient {
     const dir = await this.directory();
     const payload: Record<string, unknown> = { identifiers: names.map((value) => ({ type: 'dns', value })) };
     if (replaces && dir.renewalInfo) payload.replaces = replaces;
-    const res = await this.post<Order>(dir.newOrder, payload);
+    let res: Answer<Order>;
+    try {
+      res = await this.post<Order>(dir.newOrder, payload);
+    } catch (err) {
+      // An earlier replacement order that failed already claimed `replaces` (RFC 9773 alreadyReplaced;
+      // Pebble answers 409): the renewal goes on as a plain order rather than never.
+      const replaced = err instanceof AcmeError && (err.type === 'urn:ietf:params:acme:error:alreadyReplaced' || err.status === 409);
+      if (!replaced || !payload.replaces) throw err;
+      delete payload.replaces;
+      res = await this.post<Order>(dir.newOrder, payload);
+    }
     const url = header(res, 'location');
     if (res.status !== 201 || !url || !Array.isArray(res.body?.authorizations)) throw new AcmeError(`newOrder answered HTTP ${res.status}`, res.status, null);
     return { url, order: res.body };

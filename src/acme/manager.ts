@@ -9,7 +9,7 @@ import { DnsSolver } from './dns-solver.js';
 import { newAccountKeyPem } from './jws.js';
 import { obtain, type Solver } from './order.js';
 import { registeredDomain } from './public-suffix.js';
-import { LongTimer, renewAt, retryDelayMs, type Window } from './renewal.js';
+import { LongTimer, fittingWindow, renewAt, retryDelayMs, type Window } from './renewal.js';
 import { AcmeStore, type StoredCert } from '../db/acme.js';
 import { HttpSolver } from './http-solver.js';
 import { domain as customDomainRow } from '../db/custom-domains.js';
@@ -228,7 +228,10 @@ export class CertManager {
   private async window(c: StoredCert): Promise<Window | null> {
     if (!c.ariId) return null;
     try {
-      return await (await this.directoryClient()).renewalInfo(c.ariId);
+      const offered = await (await this.directoryClient()).renewalInfo(c.ariId);
+      const ari = fittingWindow(c.notAfter, offered);
+      if (offered && !ari) this.opts.log.debug({ certificate: c.name }, 'ACME: the renewal window closes after expiry; the lifetime rule applies');
+      return ari;
     } catch (err) {
       this.opts.log.debug({ err: (err as Error).message, certificate: c.name }, 'ACME: no renewal information; the lifetime rule applies');
       return null;

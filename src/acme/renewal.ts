@@ -16,6 +16,19 @@ export interface Window {
   end: Date;
 }
 
+/**
+ * The CA's window where it speaks of this certificate. A window that closes after the certificate
+ * expires cannot be followed as written (renewing inside it may come too late) and is a CA's
+ * generic answer rather than one fitted to this lifetime: Pebble gives a 48-hour window around
+ * two-thirds of any lifetime, so a 5-minute certificate would be renewed at once, again and again.
+ * The lifetime rule applies then. A window already over (a revoked certificate) is kept: it means
+ * renew now.
+ */
+export function fittingWindow(notAfter: Date, ari: Window | null): Window | null {
+  if (!ari) return null;
+  return ari.end.getTime() > notAfter.getTime() ? null : ari;
+}
+
 export function renewAt(notBefore: Date, notAfter: Date, ari: Window | null, random = Math.random): Date {
   if (ari) return new Date(ari.start.getTime() + random() * (ari.end.getTime() - ari.start.getTime()));
   const lifetime = notAfter.getTime() - notBefore.getTime();

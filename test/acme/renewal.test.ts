@@ -10,7 +10,7 @@ import type { AddressInfo } from 'node:net';
 import { issue, makeCa } from '../helpers/certs.js';
 import { startDatabase, type TestDatabase } from '../helpers/database.js';
 import { eventually } from '../helpers/deadline.js';
-import { LongTimer, renewAt, retryDelayMs } from '../../src/acme/renewal.js';
+import { LongTimer, fittingWindow, renewAt, retryDelayMs } from '../../src/acme/renewal.js';
 import { ariCertId } from '../../src/acme/cert-id.js';
 import { csrDer } from '../../src/acme/csr.js';
 import { newAccountKeyPem } from '../../src/acme/jws.js';
@@ -22,7 +22,7 @@ import { Registry } from 'prom-client';
 import { isPublicSuffix, registeredDomain } from '../../src/acme/public-suffix.js';
 
 // The renewal rule and its timer, the CSR and the ARI identifier checked by openssl, and ARI
-// (RFC 9773) from a stub directory that offers renewalInfo (the Debian Pebble does not).
+// (RFC 9773) from a stub directory that offers renewalInfo (bookworm's Pebble does not; trixie's does).
 
 const dir = mkdtempSync(join(tmpdir(), 'burrow-acme-renewal-'));
 const ca = makeCa(dir, 'ari');
@@ -47,6 +47,20 @@ test('an ARI window: a moment inside it, whatever the lifetime', () => {
   const end = new Date('2026-03-02T00:00:00Z');
   assert.is(renewAt(new Date(0), new Date(8.64e15), { start, end }, () => 0).getTime(), start.getTime());
   assert.is(renewAt(new Date(0), new Date(8.64e15), { start, end }, () => 0.5).getTime(), start.getTime() + 43_200_000);
+});
+
+test('an ARI window that closes after expiry is not followed; one already over still means now', () => {
+  const t0 = Date.parse('2026-01-01T00:00:00Z');
+  const notAfter = new Date(t0 + 300_000);
+  // Pebble's answer for a 5-minute certificate: 24 hours either side of two-thirds of its life.
+  const generic = { start: new Date(t0 + 200_000 - 86_400_000), end: new Date(t0 + 200_000 + 86_400_000) };
+  assert.is(fittingWindow(notAfter, generic), null);
+  assert.is(renewAt(new Date(t0), notAfter, fittingWindow(notAfter, generic)).getTime(), t0 + 200_000);
+  const inside = { start: new Date(t0 + 150_000), end: new Date(t0 + 250_000) };
+  assert.is(fittingWindow(notAfter, inside), inside);
+  const revoked = { start: new Date(t0 - 3_600_000), end: new Date(t0 - 1_800_000) };
+  assert.is(fittingWindow(notAfter, revoked), revoked);
+  assert.is(fittingWindow(notAfter, null), null);
 });
 
 test('retries back off, but never past a quarter of the time left', () => {
@@ -132,7 +146,12 @@ test('ARI: the client asks the directory for the window of this certificate', as
 });
 
 test('ARI: where the directory offers it, the renewal timer lands in its window, not at the lifetime rule', async () => {
-  const stub = await ariStub({ start: '2030-01-01T00:00:00Z', end: '2030-01-03T00:00:00Z' });
+  // Inside the leaf's two days, well before the lifetime rule's point (two-thirds of them).
+  const leaf = new X509Certificate(leafPem);
+  const from = Date.parse(leaf.validFrom);
+  const life = Date.parse(leaf.validTo) - from;
+  const window = { start: new Date(from + life * 0.25).toISOString(), end: new Date(from + life * 0.3).toISOString() };
+  const stub = await ariStub(window);
   let db: TestDatabase | null = null;
   let m: CertManager | null = null;
   try {
@@ -143,7 +162,7 @@ test('ARI: where the directory offers it, the renewal timer lands in its window,
     await m.store.saveCertificate({ name: 'ari.example.com', names: ['ari.example.com'], certPem: leafPem, keyPem: readFileSync(issued.key, 'utf8'), notBefore: new Date(x.validFrom), notAfter: new Date(x.validTo), ariId: ariCertId(x) });
     await m.start();
     const at = (await eventually(() => m!.nextAttempt('ari.example.com'), 5_000, 'a renewal timer'))!;
-    assert.ok(at.getTime() >= Date.parse('2030-01-01T00:00:00Z') && at.getTime() <= Date.parse('2030-01-03T00:00:00Z'), at.toISOString());
+    assert.ok(at.getTime() >= Date.parse(window.start) && at.getTime() <= Date.parse(window.end), at.toISOString());
     assert.ok(stub.asked.length >= 1);
   } finally {
     await m?.stop();

@@ -41,7 +41,7 @@ function assertInstalled(): void {
   }
 }
 
-/** `validitySecs`: Pebble's certificateValidityPeriod; `renewalInfo`: never (this Pebble has no ARI). */
+/** `validitySecs`: Pebble's certificateValidityPeriod. Bookworm's Pebble has no ARI; trixie's (2.6) offers a 48-hour window, which burrowd does not follow for certificates shorter than it (src/acme/renewal.ts). */
 export async function startPebble(opts: { validitySecs?: number } = {}): Promise<Pebble> {
   assertInstalled();
   const { max } = lanePorts(450);
