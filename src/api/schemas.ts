@@ -1,76 +1,11 @@
-import { FormatRegistry, Type, type Static, type TSchema } from '@sinclair/typebox';
+import { FormatRegistry, Type } from '@sinclair/typebox';
+import { ApiScope, DateTime, Nullable, Role, TeamRole, Uuid } from '../protocol/api-views.js';
 
 // The API's shapes (the resources of the management API), used three ways: to validate
 // requests, to type handlers, and to generate openapi.json. Nullable fields are always
-// present (a field without a value is null, never omitted).
-const Nullable = <T extends TSchema>(t: T) => Type.Union([t, Type.Null()]);
-const Uuid = Type.String({ format: 'uuid' });
-const DateTime = Type.String({ format: 'date-time' });
-
-export const ApiScope = Type.Union([Type.Literal('tunnels'), Type.Literal('management')], { $id: 'ApiScope' });
-export const Role = Type.Union([Type.Literal('admin'), Type.Literal('member')], { $id: 'Role' });
-export const TeamRole = Type.Union([Type.Literal('owner'), Type.Literal('member')], { $id: 'TeamRole' });
-
-export const ApiKey = Type.Object(
-  {
-    id: Uuid,
-    name: Type.String(),
-    key_prefix: Type.String(),
-    scopes: Type.Array(ApiScope),
-    created_at: DateTime,
-    expires_at: Nullable(DateTime),
-    revoked_at: Nullable(DateTime),
-  },
-  { $id: 'ApiKey' },
-);
-export type ApiKey = Static<typeof ApiKey>;
-
-export const CreatedKey = Type.Object({ info: ApiKey, key: Type.String() }, { $id: 'CreatedKey' });
-export type CreatedKey = Static<typeof CreatedKey>;
-
-export const Account = Type.Object({ id: Uuid, provider: Type.String(), created_at: DateTime }, { $id: 'Account' });
-export type Account = Static<typeof Account>;
-
-export const User = Type.Object(
-  {
-    id: Uuid,
-    email: Type.String(),
-    name: Type.String(),
-    avatar_url: Nullable(Type.String()),
-    role: Role,
-    metadata: Type.Record(Type.String(), Type.Unknown()),
-    created_at: DateTime,
-    updated_at: DateTime,
-    deactivated_at: Nullable(DateTime),
-  },
-  { $id: 'User' },
-);
-export type User = Static<typeof User>;
-
-export const Session = Type.Object(
-  {
-    id: Uuid,
-    user_id: Uuid,
-    tunnel_id: Type.String(),
-    client_ip: Nullable(Type.String()),
-    connected_at: DateTime,
-    disconnected_at: Nullable(DateTime),
-    bytes_in: Type.Integer(),
-    bytes_out: Type.Integer(),
-    requests: Type.Integer(),
-  },
-  { $id: 'Session' },
-);
-export type Session = Static<typeof Session>;
-
-export const Team = Type.Object({ id: Uuid, name: Type.String(), created_at: DateTime, updated_at: DateTime }, { $id: 'Team' });
-export type Team = Static<typeof Team>;
-
-export const TeamMember = Type.Object(
-  { id: Uuid, team_id: Uuid, user_id: Uuid, role: TeamRole, created_at: DateTime },
-  { $id: 'TeamMember' },
-);
-export type TeamMember = Static<typeof TeamMember>;
+// present (a field without a value is null, never omitted). The resources the layers below
+// name too (keys, users, teams, sessions, reservations) are defined in protocol/api-views.ts.
+export { ApiScope, Role, TeamRole, ApiKey, CreatedKey, Account, User, Session, Team, TeamMember, Reservation } from '../protocol/api-views.js';
 
 export const Tunnel = Type.Object(
   {
@@ -99,17 +34,6 @@ export const Tunnel = Type.Object(
   },
   { $id: 'Tunnel' },
 );
-
-export const Reservation = Type.Object(
-  {
-    id: Type.String({ description: 'the reserved tunnel id' }),
-    user_id: Nullable(Uuid),
-    team_id: Nullable(Uuid),
-    created_at: DateTime,
-  },
-  { $id: 'Reservation', description: 'A tunnel id only this user, or members of this team, may register' },
-);
-export type Reservation = Static<typeof Reservation>;
 
 export const Domain = Type.Object(
   {

@@ -1,5 +1,5 @@
 import type { ShardContext } from '../edge/shard-context.js';
-import type { CreatedKey } from '../api/schemas.js';
+import type { CreatedKey } from '../protocol/api-views.js';
 import type { Scope } from '../protocol/roles.js';
 import { generateKey } from './key-format.js';
 import { insertKey, revokeByName } from '../db/api-keys.js';

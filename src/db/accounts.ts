@@ -1,6 +1,6 @@
 import type { Sql } from './sql.js';
 import { isoRequired } from './sql.js';
-import type { Account } from '../api/schemas.js';
+import type { Account } from '../protocol/api-views.js';
 
 export async function listAccounts(sql: Sql, userId: string): Promise<Account[]> {
   const rows = await sql<{ id: string; provider: string; created_at: Date }[]>`

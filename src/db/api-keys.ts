@@ -1,6 +1,6 @@
 import type { Sql } from './sql.js';
 import { iso, isoRequired } from './sql.js';
-import type { ApiKey } from '../api/schemas.js';
+import type { ApiKey } from '../protocol/api-views.js';
 import type { Role, Scope } from '../protocol/roles.js';
 
 interface KeyRow {

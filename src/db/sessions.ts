@@ -1,6 +1,6 @@
 import type { Sql } from './sql.js';
 import { iso, isoRequired } from './sql.js';
-import type { Session } from '../api/schemas.js';
+import type { Session } from '../protocol/api-views.js';
 
 interface SessionRow {
   id: string;

@@ -1,7 +1,7 @@
 import { nameKey } from '../names.js';
 import type { Sql } from './sql.js';
 import { isoRequired } from './sql.js';
-import type { Team, TeamMember } from '../api/schemas.js';
+import type { Team, TeamMember } from '../protocol/api-views.js';
 import type { TeamRole } from '../protocol/roles.js';
 
 interface TeamRow {

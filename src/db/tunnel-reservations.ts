@@ -1,6 +1,6 @@
 import type { Sql } from './sql.js';
 import { isoRequired } from './sql.js';
-import type { Reservation } from '../api/schemas.js';
+import type { Reservation } from '../protocol/api-views.js';
 
 // Tunnel ids an admin reserved for a user or a team. The RegistryActor keeps them in memory
 // (loaded at start-up, changed only through it) so admission never waits for the database.

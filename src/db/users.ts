@@ -1,7 +1,7 @@
 import { nameKey } from '../names.js';
 import type { Sql } from './sql.js';
 import { iso, isoRequired } from './sql.js';
-import type { User } from '../api/schemas.js';
+import type { User } from '../protocol/api-views.js';
 import type { Role } from '../protocol/roles.js';
 import type { LoginUserRow } from './accounts.js';
 

@@ -8,7 +8,7 @@
 //   shard ──tunnel-lane (ask)───────▶ RegistryActor (a client's lane on another shard: key checked)
 //   shard A ◀──TunnelMesh (tell, MessagePort mesh)──▶ shard B   (public HTTP landing on B for A's tunnel)
 import type { Ack, Principal, TunnelInfo } from './messages.js';
-import type { Reservation } from '../api/schemas.js';
+import type { Reservation } from './api-views.js';
 import type { RefusalCode, ResetCode, ResponseHead, StreamHead } from './frames.js';
 import type { AccessWire } from './access.js';
 
