@@ -5,6 +5,7 @@ import type { KeyVerdict, Principal } from '../protocol/messages.js';
 import { ApiError } from '../errors.js';
 import { keyDigest, keyPrefixOf } from './key-format.js';
 import { TICKET_TTL_MS, type TicketBox } from './resume-ticket.js';
+import type { Admit, TicketMinter } from '../edge/shard-context.js';
 
 // Per-shard authentication: a key is verified with argon2id once, then served from this
 // shard's cache until an invalidation (revoke, deactivate, role change) arrives from main.
@@ -26,12 +27,6 @@ export interface AuthDeps {
   /** How long a ticket lives (TICKET_TTL_MS unless a test shortens it). */
   ticketTtlMs?: number;
 }
-
-/** A fresh resumption ticket and when it runs out (epoch ms). */
-export type TicketMinter = () => { ticket: string; untilMs: number };
-
-/** Whether a key whose row was read (`known`: its prefix exists and is usable) may be verified now; throws to refuse. */
-export type Admit = (known: boolean) => void;
 
 interface CachedKey {
   principal: Principal;

@@ -2,7 +2,8 @@ import { WsConnection, websocketAccept } from '../protocol/ws-connection.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import { headerOf, type Exchange, type FrontConnection } from '../edge/front-connection.js';
 import type { VisitorResponse } from '../edge/visitor-response.js';
-import { LINK_PATH, type LinkTokens, type NodeLinks } from './node-links.js';
+import type { ClusterLinks } from '../edge/shard-context.js';
+import { LINK_PATH, type LinkTokens } from './node-links.js';
 
 // The accepting end of a link from another node (src/cluster/node-links.ts): a WebSocket on
 // the public port at /cluster/v1/link, whose Authorization must carry one of the cluster's link tokens
@@ -16,7 +17,7 @@ export function isLinkRequest(head: RequestHead): boolean {
   return (q < 0 ? head.target : head.target.slice(0, q)) === LINK_PATH;
 }
 
-export function acceptLink(links: NodeLinks, tokens: LinkTokens, conn: FrontConnection, head: RequestHead, res: VisitorResponse): Exchange {
+export function acceptLink(links: ClusterLinks, tokens: LinkTokens, conn: FrontConnection, head: RequestHead, res: VisitorResponse): Exchange {
   return {
     requestBody() {},
     requestEnd() {},

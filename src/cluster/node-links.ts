@@ -6,7 +6,8 @@ import type { StreamHead } from '../protocol/frames.js';
 import type { WsConnection } from '../protocol/ws-connection.js';
 import { WsClient } from '../protocol/ws-client.js';
 import { Mesh } from '../edge/mesh.js';
-import type { Downstream, Upstream } from '../edge/stream.js';
+import type { Upstream } from '../edge/stream.js';
+import type { ClusterLinks, LinkDownstream } from '../edge/shard-context.js';
 
 // Links between nodes (one shard's side). A visitor reaching this node for a tunnel whose
 // client is connected to another node is carried over a link to that node's --node-url:
@@ -129,7 +130,7 @@ class LinkPort extends EventEmitter implements PortLike {
   }
 }
 
-export class NodeLinks {
+export class NodeLinks implements ClusterLinks {
   private readonly mesh: Mesh;
   /** dialled links by peer URL, and their mesh peer number */
   private readonly dialled = new Map<string, { index: number; port: LinkPort }>();
@@ -140,7 +141,7 @@ export class NodeLinks {
     private readonly log: Logger,
     private readonly tokens: LinkTokens,
     /** Opens a stream on a tunnel of this node (its shard, a lane here, or the shard mesh); null when none. */
-    openHere: (tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }) => Upstream | null,
+    openHere: (tunnelId: string, head: StreamHead, down: LinkDownstream) => Upstream | null,
     /** A dialled link failed or was lost (`up` false), or was established (true). */
     private readonly health: (url: string, up: boolean) => void = () => undefined,
   ) {
@@ -157,7 +158,7 @@ export class NodeLinks {
   }
 
   /** A visitor here for a tunnel on the node at `url`. */
-  open(url: string, tunnelId: string, head: StreamHead, down: Downstream & { onDone: (() => void) | null }): Upstream | null {
+  open(url: string, tunnelId: string, head: StreamHead, down: LinkDownstream): Upstream | null {
     const link = this.dialled.get(url) ?? this.dial(url);
     return this.mesh.open(link.index, tunnelId, head, down);
   }

@@ -20,8 +20,7 @@ import {
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
 import type { StreamCarrier, TunnelActor, TunnelStream } from './tunnel.js';
-import type { ShardContext } from './shard-context.js';
-import type { TicketMinter } from '../auth/authenticate.js';
+import type { ShardContext, TicketMinter } from './shard-context.js';
 
 // The control WebSocket `GET /tunnel/v1/connect` (one per `burrow` client), upgraded by the
 // front itself (protocol/ws-connection.ts on the visitor socket).

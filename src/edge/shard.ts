@@ -1,6 +1,6 @@
 import type { MessagePort } from 'node:worker_threads';
 import type net from 'node:net';
-import type { ShardContext } from './shard-context.js';
+import type { ClusterLinks, ShardContext } from './shard-context.js';
 import type { ShardCounts, TunnelAdmitted, TunnelMainToShard, TunnelMainToShardReplies, StatsDelta } from '../protocol/tunnel-messages.js';
 import type { HandlerAnswer } from '../protocol/messages.js';
 import { HEARTBEAT_MISSES, type HttpHead, type OpenRequest, type RefusalCode, type StreamHead } from '../protocol/frames.js';
@@ -25,7 +25,6 @@ import { ShardLanes } from './shard-lanes.js';
 import { ExpiryTimers } from './shard-expiry.js';
 import { StatsReporter } from './shard-stats.js';
 import { drainTunnels } from './shard-drain.js';
-import { NodeLinks } from '../cluster/node-links.js';
 import type { PortLike } from '../actors/actor.js';
 
 // The tunnel data plane of one shard worker:
@@ -56,7 +55,7 @@ export interface ShardTunnels {
   /** main's data-plane messages; an ask's answer is its TunnelMainToShardReplies entry. */
   onMain(msg: TunnelMainToShard): HandlerAnswer<TunnelMainToShardReplies>;
   /** --node-url: links to and from the other nodes of the cluster; null on a single node. */
-  links: NodeLinks | null;
+  links: ClusterLinks | null;
   /** A MessagePort to another shard (the mesh); re-sent when that shard restarts. */
   onPeer(shard: number, port: MessagePort): void;
   /** Key revoked / user deactivated: end those control connections now (permanent Fatal). */
@@ -363,7 +362,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
   };
 
   // A link's stream is served on this node only: a route that moved on meanwhile gets no-tunnel, never a second hop.
-  const links = ctx.linkTokens === null ? null : new NodeLinks(log, ctx.linkTokens, openOnNode, (url, up) => (up ? routes.nodeUp(url) : routes.nodeDown(url)));
+  const links = ctx.clusterLinks?.(log, openOnNode, (url, up) => (up ? routes.nodeUp(url) : routes.nodeDown(url))) ?? null;
   const openAnywhere = (tunnelId: string, head: HttpHead, visitor: TunnelVisitor): Upstream | null => openStream(tunnelId, head, visitor, links !== null);
 
   return {

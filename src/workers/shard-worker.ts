@@ -32,7 +32,7 @@ import { H2Front } from '../edge/h2-front.js';
 import { ApiExchange } from '../edge/api-relay.js';
 import { acceptControl, isControlRequest } from '../edge/control.js';
 import { acceptLink, isLinkRequest } from '../cluster/link-accept.js';
-import { LinkTokens } from '../cluster/node-links.js';
+import { LinkTokens, NodeLinks } from '../cluster/node-links.js';
 
 //   public port (SO_REUSEPORT) ─▶ this shard's Front (edge/front.ts): node:net/tls + llhttp
 //        ├─ Host <id>.<domain>     ─▶ tunnel data plane (edge/shard.ts)
@@ -76,9 +76,11 @@ const auth = new Authenticator({
   tickets: new TicketBox(await serverSecret(sql, 'resume-ticket')),
   ticketTtlMs: config.resumeTicketTtlMs,
 });
+/** --node-url: the tokens links between this cluster's nodes present; null on a single node */
+const linkTokens = config.nodeUrl === null ? null : new LinkTokens(await serverSecret(sql, 'cluster-link'));
 const ctx: ShardContext = {
   index, config, log, sql, uws, app, http, main,
-  linkTokens: config.nodeUrl === null ? null : new LinkTokens(await serverSecret(sql, 'cluster-link')),
+  clusterLinks: linkTokens === null ? null : (linksLog, openHere, health) => new NodeLinks(linksLog, linkTokens, openHere, health),
   accessTagKey: await serverSecret(sql, 'access-tag'),
   authenticate: (a, ip, ticket, admit) => auth.authenticate(a, ip, ticket, admit),
   authIsCheap: (a, ip, ticket) => auth.isCheap(a, ip, ticket),
@@ -104,7 +106,7 @@ const frontHost: FrontHost = {
     const tunnelId = head.host === null ? null : tunnelFor(head.host);
     if (tunnelId !== null) return tunnels.serve(conn, head, res, tunnelId);
     if (isControlRequest(head)) return acceptControl(tunnels.control, conn, head, res);
-    if (tunnels.links && isLinkRequest(head)) return acceptLink(tunnels.links, ctx.linkTokens!, conn, head, res);
+    if (tunnels.links && isLinkRequest(head)) return acceptLink(tunnels.links, linkTokens!, conn, head, res);
     if (head.upgrade) {
       res.closeAfter();
       res.problem('not-found', 'no WebSocket endpoint here');
