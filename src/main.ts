@@ -32,7 +32,7 @@ import { shardSockets } from './main-thread/shards.js';
 import { sharedPortSupported } from './edge/front.js';
 import { ClusterNode } from './cluster/node.js';
 import { runServiceCommand } from './service-unit.js';
-import { CertManager } from './acme/manager.js';
+import type { CertManager } from './acme/manager.js';
 import { DomainWatch } from './acme/domain-watch.js';
 import { retryDelayMs } from './acme/renewal.js';
 import type { AcmeConfig } from './config.js';
@@ -200,6 +200,8 @@ if (config.metricsAddr) {
  * before the shards listen: HTTPS needs it, and a first start waits for the CA (retrying).
  */
 async function startAcme(acmeConfig: AcmeConfig): Promise<CertManager> {
+  // Loaded only here: the ACME client and its HTTP stack (undici) are a tenth of a start's CPU.
+  const { CertManager } = await import('./acme/manager.js');
   const manager = new CertManager({
     sql,
     log: log.child({ part: 'acme' }),
