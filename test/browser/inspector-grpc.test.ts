@@ -13,7 +13,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { adminOf, closedPort, RunningBurrows, tempDir, waitFor } from '../cli/harness.js';
 import { echoClient, startEcho, streamRequest, unaryCall, type Echo, type EchoClient } from '../helpers/grpc-echo.js';
-import { launchChromium } from './fixtures/chromium.js';
+import { launchBrowserForTest } from './fixtures/chromium.js';
 
 let browser: Browser | null = null;
 let srv: TestServer;
@@ -26,12 +26,7 @@ const burrows = new RunningBurrows();
 const UI_MS = 15_000;
 
 test.before(async () => {
-  try {
-    browser = (await launchChromium()).browser;
-  } catch (err) {
-    console.error((err as Error).message); // uvu does not print a failing hook's error
-    throw err;
-  }
+  browser = await launchBrowserForTest();
   srv = await startServer();
   echo = await startEcho();
   const alice = adminOf(srv, home.dir);
