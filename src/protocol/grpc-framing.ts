@@ -76,7 +76,6 @@ export function grpcMessages(bytes: Uint8Array, complete: boolean, max = MAX_LIS
 
 /** Printable ASCII as itself, every other byte as '.' (the hex dump's right-hand column). */
 export function printable(bytes: Uint8Array): string {
-  let s = '';
-  for (const b of bytes) s += b >= 0x20 && b < 0x7f ? String.fromCharCode(b) : '.';
-  return s;
+  // One latin1 decode and one replace: a 64 KiB body in tens of µs, not a string per byte.
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('latin1').replace(/[^\x20-\x7e]/g, '.');
 }
