@@ -45,6 +45,8 @@ export interface ObservedHead {
   target: string;
   headers: readonly string[];
   raw?: Uint8Array;
+  /** The visitor's request came as an HTTP/2 stream ('grpc': a gRPC call), as the edge says (HttpHead.protocol); absent: HTTP/1.x. */
+  protocol?: 'h2' | 'grpc';
 }
 
 /** What the edge answers the visitor in place of the local service's answer, per reset code. */

@@ -3,7 +3,7 @@ import type net from 'node:net';
 import type { ProblemCode } from '../errors.js';
 import { type AccessRules, type AccessWire } from '../protocol/access.js';
 import { CidrSet, addressGroup } from '../protocol/cidr.js';
-import { countAccessRefusal, countHttpAnswer } from './metrics.js';
+import { countAccessRefusal, countHttpAnswer, type VisitorProtocol } from './metrics.js';
 
 // Access rules at the edge: checked where the visitor arrives, before anything is sent toward
 // the tunnel (no Open stream, no mesh message), so a refused visitor never reaches the client.
@@ -97,9 +97,9 @@ export type AccessRefusal = 'basic_auth' | 'allow_ip' | 'deny_ip' | 'guess_limit
 const REFUSAL_STATUS: Record<AccessRefusal, number> = { basic_auth: 401, guess_limit: 429, allow_ip: 403, deny_ip: 403 };
 
 /** Every refused visitor, HTTP or TCP, passes here once: the place to count refusals (GET /metrics). */
-function refuse(type: 'http' | 'tcp', rule: AccessRefusal): void {
+function refuse(type: 'http' | 'tcp', rule: AccessRefusal, protocol?: VisitorProtocol): void {
   countAccessRefusal(rule === 'allow_ip' || rule === 'deny_ip' ? 'ip' : 'basic_auth');
-  if (type === 'http') countHttpAnswer(REFUSAL_STATUS[rule]);
+  if (type === 'http') countHttpAnswer(REFUSAL_STATUS[rule], protocol);
 }
 
 /**
@@ -150,29 +150,30 @@ const DROP_AUTHORIZATION: HttpAdmission = { verdict: 'drop-authorization' };
 /**
  * Checks a public HTTP request (plain or WebSocket upgrade) of client `ip` against its tunnel's
  * gate before it goes anywhere: 403 address, 401 + challenge credentials, 429 too many wrong
- * guesses. `authorization`: the request's Authorization header ('' when absent).
+ * guesses. `authorization`: the request's Authorization header ('' when absent); `protocol`: the
+ * request's (RequestHead.protocol), for the refusal's count.
  */
-export function admitHttpVisitor(gate: AccessGate | null, ip: string, authorization: string): HttpAdmission {
+export function admitHttpVisitor(gate: AccessGate | null, ip: string, authorization: string, protocol?: VisitorProtocol): HttpAdmission {
   if (!gate) return ADMITTED;
   const rule = gate.refusesAddress(ip);
   if (rule) {
-    refuse('http', rule);
+    refuse('http', rule, protocol);
     return { verdict: 'refused', code: 'forbidden', detail: `visitors from ${ip} may not reach this tunnel`, headers: {} };
   }
   if (!gate.basicAuth) return ADMITTED;
   if (authorization === '') {
-    refuse('http', 'basic_auth');
+    refuse('http', 'basic_auth', protocol);
     return { verdict: 'refused', code: 'unauthorized', detail: 'this tunnel needs a user name and password', headers: CHALLENGE };
   }
   const now = Date.now();
   const wait = guesses.blocked(ip, now);
   if (wait > 0) {
-    refuse('http', 'guess_limit');
+    refuse('http', 'guess_limit', protocol);
     return { verdict: 'refused', code: 'too-many-requests', detail: `too many wrong passwords from ${ip}; retry in ${wait} s`, headers: { 'retry-after': String(wait) } };
   }
   if (!gate.authorized(authorization)) {
     guesses.fail(ip, now);
-    refuse('http', 'basic_auth');
+    refuse('http', 'basic_auth', protocol);
     return { verdict: 'refused', code: 'unauthorized', detail: 'wrong user name or password for this tunnel', headers: CHALLENGE };
   }
   return DROP_AUTHORIZATION;

@@ -2,6 +2,7 @@ import http2, { type IncomingHttpHeaders, type OutgoingHttpHeaders, type ServerH
 import type { ApiError, ProblemCode } from '../errors.js';
 import { clientOfHeaders, type ClientAddress } from '../http/client-address.js';
 import { renderProblem } from '../http/problem.js';
+import { isGrpcContentType } from '../protocol/grpc-framing.js';
 import type { RequestHead } from '../protocol/http1-parser.js';
 import type { VisitorAnswer, VisitorConnection } from './visitor-port.js';
 
@@ -182,6 +183,7 @@ export function h2RequestHead(headers: IncomingHttpHeaders, raw: readonly string
   let cookies: string | null = null;
   let hostHeader: string | null = null;
   let contentLength: number | null = null;
+  let grpc = false;
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     if (name.startsWith(':')) continue;
@@ -199,6 +201,8 @@ export function h2RequestHead(headers: IncomingHttpHeaders, raw: readonly string
       if (!/^\d{1,15}$/.test(value) || (contentLength !== null && contentLength !== Number(value))) return { status: 400, reason: 'an invalid content-length' };
       contentLength = Number(value);
     }
+    // nghttp2 hands names in lower case (RFC 9113 §8.2.1 refuses others).
+    if (name === 'content-type') grpc = isGrpcContentType(value);
     fields.push(name, value);
   }
   if (cookies !== null) fields.push('cookie', cookies);
@@ -219,6 +223,7 @@ export function h2RequestHead(headers: IncomingHttpHeaders, raw: readonly string
     chunked: hasBody && contentLength === null,
     contentLength,
     hasBody,
+    protocol: grpc ? 'grpc' : 'h2',
   };
 }
 

@@ -200,7 +200,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
     }
     // An upgrade the local service declined: the connection cannot go on as HTTP after it.
     if (this.request.upgrade) this.res.closeAfter();
-    countHttpAnswer(head.status);
+    countHttpAnswer(head.status, this.request.protocol);
     this.res.head(head.status, filtered.headers, filtered.contentLength);
     if (this.res.finished) this.finish();
   }
@@ -211,7 +211,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
    * domain would reach every tunnel and the API host.
    */
   private switchProtocols(headers: string[]): void {
-    countHttpAnswer(101);
+    countHttpAnswer(101, this.request.protocol);
     const socket = this.conn.socket;
     let text = 'HTTP/1.1 101 Switching Protocols\r\n';
     for (let i = 0; i < headers.length; i += 2) {
@@ -302,7 +302,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
     if (this.request.upgrade) this.res.closeAfter();
     // A browser (its Accept prefers text/html) gets an HTML page.
     this.res.problem(code, detail, { html: FrontConnection.wantsHtml(this.request) });
-    countHttpAnswer(this.res.status);
+    countHttpAnswer(this.res.status, this.request.protocol);
     this.finish();
     if (resetWith) this.up?.reset(resetWith);
   }
@@ -351,6 +351,8 @@ export function serveVisitor(visitor: TunnelVisitor, request: RequestHead, clien
     upgrade: request.upgrade,
     end: !request.hasBody && !request.upgrade,
   };
+  // Only HTTP/2 streams carry it (the inspector shows it); an HTTP/1.1 head keeps its shape.
+  if (request.protocol !== undefined) head.protocol = request.protocol;
   // Past the budget of bytes held for slow visitors, a new answer to one of them would only add to it.
   visitor.clientIp = client.ip;
   if (visitorBuffers.full && visitorBuffers.refuses(visitor.group)) return visitor.problem('unavailable', 'the server holds as much as it can for visitors that read slowly right now; read the answers you asked for, or try again shortly', null);

@@ -1,5 +1,5 @@
 import type { Mailbox } from '../actors/actor.js';
-import type { EdgeTotals, MainToShard, ShardToMain } from '../protocol/messages.js';
+import { CLASS_SLOTS, HTTP_PROTOCOLS, type EdgeTotals, type MainToShard, type ShardToMain } from '../protocol/messages.js';
 
 // Counters of what happens on a shard's edge, for GET /metrics.
 //
@@ -14,12 +14,22 @@ import type { EdgeTotals, MainToShard, ShardToMain } from '../protocol/messages.
 /** How often a shard reports its totals (only when they changed). */
 export const PUSH_MS = 250;
 
+/**
+ * A visitor request's protocol as RequestHead.protocol says it: absent for HTTP/1.x (the
+ * `protocol` label's `http1`), 'h2' for an HTTP/2 stream, 'grpc' for an HTTP/2 stream whose
+ * content-type is gRPC's. A fixed set: the label never takes a value from a request.
+ */
+export type VisitorProtocol = 'h2' | 'grpc';
+
 /** Access rules that refuse a visitor (the `rule` label of burrow_access_refusals_total). */
 export type AccessRule = 'basic_auth' | 'ip';
 
 class EdgeCounters {
-  /** HTTP answers to visitors by status class: index = status / 100 (1..9; 101 = WebSocket upgrade). */
-  readonly httpByClass = new Float64Array(10);
+  /**
+   * HTTP answers to visitors by protocol and status class: index = block of the protocol
+   * (HTTP_PROTOCOLS order) × CLASS_SLOTS + status / 100 (1..9; 101 = WebSocket upgrade).
+   */
+  readonly httpByClass = new Float64Array(HTTP_PROTOCOLS.length * CLASS_SLOTS);
   /** Visitor TCP connections accepted on a TCP tunnel's port. */
   tcpConnections = 0;
   refusedBasicAuth = 0;
@@ -35,12 +45,14 @@ class EdgeCounters {
 /** This thread's counters (each shard worker has its own module instance). */
 export const edgeCounters = new EdgeCounters();
 
-/** One HTTP answer (any status 100–999) written to a visitor of a tunnel. */
-export function countHttpAnswer(status: number): void {
-  edgeCounters.httpByClass[(status / 100) | 0]!++;
+/** One HTTP answer (any status 100–999) written to a visitor of a tunnel, by its request's protocol. */
+export function countHttpAnswer(status: number, protocol?: VisitorProtocol): void {
+  // No label object, no lookup: the slot is arithmetic on a fixed layout.
+  const block = protocol === undefined ? 0 : protocol === 'h2' ? CLASS_SLOTS : 2 * CLASS_SLOTS;
+  edgeCounters.httpByClass[block + ((status / 100) | 0)]!++;
 }
 
-/** One visitor request on an HTTP/2 stream (burrow_http_requests_total{protocol="h2"}). */
+/** One visitor request on an HTTP/2 stream, answered by the tunnel or refused by the front (burrow_h2_requests_total). */
 export function countH2Stream(): void {
   edgeCounters.h2Streams++;
 }

@@ -373,13 +373,13 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       if (draining) {
         // A visitor request while draining: 503, and the connection closes (no keep-alive).
         res.closeAfter();
-        countHttpAnswer(503);
+        countHttpAnswer(503, head.protocol);
         const err = unavailableError(SHUTTING_DOWN);
         res.problem('unavailable', SHUTTING_DOWN, { extra: err, html: FrontConnection.wantsHtml(head) });
         return DISCARD;
       }
       const client = conn.clientOf(head);
-      const admission = admitHttpVisitor(routes.gateFor(id), client.ip, headerOf(head.headers, 'authorization') ?? '');
+      const admission = admitHttpVisitor(routes.gateFor(id), client.ip, headerOf(head.headers, 'authorization') ?? '', head.protocol);
       if (admission.verdict === 'refused') {
         if (head.upgrade) res.closeAfter();
         res.problem(admission.code, admission.detail, { extra: { headers: admission.headers } });
@@ -388,7 +388,7 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
       const limitKey = visitors.admit(client.ip);
       if (limitKey === null) {
         if (head.upgrade) res.closeAfter();
-        countHttpAnswer(429);
+        countHttpAnswer(429, head.protocol);
         res.problem('too-many-requests', `more than ${visitors.max} concurrent requests from ${client.ip} through this server; retry when some finish`, {
           extra: { headers: { 'retry-after': '1' } },
           html: FrontConnection.wantsHtml(head),

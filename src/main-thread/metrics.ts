@@ -1,5 +1,5 @@
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { EdgeTotals } from '../protocol/messages.js';
+import { CLASS_SLOTS, HTTP_PROTOCOLS, type EdgeTotals } from '../protocol/messages.js';
 import type { ShardCounts } from '../protocol/tunnel-messages.js';
 import type { StatsObserver } from '../actors/stats.js';
 
@@ -32,7 +32,7 @@ const STATUS_CLASSES = ['1xx', '2xx', '3xx', '4xx', '5xx', '6xx', '7xx', '8xx', 
 const USUAL_CLASSES = new Set(['1xx', '2xx', '3xx', '4xx', '5xx']);
 
 function zero(): EdgeTotals {
-  return { http: new Array<number>(10).fill(0), tcp: 0, refusedBasicAuth: 0, refusedIp: 0, h2: 0 };
+  return { http: new Array<number>(HTTP_PROTOCOLS.length * CLASS_SLOTS).fill(0), tcp: 0, refusedBasicAuth: 0, refusedIp: 0, h2: 0 };
 }
 
 function addInto(sum: EdgeTotals, t: EdgeTotals): void {
@@ -51,7 +51,7 @@ export class ServerMetrics implements StatsObserver {
   private readonly retired = zero();
 
   private readonly tunnels: Gauge<'type'>;
-  private readonly visitorRequests: Counter<'type' | 'code_class'>;
+  private readonly visitorRequests: Counter<'type' | 'code_class' | 'protocol'>;
   private readonly accessRefusals: Counter<'rule'>;
   private readonly h2Requests: Counter;
   private readonly bytesTotal: Counter<'direction'>;
@@ -71,8 +71,8 @@ export class ServerMetrics implements StatsObserver {
     this.tunnels = new Gauge({ name: 'burrow_tunnels', help: 'Live tunnels by type.', labelNames: ['type'], registers });
     this.visitorRequests = new Counter({
       name: 'burrow_visitor_requests_total',
-      help: 'Visitor HTTP requests answered (by status class; WebSocket upgrades are 1xx) and visitor TCP connections accepted (code_class "none").',
-      labelNames: ['type', 'code_class'],
+      help: 'Visitor HTTP requests answered, by status class (WebSocket upgrades are 1xx) and protocol (http1, h2, grpc: an HTTP/2 request with a gRPC content-type), and visitor TCP connections accepted (code_class "none", no protocol).',
+      labelNames: ['type', 'code_class', 'protocol'],
       registers,
     });
     this.bytesTotal = new Counter({
@@ -157,9 +157,11 @@ export class ServerMetrics implements StatsObserver {
     addInto(sum, this.retired);
     for (const t of this.live.values()) addInto(sum, t);
     this.visitorRequests.reset();
-    STATUS_CLASSES.forEach((codeClass, i) => {
-      const n = sum.http[i + 1] ?? 0;
-      if (n > 0 || USUAL_CLASSES.has(codeClass)) this.visitorRequests.inc({ type: 'http', code_class: codeClass }, n);
+    HTTP_PROTOCOLS.forEach((protocol, p) => {
+      STATUS_CLASSES.forEach((codeClass, i) => {
+        const n = sum.http[p * CLASS_SLOTS + i + 1] ?? 0;
+        if (n > 0 || USUAL_CLASSES.has(codeClass)) this.visitorRequests.inc({ type: 'http', code_class: codeClass, protocol }, n);
+      });
     });
     this.visitorRequests.inc({ type: 'tcp', code_class: 'none' }, sum.tcp);
     this.accessRefusals.reset();

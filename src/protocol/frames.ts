@@ -198,6 +198,11 @@ export interface HttpHead {
   raw?: Uint8Array;
   /** With `raw`: the body comes as Data and goes chunked (`raw` says Transfer-Encoding: chunked). */
   chunked?: boolean;
+  /**
+   * The visitor's request came as an HTTP/2 stream: 'grpc' for a gRPC call (its content-type),
+   * else 'h2'. Absent: HTTP/1.x (or a server older than the field). For the inspector only.
+   */
+  protocol?: 'h2' | 'grpc';
 }
 export interface TcpHead {
   kind: 'tcp';
@@ -415,6 +420,7 @@ function checkStreamHead(c: Fields, x: unknown): void {
   c.headLimit(chars);
   c.bool(h.upgrade, 'head.upgrade');
   if (h.end !== undefined) c.bool(h.end, 'head.end');
+  if (h.protocol !== undefined && h.protocol !== 'h2' && h.protocol !== 'grpc') c.fail('head.protocol', '"h2" or "grpc"', h.protocol);
   if (h.raw !== undefined) {
     if (!(h.raw instanceof Uint8Array) || h.raw.byteLength > MAX_HEAD_BYTES + MAX_NAME_CHARS + 64) c.fail('head.raw', `bytes (at most ${MAX_HEAD_BYTES + MAX_NAME_CHARS + 64})`, h.raw);
     if ((h.headers as unknown[]).length !== 0) c.fail('head.headers', 'empty beside head.raw', h.headers);

@@ -51,6 +51,8 @@ export interface RequestHead {
   chunked: boolean;
   contentLength: number | null;
   hasBody: boolean;
+  /** set only for a request that came as an HTTP/2 stream (edge/h2-visitor.ts): 'grpc' when its content-type is gRPC's; absent: HTTP/1.x */
+  protocol?: 'h2' | 'grpc';
 }
 
 export interface RequestSink {

@@ -53,8 +53,13 @@ export type KeyVerdict =
   | { verdict: 'busy' };
 
 /** One shard's edge counters since it started (edge/metrics.ts): totals, so a lost report costs nothing. */
+/** The `protocol` label's values of the visitor requests counted, in the order of EdgeTotals.http's blocks. */
+export const HTTP_PROTOCOLS = ['http1', 'h2', 'grpc'] as const;
+/** Status-class slots per protocol block of EdgeTotals.http (index = status / 100). */
+export const CLASS_SLOTS = 10;
+
 export interface EdgeTotals {
-  /** HTTP answers to visitors by status class: index = status / 100 */
+  /** HTTP answers to visitors by protocol and status class: index = protocol block (HTTP_PROTOCOLS) × CLASS_SLOTS + status / 100 */
   http: number[];
   /** visitor TCP connections accepted */
   tcp: number;

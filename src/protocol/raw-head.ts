@@ -30,7 +30,7 @@ export function requestHeadText(head: HttpHead, chunked: boolean): string {
 /** The head with its fields as bytes (HttpHead.raw), for a client that takes them. */
 export function withRawHead(head: HttpHead): HttpHead {
   const chunked = sendsChunked(head);
-  return { kind: 'http', method: head.method, target: head.target, headers: [], upgrade: head.upgrade, ...(head.end ? { end: true } : {}), raw: Buffer.from(requestHeadText(head, chunked), 'latin1'), chunked };
+  return { kind: 'http', method: head.method, target: head.target, headers: [], upgrade: head.upgrade, ...(head.end ? { end: true } : {}), raw: Buffer.from(requestHeadText(head, chunked), 'latin1'), chunked, ...(head.protocol ? { protocol: head.protocol } : {}) };
 }
 
 /**

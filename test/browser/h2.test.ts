@@ -6,7 +6,7 @@ import { startServer, type TestServer } from '../helpers/server.js';
 import { tlsFixture } from '../helpers/certs.js';
 import { RunningBurrows, tempDir } from '../cli/harness.js';
 import { listen, type Local } from '../tunnel/helpers.js';
-import { launchChromium } from './fixtures/chromium.js';
+import { launchBrowserForTest } from './fixtures/chromium.js';
 
 // A page served over HTTP/2 through burrowd's TLS port, in a real headless Chromium: ALPN gives
 // the browser h2 for a tunnel's host, the page and its subresources (from two tunnels under the
@@ -22,13 +22,8 @@ let browser: Browser | null = null;
 const hosts: string[] = [];
 
 test.before(async () => {
-  try {
-    // Every name of the test domain is this machine: no resolver is asked.
-    browser = (await launchChromium([`--host-resolver-rules=MAP *.${DOMAIN} 127.0.0.1`])).browser;
-  } catch (err) {
-    console.error((err as Error).message);
-    throw err;
-  }
+  // Every name of the test domain is this machine: no resolver is asked.
+  browser = await launchBrowserForTest([`--host-resolver-rules=MAP *.${DOMAIN} 127.0.0.1`]);
   local = await listen(
     http.createServer((req, res) => {
       if (req.url === '/') {

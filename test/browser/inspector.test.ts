@@ -18,7 +18,7 @@ import { adminOf, closedPort, RunningBurrows, tempDir, waitFor } from '../cli/ha
 import { call } from '../inspector/http.js';
 import { burrowVersion } from '../../src/version.js';
 import { listen, visit, type Local } from '../tunnel/helpers.js';
-import { launchChromium } from './fixtures/chromium.js';
+import { launchBrowserForTest } from './fixtures/chromium.js';
 
 let browser: Browser | null = null;
 let srv: TestServer;
@@ -33,12 +33,7 @@ const UI_MS = 15_000;
 const PIXEL_PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==', 'base64');
 
 test.before(async () => {
-  try {
-    browser = (await launchChromium()).browser;
-  } catch (err) {
-    console.error((err as Error).message); // uvu does not print a failing hook's error
-    throw err;
-  }
+  browser = await launchBrowserForTest();
   srv = await startServer();
   home = tempDir();
   local = await listen(

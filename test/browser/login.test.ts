@@ -10,7 +10,7 @@ import { api, createUser } from '../helpers/fixtures.js';
 import { withDeadline } from '../helpers/deadline.js';
 import { startIdp, type TestIdp } from './fixtures/idp.js';
 import { startForwarder, type Forwarder } from './fixtures/forwarder.js';
-import { launchChromium } from './fixtures/chromium.js';
+import { launchBrowserForTest } from './fixtures/chromium.js';
 
 // End to end in a real browser: the real `burrow login --no-browser` prints the address,
 // a headless Chromium (the one npm ci brings, see fixtures/chromium.ts; driven by playwright-core)
@@ -25,13 +25,7 @@ let home: string;
 const children: ChildProcess[] = [];
 
 test.before(async () => {
-  // uvu does not print a failing hook's error: say it here, or the run shows only "0 / 3".
-  try {
-    browser = (await launchChromium()).browser;
-  } catch (err) {
-    console.error((err as Error).message);
-    throw err;
-  }
+  browser = await launchBrowserForTest();
   home = mkdtempSync(join(tmpdir(), 'burrow-login-'));
   fwd = await startForwarder();
   idp = await startIdp({ redirectUri: `${fwd.url}/auth/v1/corp/callback` });

@@ -195,7 +195,9 @@ test('recorded as numbers and references, shown exactly as before: the JSON of a
     status: 201,
     status_text: 'Made',
     http_version: 'HTTP/1.0',
+    protocol: 'HTTP/1.1',
     grpc_status: null,
+    grpc_message: null,
     duration_ms: 12.3,
     started_at: '2027-03-04T05:06:07.089Z',
     state: 'complete',
@@ -209,6 +211,7 @@ test('recorded as numbers and references, shown exactly as before: the JSON of a
       truncated: true,
       size: 13,
       headers_truncated: false,
+      grpc: null,
     },
     response: {
       headers: [['Content-Type', 'application/json'], ['X-Request-ID', 'r-1']],
@@ -216,6 +219,7 @@ test('recorded as numbers and references, shown exactly as before: the JSON of a
       truncated: false,
       size: 8,
       headers_truncated: true,
+      grpc: null,
     },
   };
   // The API's text, key order included, and the live list's summary.
@@ -226,6 +230,72 @@ test('recorded as numbers and references, shown exactly as before: the JSON of a
   assert.is(c.startedAt.toISOString(), '2027-03-04T05:06:07.089Z');
   // Read twice: the same.
   assert.is(JSON.stringify(c), JSON.stringify(expected));
+});
+
+/** One gRPC message on the wire: flag, big-endian length, bytes. */
+function grpcFrame(data: string, flag = 0): Buffer {
+  const prefix = Buffer.alloc(5);
+  prefix[0] = flag;
+  prefix.writeUInt32BE(data.length, 1);
+  return Buffer.concat([prefix, Buffer.from(data, 'latin1')]);
+}
+
+test('a gRPC call: its protocol, grpc-status and grpc-message from the trailers, and each body as its messages', () => {
+  const store = new CaptureStore({ ...DEFAULT_LIMITS, maxBodyBytes: 24 });
+  const o = store.begin('rpc', { method: 'POST', target: '/pkg.Svc/Call', headers: ['content-type', 'application/grpc+proto', 'te', 'trailers'], protocol: 'grpc' });
+  const request = Buffer.concat([grpcFrame('ping'), grpcFrame('')]);
+  o.requestBody(request.subarray(0, 3)); // a prefix split across chunks
+  o.requestBody(request.subarray(3));
+  o.response(200, ['content-type', 'application/grpc'], { version: 'HTTP/2', reason: '' });
+  // 9 + 9 bytes, then a message that the 24-byte capture cuts after its first byte.
+  o.responseBody(Buffer.concat([grpcFrame('a\x00\xffb'), grpcFrame('pong'), grpcFrame('longer', 1)]));
+  o.trailers!(['grpc-status', '5', 'grpc-message', 'no%20such%20thing%3A%20%C3%BCn%C3%AFcode']);
+  o.end();
+  const c = store.get('1')!.toJSON();
+  assert.is(c.protocol, 'gRPC');
+  assert.is(c.grpc_status, 5);
+  assert.is(c.grpc_message, 'no such thing: ünïcode');
+  assert.equal(c.request.grpc, {
+    messages: [
+      { offset: 0, compressed: false, length: 4, data_hex: '70696e67', preview: 'ping', truncated: false },
+      { offset: 9, compressed: false, length: 0, data_hex: '', preview: '', truncated: false },
+    ],
+    more: 0,
+    cut: false,
+    error: null,
+  });
+  assert.equal(c.response.grpc, {
+    messages: [
+      { offset: 0, compressed: false, length: 4, data_hex: '6100ff62', preview: 'a..b', truncated: false },
+      { offset: 9, compressed: false, length: 4, data_hex: '706f6e67', preview: 'pong', truncated: false },
+      { offset: 18, compressed: true, length: 6, data_hex: '6c', preview: 'l', truncated: true },
+    ],
+    more: 0,
+    cut: true,
+    error: null,
+  });
+  // The summary (the live list) says the same, without the bodies.
+  const summary = store.get('1')!.summary();
+  assert.equal([summary.protocol, summary.grpc_status, summary.grpc_message], ['gRPC', 5, 'no such thing: ünïcode']);
+});
+
+test('protocols as the edge says them; a trailers-only answer\'s grpc-message; a body that is not gRPC is not read as one', () => {
+  const store = new CaptureStore();
+  const h1 = store.begin('web', { method: 'POST', target: '/', headers: ['Content-Type', 'application/grpc'] });
+  h1.requestBody(Buffer.from('HTTP/1.1 is not framing'));
+  const h2 = store.begin('web', { method: 'GET', target: '/', headers: [], protocol: 'h2' });
+  h2.response(404, ['content-type', 'application/grpc', 'grpc-status', '12', 'grpc-message', 'bad %zz escape'], { version: 'HTTP/2', reason: '' });
+  h2.responseBody(Buffer.from([0]));
+  const plain = store.begin('web', { method: 'POST', target: '/', headers: ['content-type', 'application/octet-stream'], protocol: 'h2' });
+  plain.requestBody(grpcFrame('looks like one'));
+  const [p, two, one] = store.list().map((c) => c.toJSON());
+  assert.is(one!.protocol, 'HTTP/1.1');
+  // Its content-type says gRPC, so its body is read as framing, and said not to be.
+  assert.match(one!.request.grpc!.error ?? '', /compressed flag is 0 or 1, not 72/);
+  assert.is(two!.protocol, 'h2');
+  assert.equal([two!.grpc_status, two!.grpc_message], [12, 'bad %zz escape']);
+  assert.match(two!.response.grpc!.error ?? '', /1 byte left, short of a 5-byte message prefix/);
+  assert.is(p!.request.grpc, null);
 });
 
 test('a capture still being filled is never the one dropped: the next oldest goes, and the order holds', () => {

@@ -1,6 +1,7 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import http from 'node:http';
+import http2 from 'node:http2';
 import net from 'node:net';
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
@@ -9,8 +10,9 @@ import { api, createKeyFor, createUser, eventually, withDeadline } from '../help
 import { createHash } from 'node:crypto';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
 import { WsClient } from '../../src/protocol/ws-client.js';
-import { listen, visit, type Local } from '../tunnel/helpers.js';
+import { h2Get, listen, visit, type Local } from '../tunnel/helpers.js';
 import { parseExposition, sampleNames, valueOf, type Family } from './exposition.js';
+import { echoClient, startEcho, unaryCall } from '../helpers/grpc-echo.js';
 import { lanePorts } from '../helpers/ports.js';
 import { exchange } from '../tunnel/raw-http.js';
 
@@ -239,6 +241,45 @@ test('a WebSocket upgrade through the tunnel is a 1xx answer', async () => {
   ws.close();
   await eventually(async () => upgrades(await scrape()) === before + 1, 10_000, 'the upgrade counted');
 });
+
+test('requests by protocol: an HTTP/1.1 request, an h2 stream and a gRPC call each under their own label', async () => {
+  const echoRpc = await startEcho();
+  const rpc = new TunnelClient({ server: server.url, token: server.adminKey, type: 'http', local: { host: '127.0.0.1', port: echoRpc.port, h2: true }, id: 'metered-rpc' });
+  clients.push(rpc);
+  await withDeadline(rpc.start(), 15_000, 'gRPC tunnel starts');
+  const ok = (m: Map<string, Family>, protocol: string) => valueOf(m, 'burrow_visitor_requests_total', { type: 'http', code_class: '2xx', protocol });
+  const before = await scrape();
+  // Every protocol's usual classes are there from the start, at 0 or more: a fixed set of series.
+  for (const protocol of ['http1', 'h2', 'grpc']) assert.ok(familyHas(before, { protocol, code_class: '5xx' }), protocol);
+  const session = http2.connect(`http://127.0.0.1:${server.port}`);
+  const grpcClient = echoClient(`127.0.0.1:${server.port}`, `metered-rpc.localhost:${server.port}`);
+  try {
+    assert.is((await visit(server.port, `metered.localhost:${server.port}`, { path: '/ok' })).status, 200);
+    assert.is((await withDeadline(h2Get(session, `metered.localhost:${server.port}`, '/ok'), 10_000, 'h2 GET')).status, 200);
+    assert.is((await withDeadline(unaryCall(grpcClient, Buffer.from('counted')), 10_000, 'gRPC call')).err, null);
+  } finally {
+    session.close();
+    grpcClient.close();
+    echoRpc.server.forceShutdown();
+  }
+  let last = before;
+  await eventually(
+    async () => {
+      last = await scrape();
+      return ['http1', 'h2', 'grpc'].every((p) => ok(last, p) === ok(before, p) + 1);
+    },
+    10_000,
+    'one 2xx answer under each protocol',
+  ).catch((err: Error) => assert.unreachable(`${err.message}: ${['http1', 'h2', 'grpc'].map((p) => `${p} ${ok(before, p)} → ${ok(last, p)}`).join(', ')}`));
+  // TCP connections carry no protocol label; nothing outside the fixed set appears.
+  const protocols = new Set(last.get('burrow_visitor_requests_total')!.samples.map((x) => x.labels.protocol));
+  assert.equal([...protocols].sort(), [undefined, 'grpc', 'h2', 'http1'].sort());
+});
+
+/** Whether burrow_visitor_requests_total has a series with these labels (at any value). */
+function familyHas(m: Map<string, Family>, labels: Record<string, string>): boolean {
+  return m.get('burrow_visitor_requests_total')!.samples.some((x) => Object.entries(labels).every(([k, v]) => x.labels[k] === v));
+}
 
 test('--metrics-addr serves /metrics alone, without a key', async () => {
   const other = await scrapeOpen('/api/v1/keys');

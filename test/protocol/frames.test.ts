@@ -2,7 +2,7 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import {
-  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, MAX_RETRY_AFTER_MS, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame,
+  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, MAX_RETRY_AFTER_MS, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame, type HttpHead,
 } from '../../src/protocol/frames.js';
 import { decode, encode } from '../../src/protocol/codec.js';
 import { MAX_BASIC_AUTH, MAX_CIDRS, MAX_EXPIRY_MS, accessRulesProblem, expiryProblem, parseCidr } from '../../src/protocol/access.js';
@@ -210,6 +210,12 @@ test('a raw request head is taken only as exactly one head of its method and tar
   for (const [raw, extra, why] of refused) assert.throws(() => decodeFrame(open(raw, extra)), why, JSON.stringify(raw).slice(0, 80));
   // chunked means nothing without raw
   assert.throws(() => decodeFrame(encode([F.StreamOpen, 1, 't', { kind: 'http', method: 'GET', target: '/x', headers: [], upgrade: false, chunked: true }])), /only beside head.raw/);
+});
+
+test("a head's protocol (an HTTP/2 visitor's, for the inspector) is 'h2' or 'grpc', nothing else", () => {
+  const open = (protocol: unknown) => encode([F.StreamOpen, 1, 't', { kind: 'http', method: 'POST', target: '/x', headers: [], upgrade: false, protocol }]);
+  for (const ok of ['h2', 'grpc']) assert.is((decodeFrame(open(ok)) as [number, number, string, HttpHead])[3].protocol, ok);
+  for (const bad of ['http1', 'H2', 1, true, null]) assert.throws(() => decodeFrame(open(bad)), /head.protocol/, String(bad));
 });
 
 test('arbitrary bytes decode to a valid frame or throw FrameError, nothing else', () => {

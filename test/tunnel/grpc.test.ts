@@ -5,7 +5,9 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { CliSuite, closedPort, tempDir, waitFor } from '../cli/harness.js';
-import type { CaptureSummary } from '../../src/client/inspector/store.js';
+import type { CaptureJson } from '../../src/client/inspector/store.js';
+import { h2Get, visit } from './helpers.js';
+import http2 from 'node:http2';
 import { eventually, withDeadline } from '../helpers/deadline.js';
 import { cancelAfterFirst, echoClient, startEcho, streamRequest, unaryCall, type Echo, type EchoClient, type UnaryResult } from '../helpers/grpc-echo.js';
 
@@ -142,24 +144,60 @@ test('h2://: a gRPC service over TLS, its self-signed certificate accepted with 
   }
 });
 
-test('the inspector lists gRPC calls as HTTP/2 with their grpc-status', async () => {
+test('the inspector: each call with its protocol, grpc-status and grpc-message, and its bodies as framed messages (JSON API)', async () => {
   const admin = suite.admin;
   const child = suite.burrows.start({ ...admin, env: { ...admin.env, BURROW_INSPECT_BASE_PORT: String(await closedPort()) } }, ['http', `h2c://127.0.0.1:${echo.port}`, '--id', 'grpc-insp']);
-  const inspected = echoClient(`127.0.0.1:${suite.srv.port}`, new URL(await suite.burrows.firstLine(child)).host);
+  const host = new URL(await suite.burrows.firstLine(child)).host;
+  const inspected = echoClient(`127.0.0.1:${suite.srv.port}`, host);
+  const session = http2.connect(`http://127.0.0.1:${suite.srv.port}`);
   try {
     const inspector = await waitFor(() => /^burrow: inspector at (http:\/\/\S+)$/m.exec(child.output.stderr)?.[1], 10_000, 'inspector address');
     assert.is((await withDeadline(unaryCall(inspected, Buffer.from('seen')), 10_000, 'ok call')).err, null);
     assert.is((await withDeadline(unaryCall(inspected, Buffer.from('fail')), 10_000, 'failing call')).err!.code, grpc.status.NOT_FOUND);
+    const streamed: string[] = [];
+    await withDeadline(
+      new Promise<void>((resolve, reject) => {
+        const call = inspected.serverStream(streamRequest(3, 0));
+        call.on('data', (m: Buffer) => streamed.push(m.toString()));
+        call.on('error', reject);
+        call.on('end', () => resolve());
+      }),
+      10_000,
+      'server stream',
+    );
+    // The same service by plain HTTP/1.1 and by HTTP/2 without gRPC's content-type: not gRPC calls.
+    await withDeadline(visit(suite.srv.port, host, { path: '/plain' }), 10_000, 'HTTP/1.1 GET');
+    await withDeadline(h2Get(session, host, '/h2'), 10_000, 'h2 GET');
     const list = await eventually(async () => {
-      const l = (await (await fetch(`${inspector}/api/requests`)).json()) as CaptureSummary[];
-      return l.length === 2 && l.every((c) => c.state === 'complete') ? l : undefined;
-    }, 10_000, 'two complete captures');
-    // Newest first: the failing call, then the good one.
-    assert.equal(list!.map((c) => [c.path, c.http_version, c.grpc_status]), [
-      ['/burrow.test.Echo/Unary', 'HTTP/2', grpc.status.NOT_FOUND],
-      ['/burrow.test.Echo/Unary', 'HTTP/2', grpc.status.OK],
+      const l = (await (await fetch(`${inspector}/api/requests`)).json()) as CaptureJson[];
+      return l.length === 5 && l.every((c) => c.state === 'complete') ? l : undefined;
+    }, 10_000, 'five complete captures');
+    // Newest first. A gRPC service answers every call over HTTP/2; the visitor's protocol is apart.
+    // (grpc-js answers a request without gRPC's content-type 415, with no grpc-status, and says
+    // grpc-message "OK" beside a 0.)
+    assert.equal(list!.map((c) => [c.path, c.protocol, c.http_version, c.status, c.grpc_status, c.grpc_message]), [
+      ['/h2', 'h2', 'HTTP/2', 415, null, null],
+      ['/plain', 'HTTP/1.1', 'HTTP/2', 415, null, null],
+      ['/burrow.test.Echo/ServerStream', 'gRPC', 'HTTP/2', 200, grpc.status.OK, 'OK'],
+      ['/burrow.test.Echo/Unary', 'gRPC', 'HTTP/2', 200, grpc.status.NOT_FOUND, 'no such thing: ünïcode'],
+      ['/burrow.test.Echo/Unary', 'gRPC', 'HTTP/2', 200, grpc.status.OK, 'OK'],
     ]);
+    assert.equal(streamed, ['message 0', 'message 1', 'message 2']);
+    const messages = (side: CaptureJson['request']) => side.grpc && [side.grpc.messages.map((m) => [m.compressed, m.length, m.preview, m.data_hex]), side.grpc.cut, side.grpc.error];
+    const hex = (s: string | Buffer) => Buffer.from(s).toString('hex');
+    // One capture as a script reads it: GET /api/requests/{id}.
+    const one = async (c: CaptureJson) => (await (await fetch(`${inspector}/api/requests/${c.id}`)).json()) as CaptureJson;
+    const stream = await one(list![2]!);
+    assert.equal(messages(stream.request), [[[false, 8, '........', hex(streamRequest(3, 0))]], false, null]);
+    assert.equal(messages(stream.response), [[0, 1, 2].map((i) => [false, 9, `message ${i}`, hex(`message ${i}`)]), false, null]);
+    const good = await one(list![4]!);
+    assert.equal(messages(good.request), [[[false, 4, 'seen', hex('seen')]], false, null]);
+    assert.equal(messages(good.response), [[[false, 4, 'seen', hex('seen')]], false, null]);
+    // A trailers-only answer has no body; the HTTP/1.1 request's body is not gRPC's.
+    assert.equal(messages((await one(list![3]!)).response), [[], false, null]);
+    assert.is((await one(list![1]!)).request.grpc, null);
   } finally {
+    session.close();
     inspected.close();
   }
 });

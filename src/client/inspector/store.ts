@@ -3,6 +3,7 @@ import { STATUS_CODES } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import type { ExchangeObserver, ObservedHead, StatusLine } from '../observer.js';
 import { headersOfRaw } from '../../protocol/raw-head.js';
+import { grpcMessages, isGrpcContentType, printable } from '../../protocol/grpc-framing.js';
 import type { ReplayTarget } from './replay.js';
 
 // The inspector's memory: the last requests of every tunnel of this `burrow` process, with the
@@ -136,9 +137,63 @@ class Side {
     this.pairs = null;
   }
 
-  toJSON(): { headers: Header[]; body_base64: string; truncated: boolean; size: number; headers_truncated: boolean } {
-    return { headers: this.headers, body_base64: this.body().toString('base64'), truncated: this.truncated, size: this.size, headers_truncated: this.headersTruncated };
+  /** The kept body as gRPC's length-prefixed messages, when its content-type is gRPC's (parsed here, when read). */
+  grpcFraming(): GrpcFramingJson | null {
+    let type: string | undefined;
+    for (const [name, value] of this.headers) if (name.length === 12 && name.toLowerCase() === 'content-type') type = value;
+    if (!isGrpcContentType(type)) return null;
+    const f = grpcMessages(this.body(), !this.truncated);
+    return {
+      messages: f.messages.map((m) => ({
+        offset: m.offset,
+        compressed: m.compressed,
+        length: m.length,
+        data_hex: Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength).toString('hex'),
+        preview: printable(m.data),
+        truncated: m.data.byteLength < m.length,
+      })),
+      more: f.more,
+      cut: f.cut,
+      error: f.error,
+    };
   }
+
+  toJSON(): SideJson {
+    return { headers: this.headers, body_base64: this.body().toString('base64'), truncated: this.truncated, size: this.size, headers_truncated: this.headersTruncated, grpc: this.grpcFraming() };
+  }
+}
+
+/** One side of a capture in the JSON API. */
+export interface SideJson {
+  headers: Header[];
+  body_base64: string;
+  truncated: boolean;
+  size: number;
+  headers_truncated: boolean;
+  /** A gRPC body's messages (its content-type is application/grpc…); null for other bodies. */
+  grpc: GrpcFramingJson | null;
+}
+
+/** A gRPC body as its length-prefixed messages, within the bytes kept (src/protocol/grpc-framing.ts). */
+export interface GrpcFramingJson {
+  messages: {
+    /** Where its 5-byte prefix starts in the body. */
+    offset: number;
+    compressed: boolean;
+    /** The length its prefix declares. */
+    length: number;
+    /** Its kept bytes, in hex (fewer than `length` when the capture stopped inside it: `truncated`). */
+    data_hex: string;
+    /** Its kept bytes with every byte that is not printable ASCII as '.'. */
+    preview: string;
+    truncated: boolean;
+  }[];
+  /** Messages past the first 1,000, counted and not listed. */
+  more: number;
+  /** The capture stopped inside a prefix or a message (the body was longer than the bytes kept). */
+  cut: boolean;
+  /** Where and why the body stops being gRPC framing, or null. */
+  error: string | null;
 }
 
 /** The list's view of a capture (what the live list shows; no heads or bodies). */
@@ -152,8 +207,12 @@ export interface CaptureSummary {
   status_text: string;
   /** The response's HTTP version as the local service wrote it ("HTTP/1.1", "HTTP/2"); null before it. */
   http_version: string | null;
+  /** The visitor's protocol: "HTTP/1.1" (HTTP/1.x), "h2" (an HTTP/2 stream), "gRPC" (an HTTP/2 stream with gRPC's content-type). */
+  protocol: CaptureProtocol;
   /** A gRPC call's status code (grpc-status, from the trailers or a trailers-only head); null for other exchanges. */
   grpc_status: number | null;
+  /** Its grpc-message, percent-decoded (at most 1,000 characters); null when it sent none. */
+  grpc_message: string | null;
   duration_ms: number | null;
   started_at: string;
   state: CaptureState;
@@ -166,9 +225,12 @@ export interface CaptureSummary {
 }
 
 export type CaptureJson = CaptureSummary & {
-  request: ReturnType<Side['toJSON']>;
-  response: ReturnType<Side['toJSON']>;
+  request: SideJson;
+  response: SideJson;
 };
+
+export type CaptureProtocol = 'HTTP/1.1' | 'h2' | 'gRPC';
+const PROTOCOL_NAMES = { h2: 'h2', grpc: 'gRPC' } as const;
 
 export class Capture {
   readonly request = new Side();
@@ -176,6 +238,7 @@ export class Capture {
   status: number | null = null;
   statusLine: StatusLine | null = null;
   grpcStatus: number | null = null;
+  grpcMessage: string | null = null;
   durationMs: number | null = null;
   state: CaptureState = 'pending';
   error: string | null = null;
@@ -199,6 +262,7 @@ export class Capture {
     readonly target: ReplayTarget | null,
     /** The tunnel's basic-auth credential (USER:PASS), for "Copy as cURL" when asked; never in the JSON. */
     readonly credentials: string | null = null,
+    readonly protocol: CaptureProtocol = 'HTTP/1.1',
   ) {}
 
   get startedAt(): Date {
@@ -218,7 +282,9 @@ export class Capture {
       status: this.status,
       status_text: this.status === null ? '' : this.statusLine?.reason || (STATUS_CODES[this.status] ?? ''),
       http_version: this.statusLine?.version ?? null,
+      protocol: this.protocol,
       grpc_status: this.grpcStatus,
+      grpc_message: this.grpcMessage,
       duration_ms: this.durationMs,
       started_at: (this.startedIso ??= this.startedAt.toISOString()),
       state: this.state,
@@ -296,7 +362,7 @@ export class CaptureStore extends EventEmitter<CaptureStoreEvents> {
     head: ObservedHead,
     opts: { replayOf?: string; target?: ReplayTarget; credentials?: string | null } = {},
   ): CaptureHandle {
-    const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), opts.replayOf ?? null, opts.target ?? null, opts.credentials ?? null);
+    const c = new Capture(String(this.nextId++), tunnel, String(head.method), String(head.target), opts.replayOf ?? null, opts.target ?? null, opts.credentials ?? null, head.protocol ? PROTOCOL_NAMES[head.protocol] : 'HTTP/1.1');
     c.bytes += c.method.length + c.path.length + tunnel.length;
     c.bytes += head.raw ? c.request.setRawHead(head.raw, this.limits.maxHeadBytes) : c.request.setHeaders(head.headers, this.limits.maxHeadBytes);
     this.captures.set(c.id, c);
@@ -379,6 +445,7 @@ class Recorder implements CaptureHandle {
     c.status = status;
     c.statusLine = line ?? null;
     c.grpcStatus = grpcStatusOf(headers);
+    this.grpcMessage(headers);
     this.store.charge(c, c.response.setHeaders(headers, this.store.limits.maxHeadBytes));
     this.store.changed(c);
   }
@@ -390,7 +457,18 @@ class Recorder implements CaptureHandle {
 
   trailers(fields: readonly string[]): void {
     const c = this.capture;
-    if (!c.evicted) c.grpcStatus = grpcStatusOf(fields) ?? c.grpcStatus;
+    if (c.evicted) return;
+    c.grpcStatus = grpcStatusOf(fields) ?? c.grpcStatus;
+    this.grpcMessage(fields);
+  }
+
+  /** Keeps a grpc-message of `fields` (a trailers-only head's, or the trailers'), counted in the budget. */
+  private grpcMessage(fields: readonly string[]): void {
+    const c = this.capture;
+    const message = grpcMessageOf(fields);
+    if (message === null) return;
+    this.store.charge(c, message.length - (c.grpcMessage?.length ?? 0));
+    c.grpcMessage = message;
   }
 
   end(): void {
@@ -410,6 +488,25 @@ class Recorder implements CaptureHandle {
     c.finishTiming();
     this.store.changed(c);
   }
+}
+
+/** Characters of a grpc-message kept. */
+const MAX_GRPC_MESSAGE_CHARS = 1000;
+
+/** The grpc-message of a field list, percent-decoded as gRPC encodes it (invalid escapes left as sent), or null. */
+function grpcMessageOf(fields: readonly string[]): string | null {
+  for (let i = 0; i < fields.length; i += 2) {
+    if (fields[i]!.length !== 12 || fields[i]!.toLowerCase() !== 'grpc-message') continue;
+    const sent = fields[i + 1]!.slice(0, 3 * MAX_GRPC_MESSAGE_CHARS);
+    let text: string;
+    try {
+      text = decodeURIComponent(sent);
+    } catch {
+      text = sent;
+    }
+    return text.slice(0, MAX_GRPC_MESSAGE_CHARS);
+  }
+  return null;
 }
 
 /** The grpc-status of a field list (0–16, as gRPC defines them), or null. */
