@@ -1,4 +1,3 @@
-import { withRawHead } from '../protocol/raw-head.js';
 import type { Socket } from 'node:net';
 import { ApiError, assertNever, type ProblemCode } from '../errors.js';
 import { scopeAllows } from '../protocol/roles.js';
@@ -15,7 +14,7 @@ import type { HandshakeGate } from './handshake-gate.js';
 import { TokenBucket } from '../protocol/token-bucket.js';
 import { addressGroup } from '../protocol/cidr.js';
 import {
-  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
+  F, rawStreamOpenFrame, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, RESUME_HEADER, TICKET_REFRESH_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
@@ -205,7 +204,8 @@ export class ControlConnection implements StreamCarrier {
     stream.sid = sid;
     this.streams.set(sid, stream);
     // A client that writes heads as bytes gets them so (src/protocol/raw-head.ts).
-    this.send([F.StreamOpen, sid, stream.tunnel.id, this.rawHeads && head.kind === 'http' && head.raw === undefined ? withRawHead(head) : head]);
+    if (this.rawHeads && head.kind === 'http' && head.raw === undefined) this.sendRaw(rawStreamOpenFrame(sid, stream.tunnel.id, head));
+    else this.send([F.StreamOpen, sid, stream.tunnel.id, head]);
     return true;
   }
   sendData(sid: number, bytes: Uint8Array): void {

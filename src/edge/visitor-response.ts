@@ -23,6 +23,39 @@ const LAST_CHUNK = Buffer.from('0\r\n\r\n');
 const FRAMING = new NameSet(['content-length', 'transfer-encoding', 'connection', 'keep-alive', 'proxy-connection', 'trailer', 'upgrade']);
 
 /** What the connection does once a response is written (FrontConnection implements it). */
+/** `HTTP/1.1 <status> <reason>\r\n` by status (at most 900 of them: llhttp reads three digits). */
+const statusLines = new Map<number, string>();
+
+/**
+ * The head as one buffer: status line, the producer's headers minus framing fields, then the
+ * framing and connection lines this writer chose. Written piece by piece into a buffer of the
+ * exact size rather than built as a string: a head is every answer's largest garbage otherwise.
+ * Header strings are latin1 (llhttp's, or ours), one byte a character, as `write` sends strings.
+ */
+function headBytes(status: number, headers: readonly string[], framing: string, connection: string): Buffer {
+  let line = statusLines.get(status);
+  if (line === undefined) statusLines.set(status, (line = `HTTP/1.1 ${statusLine(status)}${CRLF}`));
+  let size = line.length + framing.length + connection.length + 2;
+  for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!)) size += headers[i]!.length + headers[i + 1]!.length + 4;
+  const buf = Buffer.allocUnsafe(size);
+  let o = buf.write(line, 0, 'latin1');
+  for (let i = 0; i < headers.length; i += 2) {
+    const name = headers[i]!;
+    if (FRAMING.has(name)) continue;
+    o += buf.write(name, o, 'latin1');
+    buf[o++] = 0x3a; // ':'
+    buf[o++] = 0x20;
+    o += buf.write(headers[i + 1]!, o, 'latin1');
+    buf[o++] = 0x0d;
+    buf[o++] = 0x0a;
+  }
+  if (framing) o += buf.write(framing, o, 'latin1');
+  if (connection) o += buf.write(connection, o, 'latin1');
+  buf[o++] = 0x0d;
+  buf[o] = 0x0a;
+  return buf;
+}
+
 export interface ResponseSink {
   readonly socket: Socket;
   /** Writes toward the visitor (a string is latin1); small writes of one read leave as one send. Returns socket.write's answer. */
@@ -64,38 +97,30 @@ export class VisitorResponse {
     this.started = true;
     this.status = status;
     const bodiless = this.method === 'HEAD' || status === 204 || status === 304 || status < 200;
-    let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
-    for (let i = 0; i < headers.length; i += 2) {
-      const name = headers[i]!;
-      if (FRAMING.has(name)) continue;
-      text += `${name}: ${headers[i + 1]}${CRLF}`;
-    }
+    let framing = '';
     if (bodiless) {
       this.mode = 'none';
-      if (contentLength !== null && status !== 204 && status >= 200) text += `Content-Length: ${contentLength}${CRLF}`;
+      if (contentLength !== null && status !== 204 && status >= 200) framing = `Content-Length: ${contentLength}${CRLF}`;
     } else if (contentLength !== null) {
       this.mode = 'length';
       this.remaining = contentLength;
-      text += `Content-Length: ${contentLength}${CRLF}`;
+      framing = `Content-Length: ${contentLength}${CRLF}`;
     } else if (this.versionMinor === 1) {
       this.mode = 'chunked';
-      text += `Transfer-Encoding: chunked${CRLF}`;
+      framing = `Transfer-Encoding: chunked${CRLF}`;
     } else {
       this.mode = 'close';
       this.keepAlive = false;
     }
-    if (!this.keepAlive) text += `Connection: close${CRLF}`;
-    else if (this.versionMinor === 0) text += `Connection: keep-alive${CRLF}`;
-    this.sink.write(text + CRLF);
+    const connection = !this.keepAlive ? `Connection: close${CRLF}` : this.versionMinor === 0 ? `Connection: keep-alive${CRLF}` : '';
+    this.sink.write(headBytes(status, headers, framing, connection));
     if (this.mode === 'none' || (this.mode === 'length' && this.remaining === 0)) this.complete();
   }
 
   /** An interim answer (100 Continue, 103 Early Hints) before the final one. */
   interim(status: number, headers: readonly string[]): void {
     if (this.started || this.versionMinor === 0) return;
-    let text = `HTTP/1.1 ${statusLine(status)}${CRLF}`;
-    for (let i = 0; i < headers.length; i += 2) if (!FRAMING.has(headers[i]!)) text += `${headers[i]}: ${headers[i + 1]}${CRLF}`;
-    this.sink.write(text + CRLF);
+    this.sink.write(headBytes(status, headers, '', ''));
   }
 
   /**

@@ -1,5 +1,5 @@
 import { decode, encode } from './codec.js';
-import { rawHeadProblem } from './raw-head.js';
+import { rawHeadProblem, requestHeadLength, sendsChunked, writeRequestHead } from './raw-head.js';
 import { MAX_BASIC_AUTH, MAX_CIDRS, basicAuthProblem, parseCidr, type AccessRules } from './access.js';
 
 // The tunnel wire protocol: frames on the control WebSocket (`GET /tunnel/v1/connect`).
@@ -293,20 +293,100 @@ export function encodeFrame(frame: Frame): Buffer {
  * of copying the payload into a packed frame; the result is exactly encode([F.Data, sid, b]).
  */
 export function dataFrameHead(sid: number, payloadBytes: number): Buffer {
-  const sidBytes = sid < 0x80 ? 1 : sid < 0x100 ? 2 : sid < 0x10000 ? 3 : 5;
-  const binBytes = payloadBytes < 0x100 ? 2 : payloadBytes < 0x10000 ? 3 : 5;
-  const h = Buffer.allocUnsafe(2 + sidBytes + binBytes);
+  const h = Buffer.allocUnsafe(2 + uintSize(sid) + binHeadBytes(payloadBytes));
   h[0] = 0x93;
   h[1] = F.Data;
-  let o = 2;
-  if (sidBytes === 1) h[o++] = sid;
-  else if (sidBytes === 2) (h[o++] = 0xcc), (h[o++] = sid);
-  else if (sidBytes === 3) (h[o] = 0xcd), h.writeUInt16BE(sid, o + 1), (o += 3);
-  else (h[o] = 0xce), h.writeUInt32BE(sid, o + 1), (o += 5);
-  if (binBytes === 2) (h[o] = 0xc4), (h[o + 1] = payloadBytes);
-  else if (binBytes === 3) (h[o] = 0xc5), h.writeUInt16BE(payloadBytes, o + 1);
-  else (h[o] = 0xc6), h.writeUInt32BE(payloadBytes, o + 1);
+  writeBinHead(h, writeUint(h, 2, sid), payloadBytes);
   return h;
+}
+
+/**
+ * A StreamOpen for a client that takes raw heads, written straight into one buffer: what
+ * `encodeFrame([F.StreamOpen, sid, tunnelId, withRawHead(head)])` decodes to, without the head's
+ * text as a string, its bytes as a second buffer, the head object, or msgpackr's walk over it.
+ * The decoder is the ordinary one (a property test holds the two equal).
+ */
+export function rawStreamOpenFrame(sid: number, tunnelId: string, head: HttpHead): Buffer {
+  const chunked = sendsChunked(head);
+  const rawBytes = requestHeadLength(head, chunked);
+  const idBytes = Buffer.byteLength(tunnelId);
+  const methodBytes = Buffer.byteLength(head.method);
+  const targetBytes = Buffer.byteLength(head.target);
+  const protocol = head.protocol;
+  const entries = 7 + (head.end ? 1 : 0) + (protocol ? 1 : 0);
+  const size =
+    2 + uintSize(sid) + strHeadBytes(idBytes) + idBytes + 1 +
+    OPEN_KIND.length + OPEN_METHOD.length + strHeadBytes(methodBytes) + methodBytes + OPEN_TARGET.length + strHeadBytes(targetBytes) + targetBytes +
+    OPEN_HEADERS.length + OPEN_UPGRADE.length + 1 + (head.end ? OPEN_END.length : 0) +
+    OPEN_RAW.length + binHeadBytes(rawBytes) + rawBytes + OPEN_CHUNKED.length + 1 + (protocol ? OPEN_PROTOCOL.length + 1 + protocol.length : 0);
+  const b = Buffer.allocUnsafe(size);
+  b[0] = 0x94;
+  b[1] = F.StreamOpen;
+  let o = writeUint(b, 2, sid);
+  o = writeStrHead(b, o, idBytes);
+  o += b.write(tunnelId, o);
+  b[o++] = 0x80 | entries;
+  o += OPEN_KIND.copy(b, o);
+  o += OPEN_METHOD.copy(b, o);
+  o = writeStrHead(b, o, methodBytes);
+  o += b.write(head.method, o);
+  o += OPEN_TARGET.copy(b, o);
+  o = writeStrHead(b, o, targetBytes);
+  o += b.write(head.target, o);
+  o += OPEN_HEADERS.copy(b, o);
+  o += OPEN_UPGRADE.copy(b, o);
+  b[o++] = head.upgrade ? 0xc3 : 0xc2;
+  if (head.end) o += OPEN_END.copy(b, o);
+  o += OPEN_RAW.copy(b, o);
+  o = writeBinHead(b, o, rawBytes);
+  o = writeRequestHead(head, chunked, b, o);
+  o += OPEN_CHUNKED.copy(b, o);
+  b[o++] = chunked ? 0xc3 : 0xc2;
+  if (protocol) {
+    o += OPEN_PROTOCOL.copy(b, o);
+    b[o++] = 0xa0 | protocol.length;
+    b.write(protocol, o, 'latin1');
+  }
+  return b;
+}
+// The fixed pieces of rawStreamOpenFrame: each key (a fixstr) and, where it never changes, its
+// value; copied out of msgpackr's shared output buffer.
+const OPEN_KIND = Buffer.concat([encode('kind'), encode('http')]);
+const OPEN_METHOD = Buffer.from(encode('method'));
+const OPEN_TARGET = Buffer.from(encode('target'));
+const OPEN_HEADERS = Buffer.concat([encode('headers'), encode([])]);
+const OPEN_UPGRADE = Buffer.from(encode('upgrade'));
+const OPEN_END = Buffer.concat([encode('end'), encode(true)]);
+const OPEN_RAW = Buffer.from(encode('raw'));
+const OPEN_CHUNKED = Buffer.from(encode('chunked'));
+const OPEN_PROTOCOL = Buffer.from(encode('protocol'));
+
+// msgpack's uint, str and bin heads, in their shortest forms (as msgpackr writes them).
+const uintSize = (n: number): number => (n < 0x80 ? 1 : n < 0x100 ? 2 : n < 0x10000 ? 3 : 5);
+const strHeadBytes = (n: number): number => (n < 32 ? 1 : n < 0x100 ? 2 : n < 0x10000 ? 3 : 5);
+const binHeadBytes = (n: number): number => (n < 0x100 ? 2 : n < 0x10000 ? 3 : 5);
+
+function writeUint(b: Buffer, o: number, n: number): number {
+  if (n < 0x80) b[o++] = n;
+  else if (n < 0x100) (b[o++] = 0xcc), (b[o++] = n);
+  else if (n < 0x10000) (b[o] = 0xcd), b.writeUInt16BE(n, o + 1), (o += 3);
+  else (b[o] = 0xce), b.writeUInt32BE(n, o + 1), (o += 5);
+  return o;
+}
+
+function writeStrHead(b: Buffer, o: number, n: number): number {
+  if (n < 32) b[o++] = 0xa0 | n;
+  else if (n < 0x100) (b[o++] = 0xd9), (b[o++] = n);
+  else if (n < 0x10000) (b[o] = 0xda), b.writeUInt16BE(n, o + 1), (o += 3);
+  else (b[o] = 0xdb), b.writeUInt32BE(n, o + 1), (o += 5);
+  return o;
+}
+
+function writeBinHead(b: Buffer, o: number, n: number): number {
+  if (n < 0x100) (b[o++] = 0xc4), (b[o++] = n);
+  else if (n < 0x10000) (b[o] = 0xc5), b.writeUInt16BE(n, o + 1), (o += 3);
+  else (b[o] = 0xc6), b.writeUInt32BE(n, o + 1), (o += 5);
+  return o;
 }
 
 /** A whole Data frame in one buffer (one copy of the payload). */

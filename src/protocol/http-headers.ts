@@ -6,20 +6,33 @@
  * making its lower-case copy (most names: Date, Server, Content-Type, Accept...).
  */
 export class NameSet {
-  private readonly names: Set<string>;
-  private readonly lengths = new Uint8Array(64);
+  /** Members by length: a name is compared only with those of its own length. */
+  private readonly byLength: (string[] | undefined)[] = [];
 
   constructor(names: readonly string[]) {
-    this.names = new Set(names);
     for (const n of names) {
       if (n.length >= 64 || n !== n.toLowerCase()) throw new Error(`NameSet takes lower-case names under 64 characters: ${n}`);
-      this.lengths[n.length] = 1;
+      (this.byLength[n.length] ??= []).push(n);
     }
   }
 
   has(name: string): boolean {
-    return name.length < 64 && this.lengths[name.length] === 1 && this.names.has(name.toLowerCase());
+    const same = name.length < 64 ? this.byLength[name.length] : undefined;
+    if (same === undefined) return false;
+    for (let i = 0; i < same.length; i++) if (isName(name, same[i]!)) return true;
+    return false;
   }
+}
+
+/** `name` is `lower` (a lower-case name) in any case: compared without making a lower-case copy. */
+export function isName(name: string, lower: string): boolean {
+  if (name.length !== lower.length) return false;
+  for (let i = 0; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    const l = lower.charCodeAt(i);
+    if (c !== l && !(l >= 0x61 && l <= 0x7a && c === l - 0x20)) return false;
+  }
+  return true;
 }
 
 /**
@@ -69,14 +82,22 @@ const NOT_DROPPABLE = new Set(['host', 'content-length', 'content-type']);
 const UPGRADE_FIELDS = new NameSet(['connection', 'upgrade']);
 
 /** A name a Connection header listed, and that may be dropped for it. */
-function listedDrop(listed: Set<string>, name: string): boolean {
+function listedDrop(listed: ReadonlySet<string>, name: string): boolean {
   const lower = name.toLowerCase();
   return listed.has(lower) && !NOT_DROPPABLE.has(lower);
 }
 
 /** Names listed in a Connection header value are hop-by-hop too. */
-function connectionTokens(value: string | undefined): Set<string> | null {
+const CLOSE_ONLY: ReadonlySet<string> = new Set(['close']);
+
+function connectionTokens(value: string | undefined): ReadonlySet<string> | null {
   if (!value) return null;
+  // The common single options, without a set each time: `keep-alive` (or `upgrade`) drops
+  // nothing the hop-by-hop rule does not drop already; `close` drops a header named close.
+  if (value.indexOf(',') === -1) {
+    if (HOP_BY_HOP.has(value)) return null;
+    if (isName(value, 'close')) return CLOSE_ONLY;
+  }
   return new Set(value.split(',').map((t) => t.trim().toLowerCase()).filter(Boolean));
 }
 
@@ -95,7 +116,7 @@ export interface ForwardedFrom {
 export function requestHeaders(raw: readonly string[], client: ForwardedFrom, upgrade: boolean, host: string | null = null): string[] {
   let connection: string | undefined;
   for (let i = 0; i < raw.length; i += 2) {
-    if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection}, ${raw[i + 1]}`;
+    if (isName(raw[i]!, 'connection')) connection = connection === undefined ? raw[i + 1] : `${connection}, ${raw[i + 1]}`;
   }
   const listed = connectionTokens(connection);
   const out: string[] = [];
@@ -103,7 +124,7 @@ export function requestHeaders(raw: readonly string[], client: ForwardedFrom, up
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     if (FORWARDED.has(name)) continue;
-    if (name.length === 4 && name.toLowerCase() === 'host') {
+    if (isName(name, 'host')) {
       if (sawHost) continue;
       sawHost = true;
       out.push(name, host ?? raw[i + 1]!);
@@ -127,7 +148,7 @@ export function requestHeaders(raw: readonly string[], client: ForwardedFrom, up
  */
 export function responseHeaders(raw: string[]): string[] {
   let connection: string | undefined;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connection = raw[i + 1];
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, 'connection')) connection = raw[i + 1];
   const listed = connectionTokens(connection);
   const headers: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
@@ -145,13 +166,13 @@ export function responseHeaders(raw: string[]): string[] {
 export function tunnelResponseHeaders(raw: readonly string[], tunnelHost: string): { headers: string[]; contentLength: number | null } | string {
   let contentLength: number | null = null;
   let connection: string | undefined;
-  for (let i = 0; i < raw.length; i += 2) if (raw[i]!.length === 10 && raw[i]!.toLowerCase() === 'connection') connection = connection === undefined ? raw[i + 1] : `${connection}, ${raw[i + 1]}`;
+  for (let i = 0; i < raw.length; i += 2) if (isName(raw[i]!, 'connection')) connection = connection === undefined ? raw[i + 1] : `${connection}, ${raw[i + 1]}`;
   const listed = connectionTokens(connection);
   const headers: string[] = [];
   for (let i = 0; i < raw.length; i += 2) {
     const name = raw[i]!;
     if (listed !== null && listedDrop(listed, name)) continue;
-    if (name.length === 14 && name.toLowerCase() === 'content-length') {
+    if (isName(name, 'content-length')) {
       const v = raw[i + 1]!.trim();
       if (!/^\d{1,15}$/.test(v)) return `Content-Length ${JSON.stringify(v.slice(0, 32))} is not a length`;
       const n = Number(v);
@@ -160,7 +181,7 @@ export function tunnelResponseHeaders(raw: readonly string[], tunnelHost: string
       continue;
     }
     if (HOP_BY_HOP.has(name)) continue;
-    if (name.length === 10 && name.toLowerCase() === 'set-cookie') {
+    if (isName(name, 'set-cookie')) {
       headers.push(name, hostOnlyCookie(raw[i + 1]!, tunnelHost));
       continue;
     }

@@ -1,4 +1,5 @@
 import type { HttpHead } from './frames.js';
+import { isName } from './http-headers.js';
 
 // A visitor request's head as bytes, the way the local service gets it. The edge builds it once
 // from the head it already filtered (requestHeaders: X-Forwarded-*, no hop-by-hop fields), and a
@@ -9,7 +10,7 @@ const CR = 13;
 const LF = 10;
 
 function hasContentLength(headers: readonly string[]): boolean {
-  for (let i = 0; i < headers.length; i += 2) if (headers[i]!.length === 14 && headers[i]!.toLowerCase() === 'content-length') return true;
+  for (let i = 0; i < headers.length; i += 2) if (isName(headers[i]!, 'content-length')) return true;
   return false;
 }
 
@@ -27,10 +28,42 @@ export function requestHeadText(head: HttpHead, chunked: boolean): string {
   return text + '\r\n';
 }
 
+/** The length of requestHeadText's bytes (latin1: a character a byte). */
+export function requestHeadLength(head: HttpHead, chunked: boolean): number {
+  let n = head.method.length + head.target.length + 12; // ' ' and ' HTTP/1.1\r\n'
+  const h = head.headers;
+  for (let i = 0; i < h.length; i += 2) n += h[i]!.length + h[i + 1]!.length + 4;
+  return n + (chunked ? CHUNKED_LINE.length : 0) + 2;
+}
+
+/** Writes requestHeadText's bytes at `o` in `buf` (which has room), piece by piece; returns the end. */
+export function writeRequestHead(head: HttpHead, chunked: boolean, buf: Buffer, o: number): number {
+  o += buf.write(head.method, o, 'latin1');
+  buf[o++] = 0x20;
+  o += buf.write(head.target, o, 'latin1');
+  o += buf.write(' HTTP/1.1\r\n', o, 'latin1');
+  const h = head.headers;
+  for (let i = 0; i < h.length; i += 2) {
+    o += buf.write(h[i]!, o, 'latin1');
+    buf[o++] = 0x3a; // ':'
+    buf[o++] = 0x20;
+    o += buf.write(h[i + 1]!, o, 'latin1');
+    buf[o++] = CR;
+    buf[o++] = LF;
+  }
+  if (chunked) o += buf.write(CHUNKED_LINE, o, 'latin1');
+  buf[o++] = CR;
+  buf[o++] = LF;
+  return o;
+}
+const CHUNKED_LINE = 'Transfer-Encoding: chunked\r\n';
+
 /** The head with its fields as bytes (HttpHead.raw), for a client that takes them. */
 export function withRawHead(head: HttpHead): HttpHead {
   const chunked = sendsChunked(head);
-  return { kind: 'http', method: head.method, target: head.target, headers: [], upgrade: head.upgrade, ...(head.end ? { end: true } : {}), raw: Buffer.from(requestHeadText(head, chunked), 'latin1'), chunked, ...(head.protocol ? { protocol: head.protocol } : {}) };
+  const raw = Buffer.allocUnsafe(requestHeadLength(head, chunked));
+  writeRequestHead(head, chunked, raw, 0);
+  return { kind: 'http', method: head.method, target: head.target, headers: [], upgrade: head.upgrade, ...(head.end ? { end: true } : {}), raw, chunked, ...(head.protocol ? { protocol: head.protocol } : {}) };
 }
 
 /**

@@ -149,8 +149,14 @@ function unmask(data: Buffer, key: number): Buffer {
  * null (a frame is not whole yet). next() throws WsFrameError on anything the RFC says must
  * fail the connection; after that the decoder is unusable and the caller closes.
  */
+const EMPTY = Buffer.alloc(0);
+
 export class WsDecoder {
   private chunks: Buffer[] = [];
+  /** Bytes of chunks[0] already consumed: an offset, so a frame's head costs no slice. */
+  private pos = 0;
+  /** Where peek()'s bytes start in the buffer it returned. */
+  private peekAt = 0;
   private buffered = 0;
   /** Whether a fragmented data message is open (a continuation is expected). */
   private inMessage = false;
@@ -171,8 +177,8 @@ export class WsDecoder {
   next(): WsFrame | null {
     if (this.buffered < 2) return null;
     const h = this.peek(2);
-    const b0 = h[0]!;
-    const b1 = h[1]!;
+    const b0 = h[this.peekAt]!;
+    const b1 = h[this.peekAt + 1]!;
     const fin = (b0 & 0x80) !== 0;
     const op = b0 & 0x0f;
     const masked = (b1 & 0x80) !== 0;
@@ -195,25 +201,24 @@ export class WsDecoder {
     const hlen = 2 + lenBytes + (masked ? 4 : 0);
     if (this.buffered < hlen) return null;
     const hh = this.peek(hlen);
-    if (lenBytes === 2) len = hh.readUInt16BE(2);
+    const at = this.peekAt;
+    if (lenBytes === 2) len = hh.readUInt16BE(at + 2);
     else if (lenBytes === 8) {
-      const hi = hh.readUInt32BE(2);
+      const hi = hh.readUInt32BE(at + 2);
       if (hi & 0x80000000) throw new WsFrameError(WS_CLOSE.ProtocolError, '64-bit payload length with the high bit set');
       // Exact below 2^53; any length that large is over every limit anyway.
-      len = hi * 2 ** 32 + hh.readUInt32BE(6);
+      len = hi * 2 ** 32 + hh.readUInt32BE(at + 6);
     }
     const total = op === WS_OP.Continuation || !isControl(op) ? this.messageBytes + len : len;
     if (total > this.opts.maxPayloadBytes) {
       throw new WsFrameError(WS_CLOSE.TooBig, `message over ${this.opts.maxPayloadBytes} bytes`);
     }
     if (this.buffered < hlen + len) return null;
-    const head = this.take(hlen);
-    let payload = len > 0 ? this.take(len) : Buffer.alloc(0);
-    if (masked) {
-      const key = head.readUInt32BE(hlen - 4);
-      // burrow's own clients mask with a zero key (see above): nothing to undo, and no copy.
-      if (key !== 0) payload = unmask(Buffer.from(payload), key);
-    }
+    const key = masked ? hh.readUInt32BE(at + hlen - 4) : 0;
+    this.skip(hlen);
+    let payload = len > 0 ? this.take(len) : EMPTY;
+    // burrow's own clients mask with a zero key (see above): nothing to undo, and no copy.
+    if (key !== 0) payload = unmask(Buffer.from(payload), key);
     if (!isControl(op)) {
       this.inMessage = !fin;
       this.messageBytes = fin ? 0 : total;
@@ -221,33 +226,49 @@ export class WsDecoder {
     return { op, fin, payload };
   }
 
-  /** Takes `n` bytes off the front (no copy when one chunk holds them). */
+  /** Drops `n` buffered bytes (a frame's head, already read through peek). */
+  private skip(n: number): void {
+    this.buffered -= n;
+    while (n > 0) {
+      const left = this.chunks[0]!.length - this.pos;
+      if (left > n) {
+        this.pos += n;
+        return;
+      }
+      n -= left;
+      this.chunks.shift();
+      this.pos = 0;
+    }
+  }
+
+  /** Takes `n` bytes off the front (a view, no copy, when one chunk holds them). */
   private take(n: number): Buffer {
     const first = this.chunks[0]!;
-    if (first.length >= n) {
-      this.buffered -= n;
-      if (first.length === n) this.chunks.shift();
-      else this.chunks[0] = first.subarray(n);
-      return first.subarray(0, n);
+    const pos = this.pos;
+    if (first.length - pos >= n) {
+      this.skip(n);
+      return first.subarray(pos, pos + n);
     }
     const out = Buffer.allocUnsafe(n);
     let off = 0;
     while (off < n) {
       const c = this.chunks[0]!;
-      const k = Math.min(c.length, n - off);
-      c.copy(out, off, 0, k);
+      const k = Math.min(c.length - this.pos, n - off);
+      c.copy(out, off, this.pos, this.pos + k);
       off += k;
-      if (k === c.length) this.chunks.shift();
-      else this.chunks[0] = c.subarray(k);
+      this.skip(k);
     }
-    this.buffered -= n;
     return out;
   }
 
-  /** At least `n` (≤ 14) bytes from the front, without consuming them. */
+  /** At least `n` (≤ 14) bytes from the front, without consuming them: they start at `peekAt`. */
   private peek(n: number): Buffer {
     const first = this.chunks[0]!;
-    if (first.length >= n) return first;
-    return Buffer.concat(this.chunks, Math.min(this.buffered, 14));
+    if (first.length - this.pos >= n) {
+      this.peekAt = this.pos;
+      return first;
+    }
+    this.peekAt = 0;
+    return Buffer.concat([first.subarray(this.pos), ...this.chunks.slice(1)], Math.min(this.buffered, 14));
   }
 }

@@ -2,9 +2,10 @@ import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import {
-  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, MAX_RETRY_AFTER_MS, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame, type HttpHead,
+  F, MAX_DATA_BYTES, MAX_FRAME_BYTES, MAX_RETRY_AFTER_MS, FrameError, dataFrame, dataFrameHead, decodeFrame, encodeFrame, rawStreamOpenFrame, randomTunnelId, tunnelIdProblem, RESET_CODES, type Frame, type HttpHead,
 } from '../../src/protocol/frames.js';
 import { decode, encode } from '../../src/protocol/codec.js';
+import { withRawHead } from '../../src/protocol/raw-head.js';
 import { MAX_BASIC_AUTH, MAX_CIDRS, MAX_EXPIRY_MS, accessRulesProblem, expiryProblem, parseCidr } from '../../src/protocol/access.js';
 import { randomBytes } from 'node:crypto';
 
@@ -457,6 +458,38 @@ test('tunnel ids follow the DNS label rules', () => {
     assert.type(tunnelIdProblem(bad, 'example.com'), 'string', bad);
   }
   fc.assert(fc.property(fc.nat(), () => tunnelIdProblem(randomTunnelId(randomBytes), 'localhost') === null));
+});
+
+
+test('a raw StreamOpen written straight into its buffer decodes as the one msgpackr encodes, and passes the decoder', () => {
+  // Heads as the edge makes them: latin1 strings from llhttp (bytes 0x80-0xff too), any sizes
+  // (str8/16 targets, bin8/16/32 raw heads), end and protocol present or not, sids of every width.
+  const latin1 = (max: number) => fc.string({ unit: fc.integer({ min: 0x20, max: 0xff }).map((c) => String.fromCharCode(c === 0x7f ? 0x7e : c)), maxLength: max });
+  const head = fc.record(
+    {
+      kind: fc.constant('http' as const),
+      method: token,
+      target: fc.oneof(latin1(40), latin1(300)).map((t) => `/${t.replace(/ /g, '')}`),
+      headers: fc.array(fc.tuple(token, fc.oneof(latin1(30), latin1(3000))), { maxLength: 30 }).map((pairs) => pairs.flat()),
+      upgrade: fc.boolean(),
+      end: fc.constant(true),
+      protocol: fc.constantFrom('h2' as const, 'grpc' as const),
+    },
+    { requiredKeys: ['kind', 'method', 'target', 'headers', 'upgrade'] },
+  );
+  const id = fc.oneof(fc.stringMatching(/^[a-z0-9-]{1,40}$/), fc.string({ maxLength: 40 }));
+  fc.assert(
+    fc.property(sid, id, head, (s, t, h) => {
+      const direct = rawStreamOpenFrame(s, t, h as HttpHead);
+      const viaMsgpackr = encodeFrame([F.StreamOpen, s, t, withRawHead(h as HttpHead)]);
+      assert.equal(decode(direct), decode(viaMsgpackr));
+      if (direct.byteLength <= MAX_FRAME_BYTES && /^[a-z0-9-]{1,40}$/.test(t)) {
+        const decoded = decodeFrame(direct);
+        assert.is(decoded[0], F.StreamOpen);
+      }
+    }),
+    { numRuns: 400 },
+  );
 });
 
 test.run();
