@@ -698,6 +698,7 @@ function decodeStreamFrame(b: Uint8Array): Frame | null {
     if (o + len !== n || len > MAX_DATA_BYTES) return null;
     return [F.Data, sid, b.subarray(o, n)];
   }
+  if (array === 0x94 && type === F.StreamOpen) return decodeRawStreamOpen(b);
   if (array === 0x92 && type === F.End) {
     const sid = readUint(b, 2);
     return sid >= 0 && 2 + uintBytes(b[2]!) === n ? [F.End, sid] : null;
@@ -711,6 +712,87 @@ function decodeStreamFrame(b: Uint8Array): Frame | null {
     return bytes >= 0 && o + uintBytes(b[o]!) === n ? [F.Credit, sid, bytes] : null;
   }
   return null;
+}
+
+/**
+ * A StreamOpen laid out exactly as rawStreamOpenFrame writes it, read straight from its bytes
+ * with the checks checkStreamHead makes: ASCII strings only, the raw head a view into `b`.
+ * Anything else (another order, a non-ASCII target, a head the checks refuse) returns null and
+ * takes the general way, which decodes it or says what is wrong.
+ */
+function decodeRawStreamOpen(b: Uint8Array): Frame | null {
+  if (!Buffer.isBuffer(b)) return null;
+  const n = b.byteLength;
+  const sid = readUint(b, 2);
+  if (sid < 0) return null;
+  let o = 2 + uintBytes(b[2]!);
+  const id = asciiAt(b, o, MAX_NAME_CHARS);
+  if (id === null) return null;
+  o = asciiEnd;
+  const entries = b[o++]! - 0x80;
+  if (entries < 7 || entries > 9 || !bytesAt(b, o, OPEN_KIND) || !bytesAt(b, (o += OPEN_KIND.length), OPEN_METHOD)) return null;
+  const method = asciiAt(b, o + OPEN_METHOD.length, MAX_NAME_CHARS);
+  if (method === null || !bytesAt(b, asciiEnd, OPEN_TARGET)) return null;
+  const target = asciiAt(b, asciiEnd + OPEN_TARGET.length, MAX_HEAD_BYTES);
+  if (target === null || method.length + target.length > MAX_HEAD_BYTES || !bytesAt(b, asciiEnd, OPEN_HEADERS) || !bytesAt(b, (o = asciiEnd + OPEN_HEADERS.length), OPEN_UPGRADE)) return null;
+  o += OPEN_UPGRADE.length;
+  const upgrade = b[o] === 0xc3;
+  if (!upgrade && b[o] !== 0xc2) return null;
+  o++;
+  let seen = 7;
+  const end = bytesAt(b, o, OPEN_END);
+  if (end) (o += OPEN_END.length), seen++;
+  if (!bytesAt(b, o, OPEN_RAW)) return null;
+  o += OPEN_RAW.length;
+  const marker = b[o];
+  let len: number;
+  if (marker === 0xc4 && o + 2 <= n) (len = b[o + 1]!), (o += 2);
+  else if (marker === 0xc5 && o + 3 <= n) (len = (b[o + 1]! << 8) | b[o + 2]!), (o += 3);
+  else return null;
+  if (len > MAX_HEAD_BYTES + MAX_NAME_CHARS + 64 || o + len > n) return null;
+  const raw = b.subarray(o, (o += len));
+  if (!bytesAt(b, o, OPEN_CHUNKED)) return null;
+  o += OPEN_CHUNKED.length;
+  const chunked = b[o] === 0xc3;
+  if (!chunked && b[o] !== 0xc2) return null;
+  o++;
+  let protocol: 'h2' | 'grpc' | undefined;
+  if (o < n) {
+    if (!bytesAt(b, o, OPEN_PROTOCOL)) return null;
+    const p = asciiAt(b, o + OPEN_PROTOCOL.length, 4);
+    if (p !== 'h2' && p !== 'grpc') return null;
+    (protocol = p), (o = asciiEnd), seen++;
+  }
+  if (o !== n || seen !== entries || rawHeadProblem(raw, method, target) !== null) return null;
+  const head: HttpHead = { kind: 'http', method, target, headers: [], upgrade, raw, chunked };
+  if (end) head.end = true;
+  if (protocol) head.protocol = protocol;
+  return [F.StreamOpen, sid, id, head];
+}
+
+/** Where the last asciiAt's string ended. */
+let asciiEnd = 0;
+
+/** The msgpack str (fixstr, str8, str16) at `o` when it is ASCII and at most `max` long, else null. */
+function asciiAt(b: Buffer, o: number, max: number): string | null {
+  const m = b[o];
+  let len: number;
+  if (m === undefined) return null;
+  if ((m & 0xe0) === 0xa0) (len = m & 0x1f), o++;
+  else if (m === 0xd9 && o + 2 <= b.byteLength) (len = b[o + 1]!), (o += 2);
+  else if (m === 0xda && o + 3 <= b.byteLength) (len = (b[o + 1]! << 8) | b[o + 2]!), (o += 3);
+  else return null;
+  const e = o + len;
+  if (len > max || e > b.byteLength) return null;
+  for (let i = o; i < e; i++) if (b[i]! >= 0x80) return null;
+  asciiEnd = e;
+  return b.toString('latin1', o, e);
+}
+
+function bytesAt(b: Uint8Array, o: number, want: Buffer): boolean {
+  if (o + want.length > b.byteLength) return false;
+  for (let i = 0; i < want.length; i++) if (b[o + i] !== want[i]) return false;
+  return true;
 }
 
 /** Bytes of the msgpack unsigned integer whose first byte is `first` (fixint, uint8/16/32); 0: not one. */
