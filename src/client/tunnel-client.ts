@@ -300,7 +300,8 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.stopped = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
     const conn = this.conn;
-    if (conn) for (const t of this.tunnels) if (t.live && t.registered) conn.link.send([F.Close, t.registered.id]);
+    // Close for each tunnel registered on it: the server sends it no new stream.
+    conn?.leave();
     const pooled = this.tunnels.some((t) => t.opts.pool);
     const sibling = this.sibling.stop(pooled ? POOL_LEAVE_MS : 0);
     if (conn && pooled) {
