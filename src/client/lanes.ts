@@ -1,6 +1,5 @@
-import { F, PROTOCOL_VERSION } from '../protocol/frames.js';
 import { Link, type StreamOpener } from './link.js';
-import { JoinedTunnels, awaitWelcome } from './joined-connection.js';
+import { ClientConnection, type ConnectionOwner, type JoinHost, type JoinKey } from './joined-connection.js';
 import type { WsClient } from '../protocol/ws-client.js';
 
 // Lanes (the protocol is in src/protocol/frames.ts): on a server of several shards, the client
@@ -20,39 +19,37 @@ import type { WsClient } from '../protocol/ws-client.js';
 // A tunnel that never had a visitor opens no lane: an idle tunnel costs one connection.
 
 /** What the lanes need from their TunnelClient. */
-export interface LaneHost {
+export interface LaneHost extends JoinHost {
   /** A new authenticated control WebSocket to the same server. */
   connect(): Promise<WsClient>;
   /** The live http tunnels that take lanes: their ids and lane keys. */
-  laneTunnels(): { id: string; key: string }[];
-  openStream: StreamOpener;
-  /** Streams of `link` are over: all of them (the lane is lost), or those of tunnel `id`. */
-  dropStreams(link: Link, id?: string): void;
+  laneTunnels(): JoinKey[];
 }
 
 /** How often lanes are checked (missing shards connected, tunnels joined). */
 const LANE_TICK_MS = 5_000;
 const WELCOME_TIMEOUT_MS = 5_000;
-const AGENT = `burrow-client/${PROTOCOL_VERSION} lane`;
 
-class Lane extends JoinedTunnels {
-  constructor(
-    link: Link,
-    readonly shard: number,
-  ) {
-    super(link);
-  }
-}
+type Lane = ClientConnection<JoinKey>;
 
-export class LaneSet {
+/**
+ * The lanes' policy: which connections to make (one per shard other than the main connection's,
+ * the kernel choosing), when (once the tunnels have visitors, then every LANE_TICK_MS while one
+ * is missing) and when a round gives up (2 × shards connects). Each lane is a ClientConnection.
+ */
+export class LaneSet implements ConnectionOwner<JoinKey> {
+  /** shard → its lane */
   private readonly lanes = new Map<number, Lane>();
   /** The main connection's shard and the shard count; null: no lanes (one shard, old server, stopped). */
   private target: { main: number; shards: number } | null = null;
   private awake = false;
   private filling = false;
   private timer: NodeJS.Timeout | null = null;
+  readonly openStream: StreamOpener;
 
-  constructor(private readonly host: LaneHost) {}
+  constructor(private readonly host: LaneHost) {
+    this.openStream = host.openStream;
+  }
 
   /** The main connection's Welcome: lanes are worth having on a server of several shards. */
   want(main: number | undefined, shards: number | undefined): void {
@@ -80,9 +77,9 @@ export class LaneSet {
     return [...this.lanes.values()].map((l) => l.link);
   }
 
-  /** Lanes the server has not been heard on within `limitMs` are dead: closed. */
-  dropSilent(nowMs: number, limitMs: number): void {
-    for (const l of this.lanes.values()) if (nowMs - l.link.lastSeenMs > limitMs) l.link.ws.destroy();
+  /** Close on every lane for each tunnel it joined: the server sends no new stream there. */
+  leave(): void {
+    for (const lane of this.lanes.values()) lane.leave();
   }
 
   /** The main connection ended (or the client stops): every lane closes with its streams. */
@@ -101,8 +98,8 @@ export class LaneSet {
     void this.fill();
   }
 
-  private join(lane: Lane, tunnels: { id: string; key: string }[]): void {
-    lane.join(tunnels, (id, key) => ({ type: 'http', id, lane: key }));
+  private join(lane: Lane, tunnels: JoinKey[]): void {
+    lane.join(tunnels, (t) => ({ type: 'http', id: t.id, lane: t.key }));
   }
 
   private missing(): number {
@@ -121,47 +118,39 @@ export class LaneSet {
         } catch {
           return; // the next tick tries again
         }
-        const shard = (await awaitWelcome(ws, AGENT, WELCOME_TIMEOUT_MS))?.shard ?? null;
+        const lane: Lane = new ClientConnection(ws, 'lane', this);
+        const shard = (await lane.welcome(WELCOME_TIMEOUT_MS))?.shard ?? null;
         const t = this.target;
-        if (shard === null || !t || shard === t.main || shard >= t.shards || this.lanes.has(shard)) {
-          ws.close(1000, 'lane not needed');
+        if (shard === null || !t || shard === t.main || shard >= t.shards || this.lanes.has(shard) || lane.isClosed) {
+          lane.close(1000, 'lane not needed');
           continue;
         }
-        this.adopt(ws, shard);
+        this.lanes.set(shard, lane);
+        this.join(lane, this.host.laneTunnels());
       }
     } finally {
       this.filling = false;
     }
   }
 
-  private adopt(ws: WsClient, shard: number): void {
-    const lane = new Lane(new Link(ws), shard);
-    this.lanes.set(shard, lane);
-    ws.on('message', (m) => this.onMessage(lane, m));
-    ws.on('close', () => this.lost(lane));
-    this.join(lane, this.host.laneTunnels());
-  }
-
-  private lost(lane: Lane): void {
-    if (this.lanes.get(lane.shard) === lane) this.lanes.delete(lane.shard);
+  /** A lane ended (lost, refused, not needed, or the lanes stop): its streams with it; the next round opens another. */
+  lost(lane: Lane): void {
+    for (const [shard, l] of this.lanes) if (l === lane) this.lanes.delete(shard);
     this.host.dropStreams(lane.link);
-    lane.link.ws.destroy();
+    lane.destroy();
   }
 
-  private onMessage(lane: Lane, m: Buffer): void {
-    const frame = lane.link.receive(m, this.host.openStream);
-    if (!frame || lane.answer(frame, (id) => this.host.dropStreams(lane.link, id))) return;
-    switch (frame[0]) {
-      case F.Fatal:
-      case F.GoAway:
-        // Revoked, shutting down: the main connection hears the same and decides; this lane goes.
-        lane.link.ws.close(1000, 'lane closed');
-        return;
-      case F.Welcome:
-        return;
-      default:
-        lane.link.ws.close(1002, `frame type ${frame[0]} is not expected on a lane`);
-        return;
-    }
+  /** Tunnel `id` ended on this lane: its streams here are over. */
+  closed(lane: Lane, id: string): void {
+    this.host.dropStreams(lane.link, id);
+  }
+
+  /** Revoked, shutting down (Fatal, GoAway): the main connection hears the same and decides; this lane goes. */
+  fatal(lane: Lane): void {
+    lane.close(1000, 'lane closed');
+  }
+
+  goAway(lane: Lane): void {
+    this.fatal(lane);
   }
 }

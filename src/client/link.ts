@@ -4,8 +4,10 @@ import type { ClientStream, Sender } from './streams.js';
 import type { WsClient } from '../protocol/ws-client.js';
 
 // One control connection of a client, as its streams see it: the main connection
-// (tunnel-client.ts) or a lane on another shard (lanes.ts). The server opens every stream on
-// the connection the visitor's shard holds, and each stream answers on that same connection.
+// (tunnel-client.ts), a lane on another shard (lanes.ts) or the sibling on another node
+// (node-sibling.ts), each a ClientConnection (joined-connection.ts) around its Link. The server
+// opens every stream on the connection the visitor's shard holds, and each stream answers on
+// that same connection.
 
 /** Opens a client stream for StreamOpen `sid` of tunnel `tunnelId` on `link`. */
 export type StreamOpener = (link: Link, sid: number, tunnelId: string, head: HttpHead | TcpHead) => void;

@@ -1,7 +1,6 @@
-import { F, PROTOCOL_VERSION, type OpenRequest } from '../protocol/frames.js';
-import { Link, type StreamOpener } from './link.js';
-import { JoinedTunnels, awaitWelcome } from './joined-connection.js';
-import { settled } from './settle.js';
+import type { OpenRequest, Welcome } from '../protocol/frames.js';
+import type { Link, StreamOpener } from './link.js';
+import { ClientConnection, type ConnectionOwner, type JoinHost, type JoinKey } from './joined-connection.js';
 import type { WsClient } from '../protocol/ws-client.js';
 
 // A client's second connection in a cluster: its tunnels are served from two nodes, so a node
@@ -18,14 +17,16 @@ import type { WsClient } from '../protocol/ws-client.js';
 //   the sibling on the main connection's own node (the load balancer sent the main there):
 //            it moves to another node.
 
-export interface SiblingHost {
+/** A tunnel the sibling joins: its id, member key, and the Open it was registered with. */
+export interface MemberTunnel extends JoinKey {
+  open: OpenRequest;
+}
+
+export interface SiblingHost extends JoinHost {
   /** An authenticated control WebSocket to the node at `url`. */
   connectTo(url: string): Promise<WsClient>;
   /** The registered tunnels a second connection joins: their ids, member keys and Opens. */
-  memberTunnels(): { id: string; key: string; open: OpenRequest }[];
-  openStream: StreamOpener;
-  /** Streams of `link` are over (the sibling is lost), or those of tunnel `id`. */
-  dropStreams(link: Link, id?: string): void;
+  memberTunnels(): MemberTunnel[];
   /** The node URLs among `urls` this client may send its key to. */
   dialable(urls: string[]): string[];
 }
@@ -35,15 +36,18 @@ const RETRY_MS = 1_000;
 const RETIRE_MS = 10_000;
 /** Alone in a cluster (no other node named yet): Welcome is asked again this often. */
 const PROBE_MS = 3_000;
-const PING_MS = 5_000;
-/** Silent this long (heartbeats unanswered), the sibling is dead. */
-const SILENT_MS = 15_000;
-const AGENT = `burrow-client/${PROTOCOL_VERSION} sibling`;
+const WELCOME_TIMEOUT_MS = 5_000;
 
-export class NodeSibling {
-  private link: Link | null = null;
-  /** the tunnels the sibling joined (and asked to) on `link` */
-  private tunnels: JoinedTunnels | null = null;
+type Sibling = ClientConnection<MemberTunnel>;
+
+/**
+ * The sibling's policy: which node to dial (another than the main connection's, in turn), when
+ * to try again (RETRY_MS after a loss; PROBE_MS while the cluster has no other node), when to
+ * move (it shares the main connection's node) and when to stop. The connection is a ClientConnection.
+ */
+export class NodeSibling implements ConnectionOwner<MemberTunnel> {
+  /** the current connection; null while none (connecting, waiting to retry, stopped) */
+  private conn: Sibling | null = null;
   /** the node the sibling is connected (or connecting) to */
   private node: string | null = null;
   private connecting = false;
@@ -51,11 +55,13 @@ export class NodeSibling {
   private mainNode: string | null = null;
   private nodes: string[] = [];
   private retry: NodeJS.Timeout | null = null;
-  private pinger: NodeJS.Timeout | null = null;
   private stopped = false;
   private turn = 0;
+  readonly openStream: StreamOpener;
 
-  constructor(private readonly host: SiblingHost) {}
+  constructor(private readonly host: SiblingHost) {
+    this.openStream = host.openStream;
+  }
 
   /** The nodes this client knows of (the main connection may come back through one of them). */
   known(): string[] {
@@ -75,13 +81,13 @@ export class NodeSibling {
   refresh(): void {
     // On the main connection's own node the sibling guards against nothing: it moves, the new
     // one first (the main connection holds the tunnel meanwhile), the old one once its streams end.
-    if (this.link && this.node === this.mainNode) this.retire();
-    if (this.link) this.join();
+    if (this.conn && this.node === this.mainNode) this.retire();
+    if (this.conn) this.join(this.conn);
     else this.ensure();
   }
 
   links(): Link[] {
-    return this.link ? [this.link] : [];
+    return this.conn ? [this.conn.link] : [];
   }
 
   /** The client stops: Close for each joined tunnel (the server sends no new stream), then, once
@@ -89,36 +95,27 @@ export class NodeSibling {
   async stop(graceMs = 0): Promise<void> {
     this.stopped = true;
     if (this.retry) clearTimeout(this.retry);
-    if (this.pinger) clearInterval(this.pinger);
-    const link = this.link;
-    this.link = null;
-    if (!link) return;
-    this.tunnels?.leave();
-    this.tunnels = null;
-    if (graceMs > 0) await settled(() => link.streams.size === 0 || link.ws.isClosed, graceMs);
-    link.ws.close(1000, 'client stopped');
-    link.abortStreams();
+    const conn = this.conn;
+    this.conn = null;
+    if (!conn) return;
+    conn.leave();
+    if (graceMs > 0) await conn.drained(graceMs);
+    conn.close(1000, 'client stopped');
+    conn.link.abortStreams();
   }
 
   private ensure(): void {
-    if (this.stopped || this.link || this.connecting || this.retry) return;
+    if (this.stopped || this.conn || this.connecting || this.retry) return;
     if (this.host.memberTunnels().length === 0) return;
     const candidates = this.nodes.filter((n) => n !== this.mainNode);
     if (candidates.length === 0) return this.probe();
     const node = candidates[this.turn++ % candidates.length]!;
-    this.connecting = true;
     this.node = node;
-    this.host.connectTo(node).then(
-      (ws) => {
-        this.connecting = false;
-        if (this.stopped) return ws.destroy();
-        this.adopt(ws);
-      },
-      () => {
-        this.connecting = false;
-        this.later();
-      },
-    );
+    this.dial(node, (ws) => {
+      if (this.stopped) return ws.destroy();
+      this.conn = new ClientConnection(ws, 'sibling', this);
+      this.join(this.conn);
+    });
   }
 
   /** A cluster of one node so far: ask its Welcome again later (another node may have joined). */
@@ -127,22 +124,32 @@ export class NodeSibling {
     const node = this.mainNode;
     this.retry = setTimeout(() => {
       this.retry = null;
-      this.connecting = true;
-      this.host.connectTo(node).then(
-        async (ws) => {
-          const nodes = (await awaitWelcome(ws, AGENT, PING_MS))?.nodes;
-          ws.close(1000, 'nodes read');
-          this.connecting = false;
-          if (nodes) this.nodes = this.host.dialable(nodes);
-          this.ensure();
-        },
-        () => {
-          this.connecting = false;
-          this.later();
-        },
-      );
+      this.dial(node, async (ws) => {
+        // Its Welcome names the nodes (welcome() below); then it goes.
+        const probe = new ClientConnection(ws, 'sibling', this);
+        this.connecting = true;
+        await probe.welcome(WELCOME_TIMEOUT_MS);
+        probe.close(1000, 'nodes read');
+        this.connecting = false;
+        this.ensure();
+      });
     }, PROBE_MS);
     this.retry.unref();
+  }
+
+  /** Connects to `node`: `then` takes the connection; a failure tries again after RETRY_MS. */
+  private dial(node: string, then: (ws: WsClient) => void): void {
+    this.connecting = true;
+    this.host.connectTo(node).then(
+      (ws) => {
+        this.connecting = false;
+        then(ws);
+      },
+      () => {
+        this.connecting = false;
+        this.later();
+      },
+    );
   }
 
   private later(): void {
@@ -154,86 +161,44 @@ export class NodeSibling {
     this.retry.unref();
   }
 
-  private adopt(ws: WsClient): void {
-    const link = new Link(ws);
-    this.link = link;
-    this.tunnels = new JoinedTunnels(link);
-    ws.on('message', (m) => this.onMessage(link, m));
-    ws.on('close', () => {
-      if (this.link === link) this.lost();
-    });
-    link.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]);
-    if (this.pinger) clearInterval(this.pinger);
-    this.pinger = setInterval(() => {
-      if (Date.now() - link.lastSeenMs > SILENT_MS) return link.ws.destroy();
-      link.send([F.Ping, Date.now()]);
-    }, PING_MS);
-    this.pinger.unref();
-    this.join();
+  private join(conn: Sibling): void {
+    conn.join(this.host.memberTunnels(), (t) => ({ ...t.open, id: t.id, member: t.key, lane: null }));
   }
 
-  private join(): void {
-    if (!this.link || !this.tunnels) return;
-    const tunnels = this.host.memberTunnels();
-    const opens = new Map(tunnels.map((t) => [t.id, t.open]));
-    this.tunnels.join(tunnels, (id, key) => ({ ...opens.get(id)!, id, member: key, lane: null }));
+  /** This node's view of the cluster (any of the sibling's connections): the main connection's may be out of date. */
+  welcome(_c: Sibling, w: Welcome): void {
+    if (w.nodes) this.nodes = this.host.dialable([...new Set([...w.nodes, ...(w.node ? [w.node] : [])])]);
   }
 
-  /** The connection is gone: its streams with it; another node after RETRY_MS. */
-  private lost(): void {
-    const link = this.link;
-    this.link = null;
+  /** The current connection is gone: its streams with it; another node after RETRY_MS. */
+  lost(conn: Sibling): void {
+    if (this.conn !== conn) return;
+    this.conn = null;
     this.node = null;
-    if (this.pinger) clearInterval(this.pinger);
-    this.pinger = null;
-    if (link) {
-      this.host.dropStreams(link);
-      link.ws.destroy();
-    }
-    this.tunnels = null;
+    this.host.dropStreams(conn.link);
+    conn.destroy();
     this.later();
+  }
+
+  /** Tunnel `id` ended on this connection (the current one or one retiring): its streams here are over. */
+  closed(conn: Sibling, id: string): void {
+    this.host.dropStreams(conn.link, id);
+  }
+
+  /** Revoked: the main connection hears the same and decides. Shutting down: another node. */
+  fatal(conn: Sibling): void {
+    conn.close(1000, 'sibling closed');
   }
 
   /** Leaves this node gracefully: Close for each tunnel (the server sends no new stream), the connection ends once its streams did. */
   private retire(): void {
-    const link = this.link!;
-    this.link = null;
+    const conn = this.conn!;
+    this.conn = null;
     this.node = null;
-    if (this.pinger) clearInterval(this.pinger);
-    this.pinger = null;
-    this.tunnels?.leave();
-    this.tunnels = null;
-    void settled(() => link.streams.size === 0 || link.ws.isClosed, RETIRE_MS).then(() => {
-      this.host.dropStreams(link);
-      link.ws.close(1000, 'sibling moved to another node');
+    conn.leave();
+    void conn.drained(RETIRE_MS).then(() => {
+      this.host.dropStreams(conn.link);
+      conn.close(1000, 'sibling moved to another node');
     });
-  }
-
-  private onMessage(link: Link, m: Buffer): void {
-    const frame = link.receive(m, this.host.openStream);
-    if (!frame) return;
-    // A join's answer, on the sibling's current connection (a retiring one's are over).
-    if (link === this.link && this.tunnels?.answer(frame, (id) => this.host.dropStreams(link, id))) return;
-    switch (frame[0]) {
-      case F.Welcome:
-        // This node's view of the cluster: the main connection's may be out of date.
-        if (frame[1].nodes) this.nodes = this.host.dialable([...new Set([...frame[1].nodes, ...(frame[1].node ? [frame[1].node] : [])])]);
-        return;
-      case F.Opened:
-      case F.Refused:
-        return;
-      case F.Closed:
-        this.host.dropStreams(link, frame[1]);
-        return;
-      case F.Fatal:
-        // Revoked: the main connection hears the same and decides. Shutting down: another node.
-        link.ws.close(1000, 'sibling closed');
-        return;
-      case F.GoAway:
-        return;
-      default:
-        link.ws.close(1002, `frame type ${frame[0]} is not expected on a sibling connection`);
-        return;
-    }
   }
 }

@@ -1,8 +1,7 @@
 import { EventEmitter } from 'node:events';
 import {
-  F, PROTOCOL_VERSION, MAX_FRAME_BYTES, HEARTBEAT_INTERVAL_MS, HEARTBEAT_MISSES,
-  RESPONSE_HEAD_TIMEOUT_MS, RESUME_HEADER, TICKET_REFRESH_HEADER,
-  type Frame, type HttpHead, type OpenRequest, type Refusal, type TcpHead,
+  F, MAX_FRAME_BYTES, RESPONSE_HEAD_TIMEOUT_MS, RESUME_HEADER, TICKET_REFRESH_HEADER,
+  type HttpHead, type Opened, type OpenRequest, type Refusal, type TcpHead, type Welcome,
 } from '../protocol/frames.js';
 import type { AccessRules } from '../protocol/access.js';
 import { guardedExchange, type TunnelObserver } from './observer.js';
@@ -16,7 +15,8 @@ import { withFields } from '../protocol/raw-head.js';
 import { RawHttpStream, TcpStream, type ClientStream } from './streams.js';
 import { LocalPool } from './local-pool.js';
 import { H2LocalStream, H2Sessions } from './h2-local.js';
-import { Link } from './link.js';
+import type { Link } from './link.js';
+import { ClientConnection, clientAgent, type ConnectionOwner } from './joined-connection.js';
 import { LaneSet } from './lanes.js';
 import { NodeSibling } from './node-sibling.js';
 import { settled } from './settle.js';
@@ -25,7 +25,7 @@ export type { AccessRules } from '../protocol/access.js';
 
 // The client half of the tunnel protocol (used by `burrow http|tcp`, src/cli/).
 //
-//   TunnelClient ──control WebSocket (ws-client.ts)──▶ burrowd
+//   TunnelClient ──control WebSocket (ws-client.ts, a ClientConnection: joined-connection.ts)──▶ burrowd
 //     Hello → Welcome → Open → Opened{id,url}
 //     StreamOpen(http) → the request as bytes on a pooled connection (local-pool.ts) → the answer's bytes as Data, End
 //     StreamOpen(tcp)  → net.connect to the local service → Data/End both ways
@@ -96,7 +96,7 @@ const CONNECT_PATH = '/tunnel/v1/connect';
 const BACKOFF_FIRST_MS = 250;
 /** The longest wait between attempts (README "Reconnecting"), unless the server's Retry-After says more. */
 const BACKOFF_MAX_MS = 1_000;
-const AGENT = `burrow-client/${PROTOCOL_VERSION}`;
+const AGENT = clientAgent();
 /** Connections to the local service at most; further requests wait in the pool (streams are capped per tunnel). */
 const MAX_LOCAL_CONNECTIONS = 256;
 /** How long a pool member that stops waits for its open streams to finish (the server sends it no new one). */
@@ -227,7 +227,9 @@ function retryAfterMs(seconds: number): number {
 
 export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   /** The main connection: Opens, registrations, and the streams of visitors on its shard. */
-  private link: Link | null = null;
+  private conn: ClientConnection<Tunnel> | null = null;
+  /** what the main connection's answers mean (mainOwner), one object for every reconnect */
+  private readonly owner: ConnectionOwner<Tunnel>;
   private readonly lanes = new LaneSet({
     connect: () => this.dial(),
     laneTunnels: () => this.tunnels.filter((t) => t.live && t.laneKey && t.registered).map((t) => ({ id: t.registered!.id, key: t.laneKey! })),
@@ -245,13 +247,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
   /** consecutive main-connection attempts that found no server: the next one tries another known node */
   private unreachable = 0;
   private readonly tunnels: Tunnel[];
-  /** Open requests awaiting Opened/Refused on the current connection. */
-  private readonly pending = new Map<number, Tunnel>();
   private stopped = false;
   private attempt = 0;
   private reconnectTimer: NodeJS.Timeout | null = null;
-  private heartbeatTimer: NodeJS.Timeout | null = null;
-  private nextReq = 1;
   private first: { resolve: (v: StartedTunnel[]) => void; reject: (e: Error) => void } | null = null;
   private welcomedVersion: string | null = null;
   private resumeTicket: string | null = null;
@@ -264,12 +262,13 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (list.length === 0) throw new TypeError('TunnelClient: give `tunnels`, or `type` and `local` for one tunnel');
     this.tunnels = list.map((t) => new Tunnel(t));
     this.resumeTicket = opts.resumeTicket ?? null;
+    this.owner = this.mainOwner();
     if (new Set(this.tunnels.map((t) => t.name)).size !== this.tunnels.length) throw new TypeError('TunnelClient: tunnel names must differ');
   }
 
   /** The last heartbeat round trip to the server in ms; null while disconnected or before the first Pong. */
   get latencyMs(): number | null {
-    return this.link?.rttMs ?? null;
+    return this.conn?.link.rttMs ?? null;
   }
 
   /** burrowd's version as its Welcome said (null before one, or from a server too old to say). */
@@ -300,28 +299,25 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (this.stopped) return;
     this.stopped = true;
     if (this.reconnectTimer) clearTimeout(this.reconnectTimer);
-    const link = this.link;
-    if (link) for (const t of this.tunnels) if (t.live && t.registered) this.send([F.Close, t.registered.id]);
+    const conn = this.conn;
+    // Close for each tunnel registered on it: the server sends it no new stream.
+    conn?.leave();
     const pooled = this.tunnels.some((t) => t.opts.pool);
     const sibling = this.sibling.stop(pooled ? POOL_LEAVE_MS : 0);
-    if (link && pooled) {
+    if (conn && pooled) {
       // A pool member leaves gracefully: the server sends it no new stream after Close and the
       // open ones finish here (each answers on its own connection), bounded by POOL_LEAVE_MS.
-      for (const lane of this.lanes.links()) for (const t of this.tunnels) if (t.registered) lane.send([F.Close, t.registered.id]);
+      this.lanes.leave();
       await settled(() => this.tunnels.every((t) => t.open === 0), POOL_LEAVE_MS);
     }
     await sibling;
-    this.link = null;
+    this.conn = null;
     // close() flushes the Close frames, sends a WebSocket close and ends the socket.
-    link?.ws.close(1000, 'client stopped');
-    link?.abortStreams();
+    conn?.close(1000, 'client stopped');
+    conn?.link.abortStreams();
     this.teardown();
     for (const t of this.tunnels) t.destroy();
     this.emit('closed', { permanent: true, code: 'stopped', reason: 'stopped by the client' });
-  }
-
-  private send(frame: Frame): void {
-    this.link?.send(frame);
   }
 
   private wsUrl(server: string): string {
@@ -376,48 +372,18 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
       return this.lost(refusal);
     }
     if (this.stopped) return ws.destroy();
-    const link = new Link(ws);
-    this.link = link;
-    ws.on('message', (m) => this.onMessage(link, m));
-    ws.on('close', (code, reason) => {
-      if (this.link !== link) return;
-      this.teardown();
-      this.lost(new TunnelRefused('connection-lost', `control connection closed (${code}${reason ? `: ${reason}` : ''})`, false));
-    });
-    this.startHeartbeat(link, HEARTBEAT_INTERVAL_MS);
-    this.send([F.Hello, { v: PROTOCOL_VERSION, agent: AGENT, rawHeads: true }]);
+    this.conn = new ClientConnection(ws, null, this.owner);
     for (const t of this.tunnels) if (!t.failed) this.sendOpen(t);
   }
 
   private sendOpen(t: Tunnel): void {
-    const reqId = this.nextReq++;
-    this.pending.set(reqId, t);
-    this.send([F.Open, reqId, t.mainOpen()]);
-  }
-
-  /** Ping every `intervalMs`; a server silent for HEARTBEAT_MISSES intervals is a dead connection. */
-  private startHeartbeat(link: Link, intervalMs: number): void {
-    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
-    this.heartbeatTimer = setInterval(() => {
-      const now = Date.now();
-      // Lanes answer the server's pings: one silent as long is as dead.
-      this.lanes.dropSilent(now, intervalMs * HEARTBEAT_MISSES);
-      if (now - link.lastSeenMs > intervalMs * HEARTBEAT_MISSES) {
-        link.ws.destroy();
-        return;
-      }
-      this.send([F.Ping, now]);
-    }, intervalMs);
-    this.heartbeatTimer.unref();
+    this.conn?.open(t, t.mainOpen());
   }
 
   /** Ends the current connection's state (streams die with it). */
   private teardown(): void {
-    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer);
-    this.heartbeatTimer = null;
-    this.link?.abortStreams();
+    this.conn?.link.abortStreams();
     this.lanes.stop();
-    this.pending.clear();
     for (const t of this.tunnels) {
       t.live = false;
       t.laneKey = null;
@@ -428,9 +394,9 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
         this.emit('open-streams', 0, t.name);
       }
     }
-    const link = this.link;
-    this.link = null;
-    link?.ws.destroy();
+    const conn = this.conn;
+    this.conn = null;
+    conn?.destroy();
   }
 
   /** The connection ended or was refused: give up (permanent) or try again later. */
@@ -478,7 +444,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     t.live = false;
     t.laneKey = null;
     t.answered = true;
-    for (const link of [...(this.link ? [this.link] : []), ...this.lanes.links(), ...this.sibling.links()]) {
+    for (const link of [...(this.conn ? [this.conn.link] : []), ...this.lanes.links(), ...this.sibling.links()]) {
       for (const [sid, s] of link.streams) {
         if (s.owner !== t) continue;
         s.abort();
@@ -515,7 +481,7 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     t.retryTimer = setTimeout(
       () => {
         t.retryTimer = null;
-        if (this.link && !t.failed && !t.live) this.sendOpen(t);
+        if (!t.failed && !t.live) this.sendOpen(t);
       },
       err.retryAfterS !== null ? retryAfterMs(err.retryAfterS) : backoffMs(++t.attempt),
     );
@@ -536,77 +502,61 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     if (ticket) this.emit('ticket', ticket);
   }
 
-  private onMessage(link: Link, m: Buffer): void {
-    const frame = link.receive(m, this.openStream);
-    if (!frame) return;
-    switch (frame[0]) {
-      case F.Welcome: {
-        // The server's interval (burrowd --heartbeat-interval), within sane bounds.
-        const ms = frame[1].heartbeatMs;
-        if (ms >= 100 && ms <= 10_000) this.startHeartbeat(link, ms);
-        if (this.opts.lanes !== false) this.lanes.want(frame[1].shard, frame[1].shards);
-        if (this.opts.siblings !== false) this.sibling.want(...this.dialable(frame[1].node, frame[1].nodes));
-        this.welcomedVersion = frame[1].version ?? null;
-        this.takeTicket(frame[1].resume ?? null);
-        // Measure the latency now, not one heartbeat interval later.
-        this.send([F.Ping, Date.now()]);
-        return;
-      }
-      case F.Opened: {
-        const t = this.pending.get(frame[1]);
-        if (!t) return; // not an Open of this connection
-        this.pending.delete(frame[1]);
-        const o = frame[2];
-        t.registered = { id: o.id, url: printable(o.url), remotePort: o.remotePort ?? null };
-        t.live = true;
-        t.laneKey = o.laneKey ?? null;
-        t.memberKey = o.memberKey ?? null;
-        t.answered = true;
-        t.attempt = 0;
-        this.attempt = 0;
-        this.emit('registered', { tunnel: t.name, id: o.id, url: t.registered.url, tookOver: o.tookOver === true });
-        this.lanes.refresh();
-        this.sibling.refresh();
-        this.checkStarted();
-        return;
-      }
-      case F.Refused: {
-        const t = this.pending.get(frame[1]);
-        if (!t) return;
-        this.pending.delete(frame[1]);
-        return this.tunnelRefused(t, frame[2]);
-      }
-      case F.Closed: {
-        const t = this.tunnels.find((x) => x.live && x.registered?.id === frame[1]);
-        if (!t) return;
-        return this.tunnelRefused(t, frame[2]);
-      }
-      case F.Fatal: {
-        const err = new TunnelRefused(frame[1].code, frame[1].message, frame[1].permanent);
+  /** The main connection's Welcome: the lanes and sibling it calls for, the server's version, a ticket. */
+  private welcomed(w: Welcome): void {
+    if (this.opts.lanes !== false) this.lanes.want(w.shard, w.shards);
+    if (this.opts.siblings !== false) this.sibling.want(...this.dialable(w.node, w.nodes));
+    this.welcomedVersion = w.version ?? null;
+    this.takeTicket(w.resume ?? null);
+  }
+
+  /** Tunnel `t` is registered on the main connection (afresh, or joined with its member key). */
+  private opened(t: Tunnel, o: Opened): void {
+    t.registered = { id: o.id, url: printable(o.url), remotePort: o.remotePort ?? null };
+    t.live = true;
+    t.laneKey = o.laneKey ?? null;
+    t.memberKey = o.memberKey ?? null;
+    t.answered = true;
+    t.attempt = 0;
+    this.attempt = 0;
+    this.emit('registered', { tunnel: t.name, id: o.id, url: t.registered.url, tookOver: o.tookOver === true });
+    this.lanes.refresh();
+    this.sibling.refresh();
+    this.checkStarted();
+  }
+
+  /** The main connection's policy (its ClientConnection does the protocol): what each answer means to the tunnels. */
+  private mainOwner(): ConnectionOwner<Tunnel> {
+    return {
+      openStream: this.openStream,
+      welcome: (_c, w) => this.welcomed(w),
+      opened: (_c, t, o) => this.opened(t, o),
+      refused: (_c, t, r) => this.tunnelRefused(t, r),
+      closed: (_c, id, r) => {
+        const t = this.tunnels.find((x) => x.live && x.registered?.id === id);
+        if (t) this.tunnelRefused(t, r);
+      },
+      fatal: (_c, r) => {
         this.teardown();
-        return this.lost(err);
-      }
-      case F.GoAway:
+        this.lost(new TunnelRefused(r.code, r.message, r.permanent));
+      },
+      goAway: (_c, timeoutMs) => {
         // Nothing to stop (the server opens every stream): its Closed/Fatal follows once the
         // open streams ended, and we reconnect at once (a server still draining answers 503 +
         // Retry-After, honoured like any other).
         this.goingAway = true;
-        this.emit('draining', { timeoutMs: frame[1].timeoutMs });
-        return;
-      case F.Ticket:
-        return this.takeTicket(frame[1].resume);
-      case F.Hello:
-      case F.Open:
-      case F.Close:
-        link.ws.close(1002, `frame type ${frame[0]} is client-to-server only`);
-        return;
-      default:
-        // Stream frames and heartbeats were handled by the link above.
-        return;
-    }
+        this.emit('draining', { timeoutMs });
+      },
+      ticket: (_c, resume) => this.takeTicket(resume),
+      lost: (c, code, reason) => {
+        if (this.conn !== c) return;
+        this.teardown();
+        this.lost(new TunnelRefused('connection-lost', `control connection closed (${code}${reason ? `: ${reason}` : ''})`, false));
+      },
+    };
   }
 
-  /** A lane lost (or its tunnel `id` closed there): those streams are over; the counts follow. */
+  /** A lane or the sibling lost (or its tunnel `id` closed there): those streams are over; the counts follow. */
   private dropStreams(link: Link, id?: string): void {
     const touched = new Set<Tunnel>();
     for (const [sid, s] of link.streams) {
@@ -623,10 +573,10 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
 
   private readonly openStream = (link: Link, sid: number, tunnelId: string, head: HttpHead | TcpHead): void => {
     // Registered, if not on the main connection now: its other connection serves it meanwhile.
-    const t = this.tunnels.find((x) => !x.failed && x.registered?.id === tunnelId && (x.live || link !== this.link));
+    const t = this.tunnels.find((x) => !x.failed && x.registered?.id === tunnelId && (x.live || link !== this.conn?.link));
     if (!t || head.kind !== t.opts.type) return link.send([F.Reset, sid, 'no-tunnel']);
     // Visitors arrive: from now on lanes are worth their connections.
-    if (link === this.link && t.laneKey) this.lanes.wake();
+    if (link === this.conn?.link && t.laneKey) this.lanes.wake();
     // An HTTP/2 local service (h2-local.ts) builds its request from the fields; a Host rewrite works on them too.
     if (head.kind === 'http' && (t.h2 || t.opts.local.hostHeader)) head = withFields(head);
     if (head.kind === 'http' && t.opts.local.hostHeader) head = { ...head, headers: withHostHeader(head.headers, t.opts.local) };

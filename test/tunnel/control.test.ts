@@ -206,7 +206,7 @@ test('a dropped control connection reconnects with the same id', async () => {
   const reconnecting = once<[{ attempt: number; delayMs: number }]>(c, 'reconnecting', 5_000);
   const registered = once<[{ id: string }]>(c, 'registered', 10_000);
   // Cut the socket under the client, as a network failure would.
-  (c as unknown as { link: { ws: WsClient } }).link.ws.socket.destroy();
+  (c as unknown as { conn: { link: { ws: WsClient } } }).conn.link.ws.socket.destroy();
   const [r] = await reconnecting;
   assert.is(r.attempt, 1);
   const [again] = await registered;
