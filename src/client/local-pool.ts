@@ -82,11 +82,16 @@ export class LocalConn {
   }
 }
 
+/** A request waiting for a connection (the stream itself: no closure per request). */
+export interface ConnWaiter {
+  granted(c: LocalConn): void;
+}
+
 export class LocalPool {
   private readonly idle: LocalConn[] = [];
   private readonly all = new Set<LocalConn>();
   private sharedActive = 0;
-  private readonly waiting: ((c: LocalConn) => void)[] = [];
+  private readonly waiting: ConnWaiter[] = [];
   private closed = false;
 
   constructor(
@@ -97,15 +102,15 @@ export class LocalPool {
   /**
    * A connection for one request: `shared` requests (no body) wait for one of `maxActive`;
    * `fresh` (an upgrade, or a retry after a stale keep-alive) never takes an idle one.
-   * Calls `use` at once or when a shared slot frees.
+   * Calls the waiter's `granted` at once or when a shared slot frees.
    */
-  acquire(shared: boolean, fresh: boolean, use: (c: LocalConn) => void): void {
+  acquire(shared: boolean, fresh: boolean, waiter: ConnWaiter): void {
     if (shared && this.sharedActive >= this.maxActive) {
-      this.waiting.push(use);
+      this.waiting.push(waiter);
       return;
     }
     if (shared) this.sharedActive++;
-    use(this.take(fresh));
+    waiter.granted(this.take(fresh));
   }
 
   /** A new connection in place of one that failed (the request keeps its slot). */
@@ -133,7 +138,7 @@ export class LocalPool {
     } else c.destroy();
     if (!shared) return;
     const next = this.waiting.shift();
-    if (next) next(this.take(false));
+    if (next) next.granted(this.take(false));
     else this.sharedActive--;
   }
 

@@ -4,7 +4,7 @@ import { CreditMeter, SendWindow, StreamEnds, type Source } from '../protocol/fl
 import type { ResponseHead } from '../protocol/http1-parser.js';
 import type { GuardedObserver } from './observer.js';
 import { connectOptions, type LocalTarget } from './local-target.js';
-import type { ConnUser, LocalConn, LocalPool } from './local-pool.js';
+import type { ConnUser, ConnWaiter, LocalConn, LocalPool } from './local-pool.js';
 import type { Link } from './link.js';
 import { requestHeadText, sendsChunked } from '../protocol/raw-head.js';
 
@@ -27,10 +27,8 @@ export interface Sender {
 export abstract class ClientStream implements Source {
   /** Response / TCP bytes we may still send before the server returns credit. */
   protected readonly window = new SendWindow(this);
-  protected readonly meter = new CreditMeter((n) => {
-    if (!this.ends.done) this.out.send([F.Credit, this.sid, n]);
-  });
-  protected readonly ends = new StreamEnds(() => this.finished());
+  protected readonly meter = new CreditMeter(this);
+  protected readonly ends = new StreamEnds(this);
   bytesIn = 0;
   bytesOut = 0;
   readonly startedMs = Date.now();
@@ -50,6 +48,14 @@ export abstract class ClientStream implements Source {
 
   get done(): boolean {
     return this.ends.done;
+  }
+
+  reportCredit(bytes: number): void {
+    if (!this.ends.done) this.out.send([F.Credit, this.sid, bytes]);
+  }
+
+  streamFinished(): void {
+    this.finished();
   }
 
   /** Bytes from the server toward the local service. */
@@ -122,7 +128,7 @@ export abstract class ClientStream implements Source {
  * inspector. An upgrade's 101 turns the stream into a byte relay both ways. Measured against
  * undici (the pool this replaces) at 64 concurrent small requests: see bench/results.
  */
-export class RawHttpStream extends ClientStream implements ConnUser {
+export class RawHttpStream extends ClientStream implements ConnUser, ConnWaiter {
   private conn: LocalConn | null = null;
   private status = 0;
   /** The answer's final head was read (1xx interim ones do not count). */
@@ -135,8 +141,12 @@ export class RawHttpStream extends ClientStream implements ConnUser {
   private readonly shared: boolean;
   /** When the answer's head must have come (Date.now() ms); 0 once it came. */
   private deadlineMs: number;
-  /** Request bytes waiting for the connection (acquire may queue). */
-  private queued: (string | Uint8Array)[] | null = [];
+  /** No connection yet (acquire may queue): writes wait in `pendingHead` and `queued`. */
+  private waitingForConn = true;
+  /** The request's head, written first once the connection comes. */
+  private pendingHead: string | Uint8Array | null;
+  /** Body bytes that came before the connection (rare: made only then). */
+  private queued: (string | Uint8Array)[] | null = null;
   private retried = false;
   /** The local service may take another request on this connection after the answer. */
   private keepAlive = false;
@@ -149,30 +159,37 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     this.chunked = hasBody && sendsChunked(head);
     this.shared = !hasBody && !head.upgrade;
     this.deadlineMs = this.startedMs + timeoutMs;
-    this.queued!.push(head.raw ?? requestHeadText(head, this.chunked));
+    this.pendingHead = head.raw ?? requestHeadText(head, this.chunked);
     this.start();
   }
 
   private start(): void {
-    this.pool.acquire(this.shared, this.head.upgrade, (c) => {
-      if (this.done) return this.pool.release(c, this.shared, true);
-      this.attach(c);
-    });
+    this.pool.acquire(this.shared, this.head.upgrade, this);
+  }
+
+  /** The pool's answer to start(): a connection for this request. */
+  granted(c: LocalConn): void {
+    if (this.done) return this.pool.release(c, this.shared, true);
+    this.attach(c);
   }
 
   private attach(c: LocalConn): void {
     this.conn = c;
     c.user = this;
     c.parser.expect(this.head.method, this.head.upgrade);
-    const q = this.queued!;
+    this.waitingForConn = false;
+    const head = this.pendingHead!;
+    this.pendingHead = null;
+    this.write(head);
+    const q = this.queued;
     this.queued = null;
-    for (const part of q) this.write(part);
+    if (q) for (const part of q) this.write(part);
     if (this.peerEndedEarly) this.endDestination();
   }
 
   private write(part: string | Uint8Array): boolean {
-    if (this.queued) {
-      this.queued.push(part);
+    if (this.waitingForConn) {
+      (this.queued ??= []).push(part);
       return true;
     }
     const sock = this.conn!.socket;
@@ -193,7 +210,7 @@ export class RawHttpStream extends ClientStream implements ConnUser {
   /** The whole request is on the connection (a bodiless one from the start). */
   private requestWritten: boolean;
   protected endDestination(): void {
-    if (this.queued) {
+    if (this.waitingForConn) {
       this.peerEndedEarly = true;
       return;
     }
@@ -274,7 +291,8 @@ export class RawHttpStream extends ClientStream implements ConnUser {
     if (reused && !this.relayed && !this.retried && this.shared) {
       this.retried = true;
       this.conn = null;
-      this.queued = [this.head.raw ?? requestHeadText(this.head, this.chunked)];
+      this.waitingForConn = true;
+      this.pendingHead = this.head.raw ?? requestHeadText(this.head, this.chunked);
       this.attach(this.pool.fresh());
       return;
     }

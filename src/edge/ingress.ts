@@ -58,7 +58,7 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
   private visitorEnded = false;
   private peerEnded = false;
   private readonly window: SendWindow;
-  private readonly meter = new CreditMeter((n) => this.up?.credit(n));
+  private readonly meter = new CreditMeter(this);
   /** Bytes the socket buffers for this visitor, counted in the shard's budget until 'drain' (or the close). */
   private parked = 0;
   /** The client's address (set by serveVisitor); its group is worked out only once bytes are held. */
@@ -179,6 +179,11 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
   }
 
   // ---- Downstream: tunnel → visitor ----
+  /** The meter's report: request bytes the local side took, as credit toward the client. */
+  reportCredit(bytes: number): void {
+    this.up?.credit(bytes);
+  }
+
   credit(bytes: number): void {
     this.window.grant(bytes);
   }

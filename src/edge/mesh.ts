@@ -35,14 +35,15 @@ class Incoming implements Downstream {
   /** set by whoever carries this stream on (a cluster link's stream relayed to another shard) */
   onDone: (() => void) | null = null;
   /** local = client → visitor (x-end we send), peer = visitor → client; over: forgotten by the peer map. */
-  readonly ends = new StreamEnds(() => {
-    this.peer.incoming.delete(this.xid);
-    this.onDone?.();
-  });
+  readonly ends = new StreamEnds(this);
   constructor(
     private readonly peer: Peer,
     private readonly xid: number,
   ) {}
+  streamFinished(): void {
+    this.peer.incoming.delete(this.xid);
+    this.onDone?.();
+  }
   response(head: ResponseHead): void {
     this.peer.mailbox.tell({ type: 'x-response', xid: -this.xid, head });
   }

@@ -23,9 +23,17 @@ class TcpVisitor implements Downstream {
   /** set by a carrier that keeps state per stream (a link to another node) */
   onDone: (() => void) | null = null;
   private readonly window: SendWindow;
-  private readonly meter = new CreditMeter((n) => this.up?.credit(n));
+  private readonly meter = new CreditMeter(this);
   /** local = visitor → client (the visitor's FIN), peer = client → visitor (the client's End). */
-  private readonly ends = new StreamEnds(() => this.onDone?.());
+  private readonly ends = new StreamEnds(this);
+
+  reportCredit(bytes: number): void {
+    this.up?.credit(bytes);
+  }
+
+  streamFinished(): void {
+    this.onDone?.();
+  }
 
   constructor(private readonly sock: net.Socket) {
     this.window = new SendWindow(sock);

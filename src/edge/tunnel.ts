@@ -65,13 +65,7 @@ export class TunnelStream implements Upstream {
   /** Body bytes handed to the adapter during the current Data frame. */
   private bodyBytes = 0;
   /** local = visitor → client (our End), peer = client → visitor (the client's End). */
-  private readonly ends = new StreamEnds(() => {
-    this.carrier.forget(this.sid);
-    this.tunnel.streams.delete(this);
-    if (this.reader !== null) AnswerReader.release(this.reader);
-    this.reader = null;
-    if (this.tunnel.streams.size === 0) this.tunnel.onIdle?.();
-  });
+  private readonly ends = new StreamEnds(this);
   /** Answer bytes the client may still send (Data spends, the Credit we send grants). */
   private readonly clientWindow = new ReceiveWindow();
   /** Request bytes sent to the client, to check the credit it returns (the adapter pauses the visitor). */
@@ -82,6 +76,15 @@ export class TunnelStream implements Upstream {
     private readonly carrier: StreamCarrier,
     readonly down: Downstream,
   ) {}
+
+  /** Its StreamEnds finished: off the connection's and the tunnel's books. */
+  streamFinished(): void {
+    this.carrier.forget(this.sid);
+    this.tunnel.streams.delete(this);
+    if (this.reader !== null) AnswerReader.release(this.reader);
+    this.reader = null;
+    if (this.tunnel.streams.size === 0) this.tunnel.onIdle?.();
+  }
 
   /** The head said "no body": the visitor's side is complete without an End frame. */
   bodyless(): void {

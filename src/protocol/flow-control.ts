@@ -109,6 +109,11 @@ export class ReceiveWindow {
  * The receiver's credit meter: counts bytes handed to the destination, and reports (through
  * `report`) only those the destination accepted, in batches.
  */
+/** Where a CreditMeter reports accepted bytes (the stream itself: no closure per stream). */
+export interface CreditSink {
+  reportCredit(bytes: number): void;
+}
+
 export class CreditMeter {
   /** Handed to the destination, which buffered them: accepted at its next drain. */
   private buffered = 0;
@@ -118,7 +123,7 @@ export class CreditMeter {
   private held = 0;
 
   constructor(
-    private readonly report: (bytes: number) => void,
+    private readonly sink: CreditSink,
     private readonly batchBytes: number = CREDIT_BATCH_BYTES,
   ) {}
 
@@ -160,7 +165,7 @@ export class CreditMeter {
   private flush(): void {
     const n = this.unreported - this.held;
     this.unreported = this.held;
-    this.report(n);
+    this.sink.reportCredit(n);
   }
 }
 
@@ -170,14 +175,19 @@ export type PeerEnd = 'ok' | 'duplicate' | 'over';
 /**
  * The end/reset state machine of one stream. "local" is the direction this side sends, "peer"
  * the one it receives. Callers act on a transition only when it says so (true / 'ok'), then
- * call `settle()` so the stream finishes once both directions ended; `onFinish` runs once.
+ * call `settle()` so the stream finishes once both directions ended; the owner's `streamFinished` runs once.
  */
+/** Told once when a StreamEnds finishes (the stream itself: no closure per stream). */
+export interface EndsOwner {
+  streamFinished(): void;
+}
+
 export class StreamEnds {
   private localEnded = false;
   private peerEnded = false;
   private over = false;
 
-  constructor(private readonly onFinish: () => void) {}
+  constructor(private readonly owner: EndsOwner) {}
 
   /** The stream is finished (both ended, or reset): nothing more is sent or delivered. */
   get done(): boolean {
@@ -214,12 +224,12 @@ export class StreamEnds {
 
   /**
    * Finishes the stream now (a reset either way); false when it was already over. `notify`
-   * false skips onFinish: the owner is tearing all its streams down and keeps its own books.
+   * false skips streamFinished: the owner is tearing all its streams down and keeps its own books.
    */
   finish(notify = true): boolean {
     if (this.over) return false;
     this.over = true;
-    if (notify) this.onFinish();
+    if (notify) this.owner.streamFinished();
     return true;
   }
 }

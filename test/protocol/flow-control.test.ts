@@ -55,11 +55,16 @@ function model(window: number, batch: number): Model {
     window,
   );
   m.receiver = new ReceiveWindow(window);
-  m.meter = new CreditMeter((n) => {
-    m.reported += n;
-    m.receiver.granted(n);
-    m.creditInFlight.push(n);
-  }, batch);
+  m.meter = new CreditMeter(
+    {
+      reportCredit: (n: number) => {
+        m.reported += n;
+        m.receiver.granted(n);
+        m.creditInFlight.push(n);
+      },
+    },
+    batch,
+  );
   return m;
 }
 
@@ -196,7 +201,7 @@ test('ReceiveWindow: a sender may overrun by the slack, not more', () => {
 
 test('CreditMeter: batches, and buffered bytes count only after a drain', () => {
   const reports: number[] = [];
-  const m = new CreditMeter((n) => reports.push(n), 100);
+  const m = new CreditMeter({ reportCredit: (n: number) => void reports.push(n) }, 100);
   m.wrote(60, true);
   assert.equal(reports, []);
   m.wrote(500, false);
@@ -216,7 +221,7 @@ test('CreditMeter: batches, and buffered bytes count only after a drain', () => 
 test('CreditMeter.holdBack: a receiver short of memory keeps credit back, so the sender has only the window less it outstanding; it all goes back when the pressure ends', () => {
   const WINDOW = 1000;
   const reports: number[] = [];
-  const m = new CreditMeter((n) => reports.push(n), 100);
+  const m = new CreditMeter({ reportCredit: (n: number) => void reports.push(n) }, 100);
   const sender = new SendWindow(undefined, WINDOW);
   const credit = (): void => {
     for (const n of reports.splice(0)) assert.ok(sender.grant(n), 'never more credit than was sent');
@@ -245,7 +250,7 @@ test('StreamEnds: finishes exactly once, when both directions ended or at a rese
   fc.assert(
     fc.property(fc.array(fc.constantFrom<EndOp>('endLocal', 'endPeer', 'settle', 'finish', 'abandon'), { maxLength: 12 }), (ops) => {
       let finished = 0;
-      const e = new StreamEnds(() => finished++);
+      const e = new StreamEnds({ streamFinished: () => void finished++ });
       let local = false;
       let peer = false;
       let over = false;
