@@ -1,12 +1,13 @@
 import type { Socket } from 'node:net';
 import type { Logger } from '../log.js';
 import type { ProblemCode } from '../errors.js';
-import { clientOfHeaders, type ClientAddress } from '../http/client-address.js';
+import { clientOfHeaders, trustsPeer, type ClientAddress } from '../http/client-address.js';
 import { prefersHtml } from '../http/problem-page.js';
 import { RequestParser, type RequestHead } from '../protocol/http1-parser.js';
 import { VisitorResponse, type ResponseSink } from './visitor-response.js';
 import { SendTimeout } from './send-timeout.js';
 import { Deadline } from '../protocol/deadline.js';
+import { isName } from '../protocol/http-headers.js';
 import type { ConnectionLimits } from './front-limits.js';
 
 // One public connection on the front: requests parsed by llhttp (http1-parser.ts), answered
@@ -149,8 +150,12 @@ export class FrontConnection implements ResponseSink {
 
   /** The client of a request on this connection (--trust-proxy reads its forwarding headers). */
   clientOf(head: RequestHead): ClientAddress {
+    if (this.directClient !== null) return this.directClient;
+    // A peer that is no trusted proxy is the client of every request on the connection.
+    if (!trustsPeer(this.peer)) return (this.directClient = clientOfHeaders(this.peer, head.headers));
     return clientOfHeaders(this.peer, head.headers);
   }
+  private directClient: ClientAddress | null = null;
 
   /**
    * Writes toward the visitor (a string is latin1): small ones wait for the end of the current
@@ -454,7 +459,7 @@ const REFUSAL_PROBLEM: Record<RefusalStatus, ProblemCode> = {
 export function headerOf(headers: readonly string[], lower: string): string | null {
   for (let i = 0; i < headers.length; i += 2) {
     const name = headers[i]!;
-    if (name.length === lower.length && name.toLowerCase() === lower) return headers[i + 1]!;
+    if (isName(name, lower)) return headers[i + 1]!;
   }
   return null;
 }

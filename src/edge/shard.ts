@@ -379,7 +379,8 @@ export function installTunnels(ctx: ShardContext): ShardTunnels {
         return DISCARD;
       }
       const client = conn.clientOf(head);
-      const admission = admitHttpVisitor(routes.gateFor(id), client.ip, headerOf(head.headers, 'authorization') ?? '', head.protocol);
+      const gate = routes.gateFor(id);
+      const admission = admitHttpVisitor(gate, client.ip, gate?.basicAuth ? (headerOf(head.headers, 'authorization') ?? '') : '', head.protocol);
       if (admission.verdict === 'refused') {
         if (head.upgrade) res.closeAfter();
         res.problem(admission.code, admission.detail, { extra: { headers: admission.headers } });

@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import { CidrSet, type Cidr } from '../protocol/cidr.js';
+import { isName } from '../protocol/http-headers.js';
 import type { HttpRequest, HttpResponse } from '@trufflesuite/uws-js-unofficial';
 
 // THE client address of a request: every place that needs the visitor's or API caller's address
@@ -19,12 +20,12 @@ export interface AddressPolicy {
 
 export interface ClientAddress {
   /** The client's address (IPv4 dotted, IPv6 canonical). */
-  ip: string;
+  readonly ip: string;
   /** The address of the socket's peer (the load balancer when there is one). */
-  peer: string;
+  readonly peer: string;
   /** X-Forwarded-For to send on: a trusted proxy's list with the peer appended, else the peer. */
-  forwardedFor: string;
-  proto: 'http' | 'https';
+  readonly forwardedFor: string;
+  readonly proto: 'http' | 'https';
 }
 
 let policy: AddressPolicy = { tls: false, trustProxy: [], proxyProtocol: false };
@@ -88,14 +89,19 @@ export function clientAddress(res: HttpResponse, req: HttpRequest): ClientAddres
  * X-Forwarded-For line counts (a proxy may add a line of its own rather than append to the
  * client's), and the last X-Forwarded-Proto line is the nearest proxy's.
  */
+/** Whether `peer` is a trusted proxy, whose forwarding headers say who the client is. */
+export function trustsPeer(peer: string): boolean {
+  return trusted.has(peer);
+}
+
 export function clientOfHeaders(peer: string, headers: readonly string[]): ClientAddress {
   if (!trusted.has(peer)) return { ip: peer, peer, forwardedFor: peer, proto: policy.tls ? 'https' : 'http' };
   const xff: string[] = [];
   let proto = '';
   for (let i = 0; i < headers.length; i += 2) {
     const name = headers[i]!;
-    if (name.length === 15 && name.toLowerCase() === 'x-forwarded-for') xff.push(headers[i + 1]!);
-    else if (name.length === 17 && name.toLowerCase() === 'x-forwarded-proto') proto = headers[i + 1]!;
+    if (isName(name, 'x-forwarded-for')) xff.push(headers[i + 1]!);
+    else if (isName(name, 'x-forwarded-proto')) proto = headers[i + 1]!;
   }
   return resolveClient(peer, xff, proto);
 }
