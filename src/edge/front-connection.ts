@@ -107,8 +107,12 @@ export class FrontConnection implements ResponseSink {
   /** Until the first byte arrives (--first-byte-timeout); null after it. */
   private firstByteTimer: NodeJS.Timeout | null = null;
   private readonly sendTimeout: SendTimeout;
-  /** Small writes of the current read, in order (JOIN_MAX_BYTES), and their size. */
-  private readonly joined: (string | Uint8Array)[] = [];
+  /**
+   * Small writes of the current read, in order (JOIN_MAX_BYTES), and their size: the first
+   * `joinedCount` entries (the array is reused, never emptied: an emptied one allocates again).
+   */
+  private readonly joined: (string | Uint8Array | undefined)[] = [];
+  private joinedCount = 0;
   private joinedBytes = 0;
   private flushQueued = false;
   /**
@@ -166,7 +170,7 @@ export class FrontConnection implements ResponseSink {
     const socket = this.socket;
     const n = typeof chunk === 'string' ? chunk.length : chunk.byteLength;
     if (this.joinedBytes + n <= JOIN_MAX_BYTES && socket.writableLength === 0 && !socket.destroyed) {
-      this.joined.push(chunk);
+      this.joined[this.joinedCount++] = chunk;
       this.joinedBytes += n;
       if (!this.flushQueued) {
         this.flushQueued = true;
@@ -175,7 +179,7 @@ export class FrontConnection implements ResponseSink {
       return true;
     }
     // What waited goes first, in the same send.
-    const corked = this.joined.length > 0;
+    const corked = this.joinedCount > 0;
     if (corked) {
       socket.cork();
       this.flush();
@@ -190,22 +194,26 @@ export class FrontConnection implements ResponseSink {
   /** The writes that waited, now (before the socket ends or changes hands). */
   private flush(): void {
     const parts = this.joined;
-    if (parts.length === 0) return;
+    const n = this.joinedCount;
+    if (n === 0) return;
     const bytes = this.joinedBytes;
     this.joinedBytes = 0;
-    if (this.socket.destroyed) {
-      parts.length = 0;
-      return;
-    }
-    let out: string | Uint8Array;
-    if (parts.length === 1) out = parts[0]!;
+    this.joinedCount = 0;
+    // A destroyed socket sends nothing: the entries are only let go.
+    let out: string | Uint8Array | null = null;
+    if (this.socket.destroyed) out = null;
+    else if (n === 1) out = parts[0]!;
     else {
       const buf = Buffer.allocUnsafe(bytes);
       let o = 0;
-      for (const p of parts) o += typeof p === 'string' ? buf.write(p, o, 'latin1') : (buf.set(p, o), p.byteLength);
+      for (let i = 0; i < n; i++) {
+        const p = parts[i]!;
+        o += typeof p === 'string' ? buf.write(p, o, 'latin1') : (buf.set(p, o), p.byteLength);
+      }
       out = buf;
     }
-    parts.length = 0;
+    for (let i = 0; i < n; i++) parts[i] = undefined;
+    if (out === null) return;
     if (typeof out === 'string') this.socket.write(out, 'latin1');
     else this.socket.write(out);
     this.sendTimeout.check();

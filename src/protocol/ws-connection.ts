@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Socket } from 'node:net';
 import { EventEmitter } from 'node:events';
 import type { TokenBucket } from './token-bucket.js';
-import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsHeader, parseClosePayload } from './ws-frames.js';
+import { WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, parseClosePayload, writeWsHeader, wsHeaderBytes } from './ws-frames.js';
 
 // One end of a WebSocket on a raw socket (binary messages): the tunnel client's control socket
 // (client/ws-client.ts, role 'client') and the edge's end of it (edge/control.ts, role
@@ -99,7 +99,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
   /** Sends one binary message made of two buffers (a frame head and a payload); a large payload is not copied. */
   sendParts(head: Uint8Array, payload: Uint8Array): boolean {
     if (this.closed) return false;
-    this.put(encodeWsHeader(WS_OP.Binary, head.byteLength + payload.byteLength, this.masked));
+    this.putHeader(WS_OP.Binary, head.byteLength + payload.byteLength);
     this.put(head);
     this.put(payload);
     return this.bufferedBytes < this.socket.writableHighWaterMark;
@@ -114,7 +114,14 @@ export class WsConnection extends EventEmitter<WsEvents> {
    * small frames is one chunk in the socket's queue, not two per frame.
    */
   private corked = false;
-  private readonly joined: Uint8Array[] = [];
+  /**
+   * This turn's small pieces, joined at its end: bytes, or a frame header still as a number
+   * (payload bytes × 16 + opcode), written straight into the joined buffer. The first
+   * `joinedCount` entries count: the array is reused, never emptied (an emptied array
+   * allocates its storage again at the next push).
+   */
+  private readonly joined: (Uint8Array | number | undefined)[] = [];
+  private joinedCount = 0;
   private joinedBytes = 0;
   /** Chunks handed to the socket whose write has not completed (each costs CHUNK_OVERHEAD_BYTES). */
   private chunksQueued = 0;
@@ -145,7 +152,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
   private put(piece: Uint8Array): void {
     this.corkTick();
     if (piece.byteLength < JOIN_BELOW_BYTES) {
-      this.joined.push(piece);
+      this.joined[this.joinedCount++] = piece;
       this.joinedBytes += piece.byteLength;
       return;
     }
@@ -153,20 +160,45 @@ export class WsConnection extends EventEmitter<WsEvents> {
     this.writeChunk(piece);
   }
 
+  /** A frame header, joined with this turn's small pieces (it is 2 to 14 bytes). */
+  private putHeader(op: number, payloadBytes: number): void {
+    this.corkTick();
+    this.joined[this.joinedCount++] = payloadBytes * 16 + op;
+    this.joinedBytes += wsHeaderBytes(payloadBytes, this.masked);
+  }
+
   private flushJoined(): void {
     if (this.pendingPong) {
       const pong = this.pendingPong;
       this.pendingPong = null;
-      const head = encodeWsHeader(WS_OP.Pong, pong.byteLength, this.masked);
-      this.joined.push(head, pong);
-      this.joinedBytes += head.byteLength + pong.byteLength;
+      // Not putHeader: this runs as the turn's cork is lifted, and must not cork again.
+      this.joined[this.joinedCount++] = pong.byteLength * 16 + WS_OP.Pong;
+      this.joined[this.joinedCount++] = pong;
+      this.joinedBytes += wsHeaderBytes(pong.byteLength, this.masked) + pong.byteLength;
     }
-    const n = this.joined.length;
+    const n = this.joinedCount;
     if (n === 0) return;
-    const chunk = n === 1 ? this.joined[0]! : Buffer.concat(this.joined, this.joinedBytes);
-    this.joined.length = 0; // the same array every turn
-    this.joinedBytes = 0;
+    const first = this.joined[0]!;
+    let chunk: Uint8Array;
+    if (n === 1 && typeof first !== 'number') chunk = first;
+    else {
+      const buf = Buffer.allocUnsafe(this.joinedBytes);
+      let o = 0;
+      for (let i = 0; i < n; i++) {
+        const p = this.joined[i]!;
+        if (typeof p === 'number') o = writeWsHeader(buf, o, p & 15, Math.floor(p / 16), this.masked);
+        else (buf.set(p, o), (o += p.byteLength));
+      }
+      chunk = buf;
+    }
+    this.clearJoined();
     this.writeChunk(chunk);
+  }
+
+  private clearJoined(): void {
+    for (let i = 0; i < this.joinedCount; i++) this.joined[i] = undefined;
+    this.joinedCount = 0;
+    this.joinedBytes = 0;
   }
 
   private writeChunk(chunk: Uint8Array): void {
@@ -195,7 +227,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
   }
 
   private writeFrame(op: number, payload: Uint8Array): void {
-    this.put(encodeWsHeader(op, payload.byteLength, this.masked));
+    this.putHeader(op, payload.byteLength);
     if (payload.byteLength > 0) this.put(payload);
   }
 
@@ -222,8 +254,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
   private finish(code: number, reason: string): void {
     if (this.closed) return;
     this.closed = true;
-    this.joined.length = 0;
-    this.joinedBytes = 0;
+    this.clearJoined();
     this.pendingPong = null;
     // After a close frame the socket ends gracefully, so what was written (the close, and the
     // frames before it) still leaves; a peer that never closes its side is cut after a while.

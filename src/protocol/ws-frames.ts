@@ -51,8 +51,6 @@ export interface WsFrame {
   payload: Buffer;
 }
 
-const ZERO_MASK = Buffer.alloc(4);
-
 function isControl(op: number): boolean {
   return (op & 0x8) !== 0;
 }
@@ -63,21 +61,40 @@ function isKnownOp(op: number): boolean {
 
 /** The frame header alone (for writing a payload without copying it behind the header). */
 export function encodeWsHeader(op: number, payloadBytes: number, masked: boolean, fin = true): Buffer {
-  const n = payloadBytes;
-  const lenBytes = n < 126 ? 0 : n < 65536 ? 2 : 8;
-  const header = Buffer.allocUnsafe(2 + lenBytes + (masked ? 4 : 0));
-  header[0] = (fin ? 0x80 : 0) | op;
-  const maskBit = masked ? 0x80 : 0;
-  if (lenBytes === 0) header[1] = maskBit | n;
-  else if (lenBytes === 2) {
-    header[1] = maskBit | 126;
-    header.writeUInt16BE(n, 2);
-  } else {
-    header[1] = maskBit | 127;
-    header.writeBigUInt64BE(BigInt(n), 2);
-  }
-  if (masked) ZERO_MASK.copy(header, 2 + lenBytes);
+  const header = Buffer.allocUnsafe(wsHeaderBytes(payloadBytes, masked));
+  writeWsHeader(header, 0, op, payloadBytes, masked, fin);
   return header;
+}
+
+/** The size of a frame header for `payloadBytes` (2 to 14 bytes). */
+export function wsHeaderBytes(payloadBytes: number, masked: boolean): number {
+  return 2 + (payloadBytes < 126 ? 0 : payloadBytes < 65536 ? 2 : 8) + (masked ? 4 : 0);
+}
+
+/** Writes a frame header at `o` of `b` (which has room); returns the offset after it. */
+export function writeWsHeader(b: Buffer, o: number, op: number, payloadBytes: number, masked: boolean, fin = true): number {
+  const n = payloadBytes;
+  b[o] = (fin ? 0x80 : 0) | op;
+  const maskBit = masked ? 0x80 : 0;
+  if (n < 126) {
+    b[o + 1] = maskBit | n;
+    o += 2;
+  } else if (n < 65536) {
+    b[o + 1] = maskBit | 126;
+    b.writeUInt16BE(n, o + 2);
+    o += 4;
+  } else {
+    b[o + 1] = maskBit | 127;
+    b.writeUInt32BE(Math.floor(n / 2 ** 32), o + 2);
+    b.writeUInt32BE(n >>> 0, o + 6);
+    o += 10;
+  }
+  if (masked) {
+    // burrow's clients mask with a zero key (the payload stays as it is; see above).
+    b[o] = b[o + 1] = b[o + 2] = b[o + 3] = 0;
+    o += 4;
+  }
+  return o;
 }
 
 /** One whole frame (header and payload in one buffer). */

@@ -3,7 +3,7 @@ import * as assert from 'uvu/assert';
 import fc from 'fast-check';
 import '../helpers/property.js';
 import {
-  MAX_CLOSE_REASON_BYTES, WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, encodeWsHeader, isValidCloseCode, parseClosePayload,
+  MAX_CLOSE_REASON_BYTES, WS_CLOSE, WS_OP, WsDecoder, WsFrameError, encodeClosePayload, encodeWsFrame, encodeWsHeader, isValidCloseCode, parseClosePayload, writeWsHeader, wsHeaderBytes,
   type WsFrame,
 } from '../../src/protocol/ws-frames.js';
 
@@ -212,6 +212,23 @@ test('a frame masked with a non-zero key (a browser or another client) is unmask
     }),
     { seed: 17, numRuns: 200 },
   );
+});
+
+test('a frame header written in place: every length form, masked with the zero key or not', () => {
+  const cases: [number, string][] = [
+    [0, '8200'], [125, '827d'], [126, '827e007e'], [65535, '827effff'], [65536, '827f0000000000010000'], [2 ** 32 + 5, '827f0000000100000005'],
+  ];
+  for (const [len, hex] of cases) {
+    const b = Buffer.alloc(16, 0xee);
+    assert.is(writeWsHeader(b, 1, WS_OP.Binary, len, false), 1 + hex.length / 2);
+    assert.is(b.subarray(1, 1 + hex.length / 2).toString('hex'), hex, `length ${len}`);
+    assert.is(b[0], 0xee);
+    assert.is(wsHeaderBytes(len, true), hex.length / 2 + 4);
+    const m = Buffer.alloc(16, 0xee);
+    const end = writeWsHeader(m, 0, WS_OP.Binary, len, true);
+    assert.is(m[1]! & 0x80, 0x80);
+    assert.is(m.subarray(end - 4, end).toString('hex'), '00000000');
+  }
 });
 
 test.run();
