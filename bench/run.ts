@@ -25,8 +25,9 @@ import { holScenario } from './scenarios/hol.js';
 import { churnScenario } from './scenarios/churn.js';
 import { weightScenario } from './scenarios/weight.js';
 import { clusterScenario } from './scenarios/cluster.js';
+import { h2Scenario } from './scenarios/h2.js';
 
-const SCENARIOS: Scenario[] = [httpScenario, httpsScenario, tcpScenario, idleScenario, weightScenario, holScenario, churnScenario, clusterScenario];
+const SCENARIOS: Scenario[] = [httpScenario, httpsScenario, tcpScenario, idleScenario, weightScenario, holScenario, churnScenario, clusterScenario, h2Scenario];
 const repoRoot = fileURLToPath(new URL('../../', import.meta.url));
 
 const USAGE = `usage: npm run bench -- <scenario> [flags]
@@ -39,12 +40,15 @@ flags:
   --duration SECS      seconds per measurement (default 10)
   --warmup SECS        unrecorded warm-up before each measurement (default 2)
   --connections LIST   keep-alive connection counts for http and https (default 1,64,256)
+  --h2-connections LIST h2: h2load connections (default 1,16), each with --streams streams
+  --streams N          h2: concurrent streams per h2load connection (default 64; burrowd allows 100)
+  --calls LIST         h2: concurrent gRPC unary calls on one channel (default 1,64)
   --counts LIST        idle tunnels / connections for idle (default 1000,10000)
   --worker-counts LIST weight: burrowd --workers values, a fresh burrowd each (default 1,2,4);
                        per-shard cost is (largest − smallest) ÷ their difference
   --churn-secs SECS    churn: seconds of connect / load / disconnect cycles (default 60)
   --after-secs SECS    churn: RSS is taken this long after the last cycle (default 60)
-  --threads N          wrk threads, capped at the connection count (default 1)
+  --threads N          wrk (h2load) threads, capped at the connection count (default 1)
   --targets LIST       any of direct,burrow,burrow1,burrow-mesh,relay,node-proxy,ssh (default
                        direct,burrow,relay,node-proxy,ssh); relay is the bare Node tunnel (an
                        edge and a client, 9-byte frames: the floor under burrowd and the CLI);
@@ -53,7 +57,8 @@ flags:
                        that opens no lanes (--no-lanes): adds a burrow/no lanes ratio; node-proxy (a plain node:http reverse
                        proxy, the floor) and relay are HTTP only: http, https and hol measure them,
                        tcp, idle and churn leave them out (https leaves the relay out too: it
-                       reads plain HTTP)
+                       reads plain HTTP); h2 measures rows of its own (direct, nginx as an
+                       h2 → HTTP/1.1 proxy, burrow) whatever --targets says
   --origin nginx|node  HTTP origin (default nginx, falls back to node when nginx is missing)
   --workers N          burrowd --workers for the burrow target (default: burrowd's own default,
                        the CPU count)
@@ -81,7 +86,8 @@ examples:
   npm run bench -- https --connections 1,64
   npm run bench -- tcp --duration 5
   npm run bench -- all --targets direct,ssh
-  npm run bench -- http --targets direct,node-proxy,burrow`;
+  npm run bench -- http --targets direct,node-proxy,burrow
+  npm run bench -- h2 --duration 5`;
 
 function list(v: string, what: string): number[] {
   const out = v.split(',').map(Number);
@@ -103,6 +109,9 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       duration: { type: 'string', default: '10' },
       warmup: { type: 'string', default: '2' },
       connections: { type: 'string', default: '1,64,256' },
+      'h2-connections': { type: 'string', default: '1,16' },
+      streams: { type: 'string', default: '64' },
+      calls: { type: 'string', default: '1,64' },
       counts: { type: 'string', default: '1000,10000' },
       'worker-counts': { type: 'string', default: '1,2,4' },
       'churn-secs': { type: 'string', default: '60' },
@@ -147,6 +156,10 @@ function parse(argv: string[]): { scenarios: Scenario[]; settings: Settings; tar
       warmupSecs: positive(values.warmup, 'warmup', 0, 60),
       threads: positive(values.threads, 'threads', 1, 64),
       connections: list(values.connections, 'connections'),
+      h2Connections: list(values['h2-connections'], 'h2-connections'),
+      // burrowd's --h2-max-streams is 100 by default: more would be refused, not measured.
+      h2Streams: positive(values.streams, 'streams', 1, 100),
+      grpcCalls: list(values.calls, 'calls'),
       idleCounts: counts,
       weightWorkers: list(values['worker-counts'], 'worker-counts'),
       churnSecs: positive(values['churn-secs'], 'churn-secs'),
@@ -208,7 +221,7 @@ async function runScenario(scenario: Scenario, allSettings: Settings, targetsNam
         'burrowd --workers': settings.burrowWorkers ?? 'default (CPU count)',
         'burrowd database': settings.burrowDatabaseUrl ? 'PostgreSQL (--database-url)' : 'embedded (PostgreSQL child in --data-dir)',
       },
-      targets: ctx.info,
+      targets: { ...ctx.info, ...out.targets },
       measurements: out.measurements,
       notMeasured: out.notMeasured,
       table: out.table,

@@ -19,6 +19,11 @@ export interface Settings {
   /** wrk threads (capped at the connection count). */
   threads: number;
   connections: number[];
+  /** h2: h2load connections, and concurrent streams on each. */
+  h2Connections: number[];
+  h2Streams: number;
+  /** h2: concurrent gRPC unary calls on one channel. */
+  grpcCalls: number[];
   idleCounts: number[];
   /** weight: burrowd --workers values, one fresh burrowd each. */
   weightWorkers: number[];
@@ -50,7 +55,11 @@ export interface Context {
   info: Partial<Record<TargetName, TargetInfo>>;
 }
 
-export type ScenarioOutput = Pick<ScenarioResult, 'measurements' | 'notMeasured' | 'table' | 'tableNote'> & { settings?: Record<string, unknown> };
+export type ScenarioOutput = Pick<ScenarioResult, 'measurements' | 'notMeasured' | 'table' | 'tableNote'> & {
+  settings?: Record<string, unknown>;
+  /** A scenario that measures rows of its own (h2): what each ran, beside run.ts's targets. */
+  targets?: ScenarioResult['targets'];
+};
 
 export interface Scenario {
   name: string;
@@ -109,20 +118,32 @@ export function dropTarget(ctx: Context, target: Target, reason: string): void {
  * target's median run by the first metric, and builds one Measurement per metric. A target
  * that throws gets a note and no figure.
  */
-export async function measureEach<R>(
+export function measureEach<R>(
   ctx: Context,
   caseName: string,
   measure: (t: Target) => Promise<R>,
   metrics: { metric: string; higherIsBetter: boolean; value: (r: R) => number }[],
   noteOf?: (r: R) => string | undefined,
 ): Promise<Measurement[]> {
-  const runs = new Map<TargetName, { r: R; cpu: CpuShare }[]>();
-  const failures: Partial<Record<TargetName, string>> = {};
-  const rounds = ctx.settings.repeat;
+  return measureSubjects(ctx.settings, ctx.targets, caseName, measure, metrics, noteOf);
+}
+
+/** measureEach for any named subjects, in the order given (h2's rows are not Targets). */
+export async function measureSubjects<S extends { name: string }, R>(
+  settings: Settings,
+  subjects: readonly S[],
+  caseName: string,
+  measure: (t: S) => Promise<R>,
+  metrics: { metric: string; higherIsBetter: boolean; value: (r: R) => number }[],
+  noteOf?: (r: R) => string | undefined,
+): Promise<Measurement[]> {
+  const runs = new Map<string, { r: R; cpu: CpuShare }[]>();
+  const failures: Record<string, string> = {};
+  const rounds = settings.repeat;
   for (let round = 1; round <= rounds; round++) {
-    for (const t of ctx.targets) {
+    for (const t of subjects) {
       if (failures[t.name]) continue;
-      await waitForCalm(ctx.settings.calmWaitSecs * 1000);
+      await waitForCalm(settings.calmWaitSecs * 1000);
       process.stderr.write(`bench: ${caseName} — ${t.name}${rounds > 1 ? ` (${round}/${rounds})` : ''} … `);
       try {
         const window = cpuWindow();
@@ -138,10 +159,10 @@ export async function measureEach<R>(
       }
     }
   }
-  const chosen: Partial<Record<TargetName, R>> = {};
-  const cpu: Partial<Record<TargetName, CpuShare>> = {};
-  const notes: Partial<Record<TargetName, string>> = { ...failures };
-  const all: Partial<Record<TargetName, R[]>> = {};
+  const chosen: Record<string, R> = {};
+  const cpu: Record<string, CpuShare> = {};
+  const notes: Record<string, string> = { ...failures };
+  const all: Record<string, R[]> = {};
   for (const [name, list] of runs) {
     const sorted = [...list].sort((a, b) => metrics[0]!.value(a.r) - metrics[0]!.value(b.r));
     const median = sorted[Math.floor((sorted.length - 1) / 2)]!;
@@ -156,7 +177,7 @@ export async function measureEach<R>(
     case: caseName,
     metric: m.metric,
     higherIsBetter: m.higherIsBetter,
-    values: Object.fromEntries(Object.entries(chosen).map(([k, r]) => [k, m.value(r as R)])),
+    values: Object.fromEntries(Object.entries(chosen).map(([k, r]) => [k, m.value(r)])),
     // Notes and raw output once per case, on its first metric.
     ...(i === 0 ? { notes, raw: rounds > 1 ? all : chosen, cpu } : {}),
   }));

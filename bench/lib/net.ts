@@ -1,8 +1,9 @@
-// Loopback helpers: free ports, readiness waits with deadlines, a one-shot HTTP probe.
+// Loopback helpers: free ports, readiness waits with deadlines, one-shot HTTP/1.1 and HTTP/2 probes.
 import { createServer, connect, type Server, type AddressInfo } from 'node:net';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import type { TLSSocket } from 'node:tls';
+import { connect as tlsConnect, type TLSSocket } from 'node:tls';
+import http2 from 'node:http2';
 import { sleep } from './procs.js';
 import type { Endpoint } from '../targets/target.js';
 
@@ -104,4 +105,50 @@ export async function waitForHttp(ep: Endpoint, path: string, expectBytes: numbe
     if (Date.now() > deadline) throw new Error(`${what}: not serving ${path} after ${timeoutMs} ms (${last})`);
     await sleep(100);
   }
+}
+
+/**
+ * GET over HTTP/2 (node:http2): TLS with ALPN h2 and SNI `host`, or h2c with prior knowledge,
+ * connecting to 127.0.0.1:port whatever `host` is, with :authority `host`. Retries until the
+ * answer is 200 with `expectBytes` of body, within the deadline: the h2 scenario's readiness
+ * check, which also proves the endpoint speaks HTTP/2 and carries the body whole.
+ */
+export async function waitForH2(ep: { host: string; port: number; tls: boolean }, path: string, expectBytes: number, timeoutMs: number, what: string): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  let last = 'no answer';
+  for (;;) {
+    try {
+      const r = await probeH2(ep, path, 5_000);
+      if (r.status === 200 && r.bytes === expectBytes) return;
+      last = `status ${r.status}, ${r.bytes} bytes (want 200, ${expectBytes})`;
+    } catch (err) {
+      last = (err as Error).message;
+    }
+    if (Date.now() > deadline) throw new Error(`${what}: not serving ${path} over ${ep.tls ? 'h2' : 'h2c'} after ${timeoutMs} ms (${last})`);
+    await sleep(100);
+  }
+}
+
+function probeH2(ep: { host: string; port: number; tls: boolean }, path: string, timeoutMs: number): Promise<{ status: number; bytes: number }> {
+  return new Promise((resolve, reject) => {
+    // The bench's certificate is self-signed; only the protocol and the bytes matter here.
+    const session = http2.connect(`${ep.tls ? 'https' : 'http'}://${ep.host}:${ep.port}`, {
+      createConnection: () => (ep.tls ? tlsConnect({ host: LOOPBACK, port: ep.port, servername: ep.host, ALPNProtocols: ['h2'], rejectUnauthorized: false }) : connect({ host: LOOPBACK, port: ep.port })),
+    });
+    const timer = setTimeout(() => session.destroy(new Error(`h2 probe of :${ep.port}${path} timed out after ${timeoutMs} ms`)), timeoutMs);
+    const finish = (err: Error | null, r?: { status: number; bytes: number }): void => {
+      clearTimeout(timer);
+      session.close();
+      if (err) reject(err);
+      else resolve(r!);
+    };
+    session.on('error', (err) => finish(err));
+    const req = session.request({ ':path': path, ':authority': ep.host });
+    let status = 0;
+    let bytes = 0;
+    req.on('response', (h) => (status = Number(h[':status'])));
+    req.on('data', (c: Buffer) => (bytes += c.length));
+    req.on('end', () => finish(null, { status, bytes }));
+    req.on('error', (err) => finish(err));
+  });
 }

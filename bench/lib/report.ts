@@ -7,19 +7,25 @@ import type { Environment } from './env.js';
 import { CALM_BACKGROUND_PCT } from './cpu.js';
 import { TARGET_NAMES, type TargetName } from '../targets/target.js';
 
+/**
+ * Figures by target: a TargetName, or a row of a scenario that measures subjects of its own
+ * (h2: direct, nginx-proxy, burrow).
+ */
+type ByTarget<T> = Partial<Record<string, T>>;
+
 export interface Measurement {
   /** What was measured, e.g. "GET 14 B, 64 conns". */
   case: string;
   /** Unit and direction, e.g. "req/s". */
   metric: string;
   higherIsBetter: boolean;
-  values: Partial<Record<TargetName, number>>;
+  values: ByTarget<number>;
   /** Per-target remarks (errors seen, limits hit) shown under the table. */
-  notes?: Partial<Record<TargetName, string>>;
+  notes?: ByTarget<string>;
   /** The load tool's full parsed output, kept in the JSON only. */
-  raw?: Partial<Record<TargetName, unknown>>;
+  raw?: ByTarget<unknown>;
   /** CPU use of the whole machine during each target's run, and the part not ours. */
-  cpu?: Partial<Record<TargetName, { busyPct: number; backgroundPct: number }>>;
+  cpu?: ByTarget<{ busyPct: number; backgroundPct: number }>;
 }
 
 export interface TargetInfo {
@@ -32,7 +38,7 @@ export interface ScenarioResult {
   scenario: string;
   environment: Environment;
   settings: Record<string, unknown>;
-  targets: Partial<Record<TargetName, TargetInfo>>;
+  targets: ByTarget<TargetInfo>;
   measurements: Measurement[];
   /** What this scenario could not measure here, and why. */
   notMeasured: string[];
@@ -45,11 +51,18 @@ export interface ScenarioResult {
   tableNote?: string;
 }
 
-const TARGET_LABEL: Record<TargetName, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'burrow-mesh': 'burrow, no lanes', relay: 'relay', 'node-proxy': 'node-proxy', ssh: 'ssh -R' };
+const TARGET_LABEL: Record<string, string> = { direct: 'direct', burrow: 'burrow', burrow1: 'burrow, 1 shard', 'burrow-mesh': 'burrow, no lanes', relay: 'relay', 'node-proxy': 'node-proxy', ssh: 'ssh -R', 'nginx-proxy': 'nginx proxy' };
+const label = (t: string): string => TARGET_LABEL[t] ?? t;
+/** Entries by target in TARGET_NAMES order, then any other rows in the order they came. */
+function ordered<T>(byTarget: ByTarget<T>): [string, T][] {
+  const rank = (t: string) => (TARGET_NAMES.includes(t as TargetName) ? TARGET_NAMES.indexOf(t as TargetName) : TARGET_NAMES.length);
+  return (Object.entries(byTarget) as [string, T][]).sort(([a], [b]) => rank(a) - rank(b));
+}
 
 function fmt(v: number | undefined, metric: string): string {
   if (v === undefined || !Number.isFinite(v)) return 'n/a';
-  if (metric.startsWith('req/s')) return Math.round(v).toLocaleString('en-US');
+  // Counts per second (req/s; h2's calls/s, round trips/s, messages/s): whole, with separators.
+  if (/^(req|calls|round trips|messages)\/s/.test(metric)) return Math.round(v).toLocaleString('en-US');
   if (Math.abs(v) >= 100) return v.toFixed(0);
   if (Math.abs(v) >= 10) return v.toFixed(1);
   return v.toFixed(2);
@@ -63,47 +76,54 @@ function ratio(a: number | undefined, b: number | undefined): string {
 /** Mark on a figure measured while other processes used ≥ CALM_BACKGROUND_PCT of the CPU. */
 export const BUSY_MARK = '†';
 
+/** A ratio column: the `over` target's figure divided by the `under` one's. */
+export interface Ratio {
+  over: string;
+  under: string;
+}
+
 export function table(r: ScenarioResult): string {
   // Columns for the targets this run chose; the floor (node-proxy) and the one-shard comparison
   // add their own ratios.
   const shown = TARGET_NAMES.filter((t) => r.targets[t] !== undefined);
-  const floor = shown.includes('node-proxy');
-  const relay = shown.includes('relay');
-  const oneShard = shown.includes('burrow1');
-  const mesh = shown.includes('burrow-mesh');
-  const head = [
-    'case',
-    'metric',
-    ...shown.map((t) => TARGET_LABEL[t]),
-    'burrow/direct',
-    ...(relay ? ['burrow/relay'] : []),
-    ...(floor ? ['burrow/node-proxy'] : []),
-    'burrow/ssh',
-    'ssh/direct',
-    ...(oneShard ? ['burrow/1 shard'] : []),
-    ...(mesh ? ['burrow/no lanes'] : []),
+  const has = (t: TargetName) => shown.includes(t);
+  const ratios: Ratio[] = [
+    { over: 'burrow', under: 'direct' },
+    ...(has('relay') ? [{ over: 'burrow', under: 'relay' }] : []),
+    ...(has('node-proxy') ? [{ over: 'burrow', under: 'node-proxy' }] : []),
+    { over: 'burrow', under: 'ssh' },
+    { over: 'ssh', under: 'direct' },
+    ...(has('burrow1') ? [{ over: 'burrow', under: 'burrow1' }] : []),
+    ...(has('burrow-mesh') ? [{ over: 'burrow', under: 'burrow-mesh' }] : []),
   ];
+  return ratioTable(r.measurements, shown, ratios);
+}
+
+/** A ratio's column head: burrow/direct, burrow/1 shard, burrow/no lanes … */
+const RATIO_HEAD: Record<string, string> = { burrow1: '1 shard', 'burrow-mesh': 'no lanes', ssh: 'ssh' };
+
+/**
+ * The results table: a row per case and metric, a column per target (`shown`, in that order),
+ * then the ratios; figures measured while other processes used the CPU are marked, and each
+ * case ends with a row of those processes' share.
+ */
+export function ratioTable(measurements: Measurement[], shown: readonly string[], ratios: Ratio[]): string {
+  const head = ['case', 'metric', ...shown.map(label), ...ratios.map((q) => `${q.over}/${RATIO_HEAD[q.under] ?? label(q.under)}`)];
   // CPU shares are recorded once per case (on its first metric).
-  const cpuByCase = new Map(r.measurements.filter((m) => m.cpu).map((m) => [m.case, m.cpu!]));
-  const busy = (c: string, t: TargetName) => (cpuByCase.get(c)?.[t]?.backgroundPct ?? 0) >= CALM_BACKGROUND_PCT;
+  const cpuByCase = new Map(measurements.filter((m) => m.cpu).map((m) => [m.case, m.cpu!]));
+  const busy = (c: string, t: string) => (cpuByCase.get(c)?.[t]?.backgroundPct ?? 0) >= CALM_BACKGROUND_PCT;
   const rows: string[][] = [];
-  r.measurements.forEach((m, i) => {
+  measurements.forEach((m, i) => {
     rows.push([
       m.case,
       `${m.metric} ${m.higherIsBetter ? '↑' : '↓'}`,
-      ...shown.map((t) => `${fmt(m.values[t], m.metric)}${m.values[t] !== undefined && busy(m.case, t) ? BUSY_MARK : ''}`),
-      ratio(m.values.burrow, m.values.direct),
-      ...(relay ? [ratio(m.values.burrow, m.values.relay)] : []),
-      ...(floor ? [ratio(m.values.burrow, m.values['node-proxy'])] : []),
-      ratio(m.values.burrow, m.values.ssh),
-      ratio(m.values.ssh, m.values.direct),
-      ...(oneShard ? [ratio(m.values.burrow, m.values.burrow1)] : []),
-      ...(mesh ? [ratio(m.values.burrow, m.values['burrow-mesh'])] : []),
+      ...shown.map((t) => `${fmt(m.values[t], m.metric)}${Number.isFinite(m.values[t]) && busy(m.case, t) ? BUSY_MARK : ''}`),
+      ...ratios.map((q) => ratio(m.values[q.over], m.values[q.under])),
     ]);
     // After a case's last metric: how much CPU other processes took during each run.
     const cpu = cpuByCase.get(m.case);
-    if (cpu && r.measurements[i + 1]?.case !== m.case) {
-      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), '', ...(relay ? [''] : []), ...(floor ? [''] : []), '', '', ...(oneShard ? [''] : []), ...(mesh ? [''] : [])]);
+    if (cpu && measurements[i + 1]?.case !== m.case) {
+      rows.push([m.case, "others' CPU %", ...shown.map((t) => (cpu[t] ? cpu[t]!.backgroundPct.toFixed(0) : 'n/a')), ...ratios.map(() => '')]);
     }
   });
   const lines = [head, head.map(() => '---'), ...rows].map((cells) => `| ${cells.join(' | ')} |`);
@@ -112,7 +132,7 @@ export function table(r: ScenarioResult): string {
 
 function notes(r: ScenarioResult): string[] {
   const out: string[] = [];
-  const shares = r.measurements.flatMap((m) => Object.values(m.cpu ?? {}).map((c) => c.backgroundPct));
+  const shares = r.measurements.flatMap((m) => Object.values(m.cpu ?? {}).flatMap((c) => (c ? [c.backgroundPct] : [])));
   const busyRuns = shares.filter((p) => p >= CALM_BACKGROUND_PCT);
   if (busyRuns.length > 0) {
     out.push(
@@ -122,14 +142,12 @@ function notes(r: ScenarioResult): string[] {
         `runs with very different shares ("others' CPU %" rows) says more about the neighbours than about the tunnels.`,
     );
   }
-  for (const t of TARGET_NAMES) {
-    const info = r.targets[t];
-    if (info?.unavailable) out.push(`- **${TARGET_LABEL[t]}: not available** — ${info.unavailable}`);
+  for (const [t, info] of ordered(r.targets)) {
+    if (info?.unavailable) out.push(`- **${label(t)}: not available** — ${info.unavailable}`);
   }
   for (const m of r.measurements) {
-    for (const t of TARGET_NAMES) {
-      const n = m.notes?.[t];
-      if (n) out.push(`- ${m.case}, ${TARGET_LABEL[t]}: ${n}`);
+    for (const [t, n] of ordered(m.notes ?? {})) {
+      if (n) out.push(`- ${m.case}, ${label(t)}: ${n}`);
     }
   }
   return out;
@@ -137,9 +155,9 @@ function notes(r: ScenarioResult): string[] {
 
 export function markdown(r: ScenarioResult): string {
   const e = r.environment;
-  const targetLines = TARGET_NAMES.filter((t) => r.targets[t]?.describe).map(
-    (t) => `- ${TARGET_LABEL[t]}: ${r.targets[t]!.describe}`,
-  );
+  const targetLines = ordered(r.targets)
+    .filter(([, info]) => info?.describe)
+    .map(([t, info]) => `- ${label(t)}: ${info!.describe}`);
   const n = notes(r);
   return [
     `# bench: ${r.scenario} (${e.date})`,

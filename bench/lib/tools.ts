@@ -4,7 +4,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 
-export type Tool = 'wrk' | 'iperf3' | 'ssh' | 'ssh-keygen' | 'sshd' | 'nginx' | 'openssl';
+export type Tool = 'wrk' | 'iperf3' | 'ssh' | 'ssh-keygen' | 'sshd' | 'nginx' | 'openssl' | 'h2load';
 
 const PACKAGE: Record<Tool, string> = {
   wrk: 'wrk',
@@ -14,6 +14,7 @@ const PACKAGE: Record<Tool, string> = {
   sshd: 'openssh-server',
   nginx: 'nginx-light',
   openssl: 'openssl',
+  h2load: 'nghttp2-client',
 };
 
 /** sshd must be started by absolute path (it re-executes itself). */
@@ -76,5 +77,6 @@ export function toolVersions(): Record<string, string> {
   if (toolPath('iperf3')) v.iperf3 = firstLine('iperf3', ['--version']);
   if (toolPath('nginx')) v.nginx = firstLine('/usr/sbin/nginx', ['-v']);
   if (toolPath('openssl')) v.openssl = firstLine('/usr/bin/openssl', ['version']);
+  if (toolPath('h2load')) v.h2load = firstLine('h2load', ['--version']);
   return v;
 }

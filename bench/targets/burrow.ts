@@ -34,9 +34,17 @@ export interface BurrowOptions {
   tls?: Certificate;
   /** --trace-gc, perf stat or perf record around burrowd and the CLI (lib/probes.ts) */
   probes?: ProbeSettings;
+  /** burrowd --domain (tunnels are <id>.<domain>); undefined: burrowd's default, localhost. */
+  domain?: string;
 }
 
-export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
+/** burrow, which can also expose a local service by a URL of the CLI's (h2c://…: a gRPC service). */
+export interface BurrowTarget extends Target {
+  /** `burrow http <local>`: an HTTP tunnel to `local` as the CLI takes it (h2c://127.0.0.1:port). */
+  exposeLocal(local: string): Promise<Endpoint>;
+}
+
+export async function burrowTarget(opts: BurrowOptions): Promise<BurrowTarget> {
   const serverJs = join(opts.repoRoot, 'dist', 'src', 'main.js');
   const cliJs = join(opts.repoRoot, 'dist', 'src', 'cli', 'main.js');
   for (const [what, file] of [
@@ -60,6 +68,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   if (opts.workers !== undefined) args.push('--workers', String(opts.workers));
   if (opts.databaseUrl) args.push('--database-url', opts.databaseUrl);
   if (opts.tls) args.push('--tls-cert', opts.tls.certFile, '--tls-key', opts.tls.keyFile);
+  if (opts.domain) args.push('--domain', opts.domain);
   // The environment burrowd's shebang gives it (README "Memory"): the harness starts node
   // itself, so it reads the shebang and passes the same variables.
   const probedServer = startNode('burrowd', args, opts.probes, { env: { ...process.env, ...shebangEnv(serverJs) } });
@@ -96,13 +105,16 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
   const tunnels: Proc[] = [];
   const probedClients: Probed[] = [];
 
-  async function expose(kind: 'http' | 'tcp', originPort: number): Promise<Endpoint> {
-    // 127.0.0.1, not a bare port: the CLI reads a bare port as localhost, which may resolve to
-    // ::1 first while the origins listen on IPv4 only. --quiet: no line per request (ssh -N
-    // prints none either; the output goes to a file anyway, never a pipe).
+  // 127.0.0.1, not a bare port: the CLI reads a bare port as localhost, which may resolve to
+  // ::1 first while the origins listen on IPv4 only.
+  const expose = (kind: 'http' | 'tcp', originPort: number): Promise<Endpoint> => exposeAt(kind, `${LOOPBACK}:${originPort}`);
+
+  async function exposeAt(kind: 'http' | 'tcp', local: string): Promise<Endpoint> {
+    // --quiet: no line per request (ssh -N prints none either; the output goes to a file
+    // anyway, never a pipe).
     const probed = startNode(
       `burrow-${kind}`,
-      [...prof, cliJs, kind, `${LOOPBACK}:${originPort}`, '--quiet', '--server', serverUrl, '--token', key, ...ca, ...(kind === 'http' && opts.lanes === false ? ['--no-lanes'] : [])],
+      [...prof, cliJs, kind, local, '--quiet', '--server', serverUrl, '--token', key, ...ca, ...(kind === 'http' && opts.lanes === false ? ['--no-lanes'] : [])],
       opts.probes,
       { env: cliEnv },
     );
@@ -164,6 +176,7 @@ export async function burrowTarget(opts: BurrowOptions): Promise<Target> {
     checkIdleTunnels,
     describe: `${Object.entries(shebangEnv(serverJs)).map(([k, v]) => `${k}=${v} `).join("")}burrowd ${args.slice(prof.length + 1).join(' ').replace(dataDir, '<tmp>').replace(opts.databaseUrl ?? '\0', '<url>').replace(opts.tls?.certFile ?? '\0', '<tmp>/cert.pem').replace(opts.tls?.keyFile ?? '\0', '<tmp>/key.pem')}${opts.databaseUrl ? '' : ' (embedded database)'}; one \`burrow http|tcp 127.0.0.1:<originPort> --quiet --server ${serverUrl.replace(String(port), '<port>')} --token <admin key>${opts.tls ? ' --ca <tmp>/cert.pem' : ''}\` per exposed service`,
     expose,
+    exposeLocal: (local) => exposeAt('http', local),
     openIdleTunnels,
     serverPids: () => (server.isRunning() ? [server.pid, ...descendants(server.pid)] : []),
     // under perf, each CLI is perf's child
