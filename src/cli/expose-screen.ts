@@ -279,7 +279,8 @@ export class ExposeScreen {
    * Field names are snake_case, as in the API's JSON (`duration_ms`, `bytes_in`).
    */
   private event(name: string, event: string, fields: object): string {
-    const snake = Object.fromEntries(Object.entries(fields).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
+    // `tunnel` is said by `name` (when named), never twice.
+    const snake = Object.fromEntries(Object.entries(fields).filter(([k]) => k !== 'tunnel').map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
     return JSON.stringify(this.opts.named ? { event, tunnel: name, ...snake } : { event, ...snake });
   }
 

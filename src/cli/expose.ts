@@ -249,8 +249,9 @@ export async function runTunnels(ctx: ActionContext<RunFlags>, target: Target, s
     if (again && r.tunnel === specs.find((s) => registered.has(s.name))?.name) screen.note('reconnected');
     registered.add(r.tunnel);
   });
-  client.on('request', ({ tunnel, ...e }) => screen.request(e, tunnel));
-  client.on('connection', ({ tunnel, ...e }) => screen.connection(e, tunnel));
+  // The event as it comes (no copy per request): the screen leaves its `tunnel` field out of JSON.
+  client.on('request', (e) => screen.request(e, e.tunnel));
+  client.on('connection', (e) => screen.connection(e, e.tunnel));
   client.on('open-streams', (n, name) => screen.openStreams(n, name));
   client.on('reconnecting', (r) => screen.reconnecting(r.attempt, r.delayMs, r.reason));
   client.on('tunnel-failed', (f) => {

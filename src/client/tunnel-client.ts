@@ -605,13 +605,17 @@ export class TunnelClient extends EventEmitter<TunnelClientEvents> {
     this.emit('open-streams', t.open, t.name);
     const durationMs = Date.now() - s.startedMs;
     const f = s.localFailure;
-    const error = f ? { error: describeLocalError(f.err, t.localAddr, t.opts.responseTimeoutMs ?? this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) } : {};
+    const error = f ? describeLocalError(f.err, t.localAddr, t.opts.responseTimeoutMs ?? this.opts.responseTimeoutMs ?? RESPONSE_HEAD_TIMEOUT_MS) : undefined;
     if (s instanceof RawHttpStream || s instanceof H2LocalStream) {
       // No answer: the status the visitor got from the edge for it.
       const status = s.statusCode || (f ? (f.err === null ? 504 : 502) : 0);
-      this.emit('request', { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
+      const e: TunnelClientEvents['request'][0] = { tunnel: t.name, method: s.head.method, path: s.head.target, status, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut };
+      if (error !== undefined) e.error = error;
+      this.emit('request', e);
     } else if (s instanceof TcpStream) {
-      this.emit('connection', { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut, ...error });
+      const e: TunnelClientEvents['connection'][0] = { tunnel: t.name, remote: s.head.remote, durationMs, bytesIn: s.bytesIn, bytesOut: s.bytesOut };
+      if (error !== undefined) e.error = error;
+      this.emit('connection', e);
     }
   };
 }
