@@ -726,13 +726,15 @@ function decodeRawStreamOpen(b: Uint8Array): Frame | null {
   const sid = readUint(b, 2);
   if (sid < 0) return null;
   let o = 2 + uintBytes(b[2]!);
-  const id = asciiAt(b, o, MAX_NAME_CHARS);
+  const id = asciiAt(b, o, MAX_NAME_CHARS, lastTunnelId);
   if (id === null) return null;
+  lastTunnelId = id;
   o = asciiEnd;
   const entries = b[o++]! - 0x80;
   if (entries < 7 || entries > 9 || !bytesAt(b, o, OPEN_KIND) || !bytesAt(b, (o += OPEN_KIND.length), OPEN_METHOD)) return null;
-  const method = asciiAt(b, o + OPEN_METHOD.length, MAX_NAME_CHARS);
+  const method = asciiAt(b, o + OPEN_METHOD.length, MAX_NAME_CHARS, lastMethod);
   if (method === null || !bytesAt(b, asciiEnd, OPEN_TARGET)) return null;
+  lastMethod = method;
   const target = asciiAt(b, asciiEnd + OPEN_TARGET.length, MAX_HEAD_BYTES);
   if (target === null || method.length + target.length > MAX_HEAD_BYTES || !bytesAt(b, asciiEnd, OPEN_HEADERS) || !bytesAt(b, (o = asciiEnd + OPEN_HEADERS.length), OPEN_UPGRADE)) return null;
   o += OPEN_UPGRADE.length;
@@ -772,9 +774,15 @@ function decodeRawStreamOpen(b: Uint8Array): Frame | null {
 
 /** Where the last asciiAt's string ended. */
 let asciiEnd = 0;
+/** The last tunnel id and method read: a connection's streams mostly repeat them, so no new string. */
+let lastTunnelId = '';
+let lastMethod = '';
 
-/** The msgpack str (fixstr, str8, str16) at `o` when it is ASCII and at most `max` long, else null. */
-function asciiAt(b: Buffer, o: number, max: number): string | null {
+/**
+ * The msgpack str (fixstr, str8, str16) at `o` when it is ASCII and at most `max` long, else
+ * null; `same` itself when the bytes spell it.
+ */
+function asciiAt(b: Buffer, o: number, max: number, same = ''): string | null {
   const m = b[o];
   let len: number;
   if (m === undefined) return null;
@@ -786,6 +794,11 @@ function asciiAt(b: Buffer, o: number, max: number): string | null {
   if (len > max || e > b.byteLength) return null;
   for (let i = o; i < e; i++) if (b[i]! >= 0x80) return null;
   asciiEnd = e;
+  if (same.length === len) {
+    let i = 0;
+    while (i < len && b[o + i] === same.charCodeAt(i)) i++;
+    if (i === len) return same;
+  }
   return b.toString('latin1', o, e);
 }
 
