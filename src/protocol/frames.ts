@@ -730,8 +730,11 @@ function decodeRawStreamOpen(b: Uint8Array): Frame | null {
   if (id === null) return null;
   lastTunnelId = id;
   o = asciiEnd;
-  const entries = b[o++]! - 0x80;
-  if (entries < 7 || entries > 9 || !bytesAt(b, o, OPEN_KIND) || !bytesAt(b, (o += OPEN_KIND.length), OPEN_METHOD)) return null;
+  // A fixmap of 7 to 9 entries (end and protocol are optional).
+  const map = b[o++];
+  if (map === undefined || map < 0x87 || map > 0x89) return null;
+  const entries = map - 0x80;
+  if (!bytesAt(b, o, OPEN_KIND) || !bytesAt(b, (o += OPEN_KIND.length), OPEN_METHOD)) return null;
   const method = asciiAt(b, o + OPEN_METHOD.length, MAX_NAME_CHARS, lastMethod);
   if (method === null || !bytesAt(b, asciiEnd, OPEN_TARGET)) return null;
   lastMethod = method;
