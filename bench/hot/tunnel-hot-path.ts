@@ -5,7 +5,7 @@
 //
 //   edge side                                            client side
 //   RequestParser (the visitor's GET) → requestHeaders   Link.receive (decodeFrame) → a stream
-//   → encodeFrame(StreamOpen) → WsConnection 'server'    that answers at once: Link.sender
+//   → rawStreamOpenFrame → WsConnection 'server'          that answers at once: Link.sender
 //   ⇄ in-memory pipe (two Duplex ends, one delivery per  (FairWriter: dataFrameHead + sendParts,
 //     write, a turn of the event loop later) ⇄          End) → WsClient (WsConnection 'client')
 //   decodeFrame(Data / End) → ResponseParser (the answer's end)
@@ -29,7 +29,7 @@ import { getHeapStatistics } from 'node:v8';
 import { WsConnection } from '../../src/protocol/ws-connection.js';
 import { WsClient } from '../../src/protocol/ws-client.js';
 import { Link } from '../../src/client/link.js';
-import { F, MAX_FRAME_BYTES, decodeFrame, encodeFrame, type HttpHead } from '../../src/protocol/frames.js';
+import { F, MAX_FRAME_BYTES, decodeFrame, rawStreamOpenFrame, type HttpHead } from '../../src/protocol/frames.js';
 import { RequestParser, ResponseParser, type RequestHead } from '../../src/protocol/http1-parser.js';
 import { requestHeaders } from '../../src/protocol/http-headers.js';
 import type { ClientStream } from '../../src/client/streams.js';
@@ -170,7 +170,8 @@ function startRequest(v: Visitor): void {
   bySid.set(v.sid, v);
   v.answer.expect(h.method, false);
   v.done = false;
-  edgeWs.send(encodeFrame([F.StreamOpen, v.sid, 't1', head]));
+  // As control.ts sends it to a client that said rawHeads in Hello (every burrow CLI does).
+  edgeWs.send(rawStreamOpenFrame(v.sid, 't1', head));
 }
 
 edgeWs.on('message', (m) => {
