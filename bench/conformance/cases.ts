@@ -7,7 +7,7 @@ import { defaultAnswer, type OriginAnswer, type OriginRequest } from './origin.j
 import type { Write } from './visitor.js';
 import type { Response } from './visitor.js';
 import {
-  all, atOrigin, check, refusedHeadOnly, cleanlyFramed, closed, either, fields, noForeignResponse, nothingForwarded, notSmuggled, refused, served, silentlyClosed,
+  all, atOrigin, check, refusedHeadOnly, cleanlyFramed, closed, either, fields, noForeignResponse, nothingForwarded, notSmuggled, refused, served, silentlyClosed, http2Preface,
   type Judge, type Run,
 } from './judge.js';
 
@@ -277,7 +277,7 @@ export const CASES: Case[] = [
   { id: 'version-digits', group: 'malformed', title: 'HTTP/1.10 (one DIGIT each side)', source: 'RFC 9112 §2.3', send: (c) => [`GET ${c.p}/a HTTP/1.10\r\nHost: ${c.host}\r\n\r\n`], judge: mustRefuse([400, 505]) },
   { id: 'version-missing', group: 'malformed', title: '"HTTP/" without a version', source: 'RFC 9112 §2.3', send: (c) => [`GET ${c.p}/a HTTP/\r\nHost: ${c.host}\r\n\r\n`], judge: mustRefuse([400, 505]) },
   { id: 'http09', group: 'malformed', title: 'HTTP/0.9 "GET /path": refused or closed, never forwarded', source: 'RFC 9112 §3 (no 0.9 from 1.1 servers); HTTP Garden', send: (c) => [`GET ${c.p}/a\r\n\r\n`], judge: either(mustRefuse([400, 505]), silentlyClosed) },
-  { id: 'h2-preface', group: 'malformed', title: 'the HTTP/2 connection preface', source: 'RFC 9113 §3.4', send: () => ['PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'], judge: either(mustRefuse([400, 505, 501]), silentlyClosed) },
+  { id: 'h2-preface', group: 'malformed', title: 'the HTTP/2 connection preface: refused, or served as h2c (prior knowledge)', source: 'RFC 9113 §3.4', send: () => ['PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n'], judge: either(mustRefuse([400, 505, 501]), silentlyClosed, http2Preface) },
   { id: 'line-16k', group: 'malformed', title: 'a 16 KiB request line', source: 'RFC 9112 §3 (414), RFC 9110 §15.5.15', send: (c) => [`GET ${c.p}/a?${'q'.repeat(16 * 1024)} HTTP/1.1\r\nHost: ${c.host}\r\n\r\n`], judge: mustRefuse([414, 400, 431]) },
   { id: 'head-64k', group: 'malformed', title: 'a 64 KiB head (64 fields of 1 KiB)', source: 'RFC 6585 §5 (431)', send: (c) => [get(c, '/a', Array.from({ length: 64 }, (_, i) => `X-${i}: ${'b'.repeat(1000)}\r\n`).join(''))], judge: mustRefuse([431, 400]) },
   { id: 'field-20k', group: 'malformed', title: 'one 20 KiB field: served, or 431', source: 'RFC 6585 §5 (no limit is set by the RFC)', send: (c) => [get(c, '/a', `X-Big: ${'b'.repeat(20 * 1024)}\r\n`)], judge: either(one('/a'), mustRefuse([431, 400])) },

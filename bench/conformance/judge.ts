@@ -104,6 +104,16 @@ export const silentlyClosed: Judge = (r) => {
 };
 
 /**
+ * Served as HTTP/2 with prior knowledge (h2c): the answer opens with the server's connection
+ * preface, a SETTINGS frame on stream 0 (RFC 9113 §3.4), and nothing reached the origin.
+ */
+export const http2Preface: Judge = (r) => {
+  const b = r.visitor.raw;
+  if (b.length < 9 || b[3] !== 0x04 || (b.readUInt32BE(5) & 0x7fffffff) !== 0) return no('not an HTTP/2 SETTINGS frame');
+  return nothingForwarded(r);
+};
+
+/**
  * Served: `count` final responses, all 200 with the origin's body for the expected targets
  * in order (`ok:<target>`), each forwarded once, well framed, nothing smuggled.
  */

@@ -75,27 +75,34 @@ export const DEFAULT_TERMS: ConnectionTerms = { firstByteTimeoutMs: 5_000, sendT
 /** Discards a request body (its answer was given without it). */
 export const DISCARD: Exchange = { requestBody() {}, requestEnd() {}, abort() {} };
 
+/**
+ * A connection's phase. `open`: between requests, or reading one (the parser runs). Then, for the
+ * request the host serves, its two ends in either order: `answering` (read whole, its answer due:
+ * the parser is paused) or `answered` (its answer is on the wire while the rest of its body is
+ * still read and dropped), and `done` when both happened (for as long as the parser is still
+ * inside that request's callbacks; then the next request: `open`). `ended`: nothing more is
+ * parsed, the socket ends. `detached`: the socket belongs to someone else (a WebSocket, an
+ * upgraded relay, a refusal's linger).
+ */
+type Phase = 'open' | 'answering' | 'answered' | 'done' | 'ended' | 'detached';
+
 export class FrontConnection implements ResponseSink {
   private readonly parser: RequestParser;
   private exchange: Exchange | null = null;
   private response: VisitorResponse | null = null;
   /** Bytes read but not parsed yet: the next pipelined request(s), waiting for this answer. */
   private pending: Buffer | null = null;
-  /** The current request was read whole (the parser is paused until its answer is written). */
-  private requestComplete = false;
+  /** Where the connection is (see Phase). */
+  private phase: Phase = 'open';
+  /** Re-entry guards: a callback of the parser, or of drive(), may come back here. */
   private inParser = false;
   private driving = false;
-  /** The current request's answer is on the wire. */
-  private responseDone = false;
-  /** The connection is ending: nothing more is parsed. */
-  private ended = false;
+  /** The connection closes after the current answer (the request or the answer said so). */
+  private closing = false;
   /** The visitor sent its FIN (the socket is half-open): answers still due go out, then we end too. */
   private peerEnded = false;
   /** Reading stops while the tunnel has no credit for more request body. */
   private creditBlocked = false;
-  /** The socket was handed to someone else (a WebSocket, an upgraded relay). */
-  private detached = false;
-  private closing = false;
   /** A request head must arrive whole in time (slowloris); set at its first byte. */
   private readonly headDeadline = new Deadline(() => this.onHeadTimeout());
   /**
@@ -234,7 +241,7 @@ export class FrontConnection implements ResponseSink {
   /** The exchange takes the socket over (after an upgrade's 101 or a WebSocket handshake). */
   detach(): void {
     this.flush();
-    this.detached = true;
+    this.phase = 'detached';
     this.headDeadline.stop();
     this.idleDeadline.stop();
     this.clearFirstByteTimer();
@@ -273,7 +280,7 @@ export class FrontConnection implements ResponseSink {
     if (this.driving) return;
     this.driving = true;
     try {
-      while (this.pending !== null && !this.requestComplete && !this.ended && !this.detached) {
+      while (this.pending !== null && (this.phase === 'open' || this.phase === 'answered')) {
         const data = this.pending;
         this.pending = null;
         this.inParser = true;
@@ -283,11 +290,13 @@ export class FrontConnection implements ResponseSink {
         } finally {
           this.inParser = false;
         }
-        if (this.detached) return;
+        // The parser's callbacks moved the phase on (TypeScript keeps the loop's narrowing).
+        const phase = this.phase as Phase;
+        if (phase === 'detached') return;
         if (r.kind === 'error') return this.refuse(r.status, r.reason);
         if (r.kind === 'upgrade') {
           // Refused at its head (access rules, limits): nothing switches; the answer ends it.
-          if (this.responseDone) {
+          if (phase === 'answered' || phase === 'done') {
             this.closing = true;
             this.advance();
             break;
@@ -302,7 +311,7 @@ export class FrontConnection implements ResponseSink {
           const rest = data.subarray(r.consumed);
           if (rest.byteLength > 0) this.pending = rest;
           // Answered already (a refusal, a fast answer): the next request goes now.
-          if (this.responseDone) this.advance();
+          if (phase === 'done') this.advance();
         }
       }
     } finally {
@@ -312,8 +321,9 @@ export class FrontConnection implements ResponseSink {
   }
 
   private updateReading(): void {
-    if (this.detached || this.socket.destroyed) return;
-    const hold = this.creditBlocked || ((this.requestComplete || this.ended) && this.pending !== null);
+    if (this.phase === 'detached' || this.socket.destroyed) return;
+    const parsing = this.phase === 'open' || this.phase === 'answered';
+    const hold = this.creditBlocked || (!parsing && this.pending !== null);
     if (hold) this.socket.pause();
     else this.socket.resume();
   }
@@ -338,19 +348,22 @@ export class FrontConnection implements ResponseSink {
   }
 
   private onRequestEnd(trailers: string[]): void {
-    this.requestComplete = true;
-    // Waiting for the answer (a long poll, an event stream) is not idleness.
-    if (!this.responseDone) this.idleDeadline.clear();
+    if (this.phase === 'open') {
+      this.phase = 'answering';
+      // Waiting for the answer (a long poll, an event stream) is not idleness.
+      this.idleDeadline.clear();
+    } else if (this.phase === 'answered') this.phase = 'done';
     this.exchange?.requestEnd(trailers);
   }
 
   /** VisitorResponse: the answer is on the wire. */
   responded(keepAlive: boolean): void {
     if (!keepAlive) this.closing = true;
-    this.responseDone = true;
+    if (this.phase === 'open') this.phase = 'answered';
+    else if (this.phase === 'answering') this.phase = 'done';
     // Inside the parser, drive() advances when execute returns; before the request is read
     // whole, the rest of its body is still read (and dropped by a finished exchange).
-    if (!this.requestComplete || this.inParser) return;
+    if (this.phase !== 'done' || this.inParser) return;
     this.advance();
     this.drive();
   }
@@ -359,11 +372,10 @@ export class FrontConnection implements ResponseSink {
   private advance(): void {
     this.exchange = null;
     this.response = null;
-    this.requestComplete = false;
-    this.responseDone = false;
+    this.phase = 'open';
     this.creditBlocked = false;
     if (this.closing || (this.peerEnded && this.pending === null)) {
-      this.ended = true;
+      this.phase = 'ended';
       this.endSocket();
       return;
     }
@@ -373,9 +385,10 @@ export class FrontConnection implements ResponseSink {
 
   /** The visitor's FIN: a request cut short is aborted; requests read whole are still answered. */
   private onEnd(): void {
-    if (this.detached) return;
+    if (this.phase === 'detached') return;
     this.peerEnded = true;
-    if (this.exchange !== null && !this.requestComplete) {
+    // A request still being read: it was cut short.
+    if (this.exchange !== null && (this.phase === 'open' || this.phase === 'answered')) {
       const ex = this.exchange;
       this.exchange = null;
       ex.abort();
@@ -383,7 +396,7 @@ export class FrontConnection implements ResponseSink {
       return;
     }
     if (this.exchange === null && this.pending === null) {
-      this.ended = true;
+      this.phase = 'ended';
       this.endSocket();
     }
   }
@@ -401,8 +414,8 @@ export class FrontConnection implements ResponseSink {
     if (started) return void this.socket.destroy();
     const response = new VisitorResponse(this, 'GET', 1, false);
     this.response = response;
-    this.responseDone = false;
-    this.requestComplete = true;
+    // As a request read whole whose answer is due: the problem below is that answer.
+    this.phase = 'answering';
     this.closing = true;
     response.problem(REFUSAL_PROBLEM[status], reason);
     // What the visitor still sends is read and dropped for a while, so it reads the answer
@@ -421,17 +434,17 @@ export class FrontConnection implements ResponseSink {
   /** Nothing came since the connection opened: it only holds a descriptor, and is closed without a word. */
   private readonly onFirstByteTimeout = (): void => {
     this.firstByteTimer = null;
-    if (this.detached || this.pending !== null || this.exchange !== null) return;
+    if (this.phase === 'detached' || this.pending !== null || this.exchange !== null) return;
     this.host.log.debug({ peer: this.peer }, 'no request byte within the first-byte timeout: closed');
     this.socket.destroy();
   };
 
   private onHeadTimeout(): void {
-    if (this.exchange === null && !this.detached) this.refuse(408, `the request head did not arrive within ${HEAD_TIMEOUT_MS / 1000} s`);
+    if (this.exchange === null && this.phase !== 'detached') this.refuse(408, `the request head did not arrive within ${HEAD_TIMEOUT_MS / 1000} s`);
   }
 
   private onIdleDeadline(): void {
-    if (this.detached || this.socket.destroyed) return;
+    if (this.phase === 'detached' || this.socket.destroyed) return;
     // Bytes still leaving toward the visitor are not idleness (a stalled send is the send timeout's).
     if (this.socket.writableLength > 0) return this.idleDeadline.set(IDLE_TIMEOUT_MS);
     const ex = this.exchange;
@@ -445,10 +458,10 @@ export class FrontConnection implements ResponseSink {
     this.idleDeadline.stop();
     this.clearFirstByteTimer();
     this.sendTimeout.stop();
-    if (!this.detached) this.parser.close();
+    if (this.phase !== 'detached') this.parser.close();
     const ex = this.exchange;
     this.exchange = null;
-    if (ex && !(this.requestComplete && this.responseDone)) ex.abort();
+    if (ex && this.phase !== 'done') ex.abort();
   }
 
   /** True when a browser asked (errors as an HTML page). */
