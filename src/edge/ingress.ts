@@ -258,7 +258,10 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
       // The shard's ceiling: this visitor is not keeping up, and there is no room left to wait for
       // it. Its bytes are released now (finish), not at the close, so the others see the room.
       if (visitorBuffers.overCeiling) {
-        this.conn.socket.destroy();
+        // The answer's own abort: an HTTP/2 stream's destroy() would be RST_STREAM(NO_ERROR),
+        // which a visitor takes for the end of a complete (short) answer.
+        if (this.relaying) this.conn.socket.destroy();
+        else this.res.abort();
         return this.abort();
       }
     }
