@@ -5,7 +5,7 @@ import http2, { type ClientHttp2Session } from 'node:http2';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/deadline.js';
 import { RunningBurrows, tempDir } from '../cli/harness.js';
-import { listen, type Local } from './helpers.js';
+import { listen, streamLargeAnswer, type Local } from './helpers.js';
 import { RawH2, T, FLAG, frame, getBlock } from './h2-raw.js';
 
 // Many HTTP/2 streams asking for large answers at once, through a real burrowd (its buffer budget
@@ -34,20 +34,7 @@ test.before(async () => {
         res.writeHead(200, { 'content-length': String(MiB), 'content-type': 'application/octet-stream' });
         return void res.end(ONE_MIB);
       }
-      res.writeHead(200, { 'content-length': String(BIG), 'content-type': 'application/octet-stream' });
-      const chunk = Buffer.alloc(64 * 1024, 0x62);
-      let left = BIG;
-      const pump = (): void => {
-        while (left > 0) {
-          left -= chunk.byteLength;
-          if (!res.write(chunk)) return void res.once('drain', pump);
-        }
-        res.end();
-      };
-      res.on('close', () => {
-        if (!res.writableFinished) bigCut++;
-      });
-      pump();
+      streamLargeAnswer(res, BIG, () => bigCut++);
     }),
   );
   ({ server, host } = await edge(['--visitor-buffer-budget', '1'], 'many'));
