@@ -166,10 +166,10 @@ export class H2LocalStream extends ClientStream {
     // The visitor went (its RST_STREAM, or the edge's): the local service hears a cancel.
     if (this.req && !this.req.closed) this.req.close(NGHTTP2_CANCEL);
   }
-  pause(): void {
+  protected pauseSource(): void {
     this.req?.pause();
   }
-  resume(): void {
+  protected resumeSource(): void {
     this.req?.resume();
   }
   protected override finished(): void {

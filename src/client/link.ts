@@ -30,9 +30,10 @@ export class Link {
    * times out between its deadline and a sweep period (≤ 1 s, ≤ a quarter of the timeout) later.
    */
   private sweep: NodeJS.Timeout | null = null;
+  private readonly writer: FairWriter;
 
   constructor(readonly ws: WsClient) {
-    const writer = new FairWriter(ws);
+    const writer = (this.writer = new FairWriter(ws, (sid) => this.streams.get(sid)?.turnCame()));
     this.sender = {
       send: (frame) => {
         // A stream's End waits for its queued Data; its Reset overtakes it (fair-writer.ts).
@@ -78,6 +79,7 @@ export class Link {
         this.streams.get(frame[1])?.onEnd();
         return true;
       case F.Reset:
+        this.writer.drop(frame[1]);
         this.streams.get(frame[1])?.onReset(frame[2]);
         return true;
       case F.Credit:

@@ -14,19 +14,23 @@ import { requestHeadText, sendsChunked } from '../protocol/raw-head.js';
 
 export interface Sender {
   send(frame: Frame): void;
-  sendData(sid: number, bytes: Uint8Array): void;
+  /** False: the bytes wait for the stream's turn on the connection (fair-writer.ts); the stream's turnCame() follows. */
+  sendData(sid: number, bytes: Uint8Array): boolean;
 }
 
 /**
  * One stream on the client: a visitor's HTTP request or TCP connection toward the local
  * service. Flow control and the end/reset bookkeeping are protocol/flow-control.ts's: the
- * SendWindow pauses the local source (pauseSource/resumeSource), the CreditMeter returns
- * credit for bytes the local service took, StreamEnds finishes the stream once.
+ * SendWindow pauses the local source (pause/resume) when credit runs out, and so does a turn
+ * the connection's writer makes it wait for (the source reads while neither holds it back);
+ * the CreditMeter returns credit for bytes the local service took, StreamEnds finishes the stream once.
  * local = local service → visitor (our End), peer = visitor → local service (the server's End).
  */
 export abstract class ClientStream implements Source {
   /** Response / TCP bytes we may still send before the server returns credit. */
   protected readonly window = new SendWindow(this);
+  /** Its bytes wait for their turn on the connection: the source stays paused until turnCame(). */
+  private waitingTurn = false;
   protected readonly meter = new CreditMeter(this);
   protected readonly ends = new StreamEnds(this);
   bytesIn = 0;
@@ -64,8 +68,24 @@ export abstract class ClientStream implements Source {
   protected abstract endDestination(): void;
   /** Tears down the local side's sockets and requests. */
   protected abstract destroy(): void;
-  abstract pause(): void;
-  abstract resume(): void;
+  /** Stops and restarts reading the local source (the window and the writer's turns decide when). */
+  protected abstract pauseSource(): void;
+  protected abstract resumeSource(): void;
+
+  // Source, for the window: the writer may hold the source back as well.
+  pause(): void {
+    this.pauseSource();
+  }
+  resume(): void {
+    if (!this.waitingTurn) this.resumeSource();
+  }
+
+  /** The connection's writer sent what this stream had queued (link.ts). */
+  turnCame(): void {
+    if (!this.waitingTurn) return;
+    this.waitingTurn = false;
+    if (!this.window.paused && !this.ends.done) this.resumeSource();
+  }
   /** The link's sweep (link.ts): a stream past its response deadline gives up. */
   checkDeadline(_nowMs: number): void {}
 
@@ -96,7 +116,10 @@ export abstract class ClientStream implements Source {
   /** Bytes from the local service toward the visitor (the caller counts the payload in bytesOut). */
   protected forward(chunk: Buffer): void {
     if (this.ends.done) return;
-    this.out.sendData(this.sid, chunk);
+    if (!this.out.sendData(this.sid, chunk) && !this.waitingTurn) {
+      this.waitingTurn = true;
+      if (!this.window.paused) this.pauseSource();
+    }
     this.window.spend(chunk.length);
   }
 
@@ -323,10 +346,10 @@ export class RawHttpStream extends ClientStream implements ConnUser, ConnWaiter 
     this.conn = null;
     if (c) this.pool.release(c, this.shared, false);
   }
-  pause(): void {
+  protected pauseSource(): void {
     this.conn?.socket.pause();
   }
-  resume(): void {
+  protected resumeSource(): void {
     this.conn?.socket.resume();
   }
   get statusCode(): number {
@@ -376,10 +399,10 @@ export class TcpStream extends ClientStream {
   protected destroy(): void {
     this.sock.destroy();
   }
-  pause(): void {
+  protected pauseSource(): void {
     this.sock.pause();
   }
-  resume(): void {
+  protected resumeSource(): void {
     this.sock.resume();
   }
 }

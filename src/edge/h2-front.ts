@@ -137,6 +137,11 @@ export class H2Front {
       session.goaway(NGHTTP2_ENHANCE_YOUR_CALM);
       setTimeout(() => session.destroy(), GOAWAY_GRACE_MS).unref();
     };
+    // The visitor's FIN: it sends nothing more, not even WINDOW_UPDATE, so its streams cannot
+    // finish. The front keeps a connection half-open for HTTP/1.1 (allowHalfOpen); kept so here,
+    // the session went on answering a client that had gone, for seconds, each stream's answer
+    // whole (its tunnel streams never reset) while the next visitors' answers waited behind them.
+    socket.once('end', () => session.destroy());
     session.on('error', () => undefined);
     session.on('close', () => {
       if (idle) clearTimeout(idle);

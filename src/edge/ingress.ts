@@ -9,7 +9,7 @@ import type { VisitorAnswer, VisitorConnection } from './visitor-port.js';
 import type { Downstream, Upstream } from './stream.js';
 import type { Finishing, VisitorLimit } from './visitor-limit.js';
 import { countHttpAnswer } from './metrics.js';
-import { visitorBuffers } from './visitor-buffers.js';
+import { visitorBuffers, type BufferHolder } from './visitor-buffers.js';
 import { addressGroup } from '../protocol/cidr.js';
 
 // Public HTTP ingress: one visitor request for <id>.<domain>, parsed by the front.
@@ -43,7 +43,7 @@ const RESET_STATUS: Record<ResetCode, [ProblemCode, string]> = {
   busy: ['unavailable', 'the tunnel has too many open requests'],
 };
 
-export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
+export class TunnelVisitor implements Downstream, Exchange, Finishing, Source, BufferHolder {
   up: Upstream | null = null;
   onDone: (() => void) | null = null;
   /** The per-visitor limit's count this request holds (visitor-limit.ts), given back at finish. */
@@ -61,6 +61,8 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
   private readonly meter = new CreditMeter(this);
   /** Bytes the socket buffers for this visitor, counted in the shard's budget until 'drain' (or the close). */
   private parked = 0;
+  /** Among the shard's holders (visitor-buffers.ts) since it first parked bytes, until it finishes. */
+  private enlisted = false;
   /** The client's address (set by serveVisitor); its group is worked out only once bytes are held. */
   clientIp = '';
   private groupOf: string | null = null;
@@ -255,14 +257,35 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
     if (!taken) {
       this.parked += n;
       visitorBuffers.hold(this.group, n);
-      // The shard's ceiling: this visitor is not keeping up, and there is no room left to wait for
-      // it. Its bytes are released now (finish), not at the close, so the others see the room.
+      if (!this.enlisted) {
+        this.enlisted = true;
+        visitorBuffers.enlist(this);
+      }
+      // The shard's ceiling: no room left to wait for slow visitors; the latest ones are cut off
+      // (this one, or others that came after it).
       if (visitorBuffers.overCeiling) {
-        this.conn.socket.destroy();
-        return this.abort();
+        visitorBuffers.shed();
+        if (this.over) return;
       }
     }
     this.meter.holdBack(visitorBuffers.creditHeld);
+  }
+
+  get parkedBytes(): number {
+    return this.parked;
+  }
+
+  /** The ceiling's choice: disconnected, its bytes given back now (not at the close) so the others see the room. */
+  cutOff(): void {
+    if (this.parked > 0) visitorBuffers.release(this.group, this.parked);
+    this.parked = 0;
+    this.enlisted = false;
+    visitorBuffers.leave(this);
+    // The answer's own abort: an HTTP/2 stream's destroy() would be RST_STREAM(NO_ERROR), which a
+    // visitor takes for the end of a complete (short) answer.
+    if (this.relaying) this.conn.socket.destroy();
+    else this.res.abort();
+    this.abort();
   }
 
   end(trailers?: string[]): void {
@@ -317,6 +340,10 @@ export class TunnelVisitor implements Downstream, Exchange, Finishing, Source {
     this.over = true;
     const socket = this.conn.socket;
     if (this.conn.drainListener === this.onDrain) this.conn.drainListener = null;
+    if (this.enlisted) {
+      this.enlisted = false;
+      visitorBuffers.leave(this);
+    }
     // The answer's last bytes may still wait in the socket: counted until they leave or it closes.
     const parked = this.parked;
     this.parked = 0;

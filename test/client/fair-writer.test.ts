@@ -1,7 +1,8 @@
 // The client's streams take turns on one control connection (src/client/fair-writer.ts): a
 // real WebSocket over loopback, the reader pausing so the writer's socket fills as it does
 // behind a slow network. A small answer started after a bulk one is not stuck behind all of
-// it; each stream's End comes after all its Data; a Reset drops what its stream had queued.
+// it; each stream's End comes after all its Data; a Reset drops what its stream had queued; a
+// stream whose frames wait is told to stop reading, and told when its turn came.
 import net from 'node:net';
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
@@ -74,6 +75,39 @@ test("a Reset goes at once and drops what its stream had queued: no Data of it f
   const reset = p.frames.findIndex((f) => f[0] === F.Reset && f[1] === 5);
   assert.ok(reset >= 0, 'the Reset arrived');
   assert.ok(p.frames.slice(reset + 1).every((f) => f[1] !== 5), 'no frame of the reset stream after its Reset');
+  p.close();
+});
+
+test('a stream whose frames wait hears so (data() is false) and hears when its queue emptied', async () => {
+  const p = await pair();
+  p.reader.pause();
+  const turns: number[] = [];
+  const w = new FairWriter(p.writer, (sid) => turns.push(sid));
+  const taken: boolean[] = [];
+  for (let i = 0; i < 16; i++) taken.push(w.data(9, Buffer.alloc(CHUNK, 9)));
+  assert.ok(taken[0], 'the first chunk went straight to the socket');
+  assert.is(taken.at(-1), false, 'once the socket is full, the stream is told its bytes wait');
+  assert.equal(turns, [], 'no turn before the socket drains');
+  p.reader.resume();
+  await withDeadline((async () => { while (!turns.includes(9)) await new Promise((r) => setTimeout(r, 10)); })(), 10_000, 'the turn of stream 9');
+  assert.is(w.data(9, Buffer.from('more')), true, 'after its turn, its bytes go straight again');
+  p.close();
+});
+
+test("the server's Reset drops what a stream had queued even when the stream is gone (its End was queued)", async () => {
+  const p = await pair();
+  p.reader.pause();
+  const w = new FairWriter(p.writer);
+  for (let i = 0; i < 64; i++) w.data(11, Buffer.alloc(CHUNK, 11));
+  w.end(11);
+  w.drop(11);
+  w.data(13, Buffer.from('after'));
+  w.end(13);
+  p.reader.resume();
+  await withDeadline((async () => { while (!sids(p.frames, F.End).includes(13)) await new Promise((r) => setTimeout(r, 10)); })(), 10_000, 'End of 13');
+  const sent = p.frames.filter((f) => f[0] === F.Data && f[1] === 11).length;
+  assert.ok(sent < 16, `most of the dropped stream never went (${sent} of 64 frames did, before the drop)`);
+  assert.not.ok(sids(p.frames, F.End).includes(11), 'nor its End');
   p.close();
 });
 

@@ -1416,7 +1416,7 @@ test("the tunnel client: an answer that spends the stream's whole window leaves 
   await new Promise<void>((r) => local.listen(0, '127.0.0.1', r));
   const pool = new LocalPool({ host: '127.0.0.1', port: (local.address() as net.AddressInfo).port }, 4);
   const frames: Frame[] = [];
-  const sender: Sender = { send: (f) => void frames.push(f), sendData: (sid, bytes) => void frames.push([F.Data, sid, bytes]) };
+  const sender: Sender = { send: (f) => void frames.push(f), sendData: (sid, bytes) => (frames.push([F.Data, sid, bytes]), true) };
   const get = (sid: number, target: string): Promise<void> =>
     withDeadline(
       new Promise<void>((resolve) => {

@@ -5,6 +5,27 @@ import { withDeadline } from '../helpers/deadline.js';
 
 // Local services and raw visitors for the tunnel tests (real sockets on 127.0.0.1).
 
+/**
+ * Answers `bytes` of 0x62 in 64 KiB writes that wait for 'drain' (a service that keeps no more
+ * than its socket takes); `onCut` when the answer could not be finished (its stream was reset).
+ */
+export function streamLargeAnswer(res: http.ServerResponse, bytes: number, onCut: () => void): void {
+  res.writeHead(200, { 'content-length': String(bytes), 'content-type': 'application/octet-stream' });
+  const chunk = Buffer.alloc(64 * 1024, 0x62);
+  let left = bytes;
+  const pump = (): void => {
+    while (left > 0) {
+      left -= chunk.byteLength;
+      if (!res.write(chunk)) return void res.once('drain', pump);
+    }
+    res.end();
+  };
+  res.on('close', () => {
+    if (!res.writableFinished) onCut();
+  });
+  pump();
+}
+
 export interface Local {
   port: number;
   server: http.Server | net.Server;

@@ -5,7 +5,7 @@ import net from 'node:net';
 import { startServer, type TestServer } from '../helpers/server.js';
 import { eventually, withDeadline } from '../helpers/deadline.js';
 import { TunnelClient } from '../../src/client/tunnel-client.js';
-import { listen, visit, type Local } from './helpers.js';
+import { listen, streamLargeAnswer, visit, type Local } from './helpers.js';
 
 // Visitors that ask for a large tunnelled answer and never read it. Each one held its stream's
 // whole window in burrowd with no timer running (the idle timer is off while an answer is due),
@@ -21,20 +21,7 @@ test.before(async () => {
   local = await listen(
     http.createServer((req, res) => {
       if (req.url !== '/big') return void res.end('ok');
-      res.writeHead(200, { 'content-length': String(BIG), 'content-type': 'application/octet-stream' });
-      const chunk = Buffer.alloc(64 * 1024, 0x62);
-      let left = BIG;
-      const pump = (): void => {
-        while (left > 0) {
-          left -= chunk.byteLength;
-          if (!res.write(chunk)) return void res.once('drain', pump);
-        }
-        res.end();
-      };
-      res.on('close', () => {
-        if (!res.writableFinished) cut++;
-      });
-      pump();
+      streamLargeAnswer(res, BIG, () => cut++);
     }),
   );
 });
