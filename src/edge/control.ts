@@ -14,7 +14,7 @@ import type { HandshakeGate } from './handshake-gate.js';
 import { TokenBucket } from '../protocol/token-bucket.js';
 import { addressGroup } from '../protocol/cidr.js';
 import {
-  F, rawStreamOpenFrame, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
+  F, dataHeadOf, rawStreamOpenFrame, PROTOCOL_VERSION, MAX_FRAME_BYTES, MAX_DATA_BYTES, MAX_RETRY_AFTER_MS, MAX_STREAMS_PER_CONNECTION, MAX_TUNNELS_PER_CONNECTION,
   HELLO_TIMEOUT_MS, RESUME_HEADER, TICKET_REFRESH_HEADER, FrameError, decodeFrame, encodeFrame, dataFrame,
   type Frame, type Opened, type OpenRequest, type Refusal, type ResetCode, type StreamHead,
 } from '../protocol/frames.js';
@@ -267,12 +267,29 @@ export class ControlConnection implements StreamCarrier {
   // ---- receiving ----
   /** One frame. Whatever it drives (streams, visitors, the mesh) runs inside this call: an
    * exception ends this connection, never the shard (uncaught, it would crash the worker). */
-  receive(message: Buffer): void {
+  receive(message: Buffer, more?: Buffer[]): void {
     try {
-      this.onMessage(message);
+      if (more) this.onPieces(message, more);
+      else this.onMessage(message);
     } catch (err) {
       this.fault(err);
     }
+  }
+
+  /**
+   * A message that came across socket reads (WsConnection splitPayloads): a Data frame's payload
+   * goes on in the pieces it arrived in, with no copy; anything else is joined and read whole.
+   */
+  private onPieces(first: Buffer, more: Buffer[]): void {
+    let total = first.byteLength;
+    for (const m of more) total += m.byteLength;
+    const d = this.helloDone && !this.closed ? dataHeadOf(first) : null;
+    if (d === null || d.headBytes + d.payloadBytes !== total) return this.onMessage(Buffer.concat([first, ...more], total));
+    this.lastSeenMs = Date.now();
+    const s = this.stream(d.sid);
+    if (!s) return;
+    if (first.byteLength > d.headBytes) s.onData(first.subarray(d.headBytes));
+    for (const m of more) s.onData(m);
   }
 
   onMessage(message: Buffer): void {
@@ -522,14 +539,14 @@ function openControl(host: ControlHost, socket: Socket, rest: Buffer, key: strin
   const accept = websocketAccept(key);
   socket.write(`HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: ${accept}\r\n\r\n`);
   const budget = answeredFramesBudget();
-  const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server', { pauseReadsOverBytes: STALLED_UNREAD_BYTES, answerBudget: budget });
+  const ws = new WsConnection(socket, rest, MAX_FRAME_BYTES, 'server', { pauseReadsOverBytes: STALLED_UNREAD_BYTES, answerBudget: budget, splitPayloads: true });
   const first = tickets?.() ?? null;
   const control = new ControlConnection(ws, host, principal, ip, first?.ticket ?? null, budget);
   host.connections.add(control);
   const mine = host.connectionsByUser.get(principal.userId) ?? new Set<ControlConnection>();
   host.connectionsByUser.set(principal.userId, mine.add(control));
   const refresher = tickets && first && refresh ? refreshTickets(control, tickets, first.untilMs) : null;
-  ws.on('message', (m) => control.receive(m));
+  ws.on('message', (m, more) => control.receive(m, more));
   ws.on('close', (code, reason) => {
     refresher?.stop();
     // Closed by the WebSocket layer itself (a frame it refused, too many Pings): say why.

@@ -686,17 +686,9 @@ function decodeStreamFrame(b: Uint8Array): Frame | null {
   const array = b[0];
   const type = b[1];
   if (array === 0x93 && type === F.Data) {
-    const sid = readUint(b, 2);
-    if (sid < 0) return null;
-    let o = 2 + uintBytes(b[2]!);
-    const marker = b[o];
-    let len: number;
-    if (marker === 0xc4 && o + 2 <= n) (len = b[o + 1]!), (o += 2);
-    else if (marker === 0xc5 && o + 3 <= n) (len = (b[o + 1]! << 8) | b[o + 2]!), (o += 3);
-    else if (marker === 0xc6 && o + 5 <= n) (len = ((b[o + 1]! << 24) >>> 0) + ((b[o + 2]! << 16) | (b[o + 3]! << 8) | b[o + 4]!)), (o += 5);
-    else return null;
-    if (o + len !== n || len > MAX_DATA_BYTES) return null;
-    return [F.Data, sid, b.subarray(o, n)];
+    const d = dataHeadOf(b);
+    if (d === null || d.headBytes + d.payloadBytes !== n) return null;
+    return [F.Data, d.sid, b.subarray(d.headBytes, n)];
   }
   if (array === 0x94 && type === F.StreamOpen) return decodeRawStreamOpen(b);
   if (array === 0x92 && type === F.End) {
@@ -809,6 +801,34 @@ function bytesAt(b: Uint8Array, o: number, want: Buffer): boolean {
   if (o + want.length > b.byteLength) return false;
   for (let i = 0; i < want.length; i++) if (b[o + i] !== want[i]) return false;
   return true;
+}
+
+/** A Data frame's head read from the first piece of a message that came in pieces. */
+export interface DataHead {
+  sid: number;
+  /** Bytes of the head (array, type, sid, bin header): the payload starts there. */
+  headBytes: number;
+  payloadBytes: number;
+}
+
+/**
+ * The head of a Data frame in its shortest encoding at the start of `b` (the frame's first
+ * piece), or null: anything else takes the whole-message way (decodeFrame). The payload's
+ * length is checked against MAX_DATA_BYTES here; the caller checks that the pieces hold it.
+ */
+export function dataHeadOf(b: Uint8Array): DataHead | null {
+  if (b.byteLength < 4 || b[0] !== 0x93 || b[1] !== F.Data) return null;
+  const sid = readUint(b, 2);
+  if (sid < 0) return null;
+  let o = 2 + uintBytes(b[2]!);
+  const n = b.byteLength;
+  const marker = b[o];
+  let len: number;
+  if (marker === 0xc4 && o + 2 <= n) (len = b[o + 1]!), (o += 2);
+  else if (marker === 0xc5 && o + 3 <= n) (len = (b[o + 1]! << 8) | b[o + 2]!), (o += 3);
+  else if (marker === 0xc6 && o + 5 <= n) (len = ((b[o + 1]! << 24) >>> 0) + ((b[o + 2]! << 16) | (b[o + 3]! << 8) | b[o + 4]!)), (o += 5);
+  else return null;
+  return len > MAX_DATA_BYTES ? null : { sid, headBytes: o, payloadBytes: len };
 }
 
 /** Bytes of the msgpack unsigned integer whose first byte is `first` (fixint, uint8/16/32); 0: not one. */

@@ -35,7 +35,8 @@ export function websocketAccept(key: string): string {
 }
 
 export interface WsEvents {
-  message: [Buffer];
+  /** The message, or (splitPayloads) its first piece and the rest, views of the socket's reads. */
+  message: [Buffer, Buffer[]?];
   close: [number, string];
   drain: [];
   /** Reading stopped: more than `pauseReadsOverBytes` of output waits for the peer. */
@@ -54,6 +55,11 @@ export interface WsOptions {
   pauseReadsOverBytes?: number;
   /** Every Ping the peer sends spends a token; a peer that runs out is closed (1008). */
   answerBudget?: TokenBucket;
+  /**
+   * A message that arrived across socket reads comes as 'message' (first, more): views of the
+   * reads, not one copied buffer. Its listener must take both arguments.
+   */
+  splitPayloads?: boolean;
 }
 
 export class WsConnection extends EventEmitter<WsEvents> {
@@ -78,7 +84,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
     this.pauseReadsOver = opts.pauseReadsOverBytes ?? Infinity;
     this.answerBudget = opts.answerBudget ?? null;
     this.masked = role === 'client';
-    this.decoder = new WsDecoder({ maxPayloadBytes: maxMessageBytes, expectMasked: role === 'server' });
+    this.decoder = new WsDecoder({ maxPayloadBytes: maxMessageBytes, expectMasked: role === 'server', splitPayloads: opts.splitPayloads === true });
     socket.setNoDelay(true);
     socket.on('data', (d: Buffer) => this.onData(d));
     socket.on('drain', () => this.emit('drain'));
@@ -295,7 +301,7 @@ export class WsConnection extends EventEmitter<WsEvents> {
   private handleOne(): boolean {
     const frame = this.decoder.next();
     if (!frame) return false;
-    const { op, fin, payload } = frame;
+    const { op, fin, payload, more } = frame;
     switch (op) {
       case WS_OP.Ping:
         if (this.answerBudget && !this.answerBudget.take(this.lastSeenMs)) {
@@ -316,13 +322,17 @@ export class WsConnection extends EventEmitter<WsEvents> {
         return false;
       }
       default: {
-        if (op !== WS_OP.Continuation) this.fragments = [];
+        // (The decoder refuses a new data frame inside a fragmented message: none is open here.)
+        if (op !== WS_OP.Continuation && this.fragments.length > 0) this.fragments = [];
         if (fin && this.fragments.length === 0) {
-          this.emit('message', payload);
+          if (more) this.emit('message', payload, more);
+          else this.emit('message', payload);
           return true;
         }
+        let bytes = payload.byteLength;
         this.fragments.push(payload);
-        this.fragmentBytes = op === WS_OP.Continuation ? this.fragmentBytes + payload.byteLength : payload.byteLength;
+        if (more) for (const m of more) (this.fragments.push(m), (bytes += m.byteLength));
+        this.fragmentBytes = op === WS_OP.Continuation ? this.fragmentBytes + bytes : bytes;
         if (this.fragmentBytes > this.maxMessageBytes) throw new WsFrameError(WS_CLOSE.TooBig, `a message over ${this.maxMessageBytes} bytes`);
         if (fin) {
           const all = Buffer.concat(this.fragments);

@@ -49,6 +49,8 @@ export interface WsFrame {
   fin: boolean;
   /** Unmasked; may be a view of a chunk given to push() (copy it to keep it past that chunk). */
   payload: Buffer;
+  /** With splitPayloads: the rest of the payload, views of the following chunks, in order. */
+  more?: Buffer[];
 }
 
 function isControl(op: number): boolean {
@@ -151,6 +153,12 @@ export interface WsDecoderOptions {
   maxPayloadBytes: number;
   /** Whether the peer's frames must be masked: true when we are the server, false when the client. */
   expectMasked: boolean;
+  /**
+   * A data frame whose payload spans the chunks pushed is returned as views of them (`payload`
+   * and `more`) instead of copied into one buffer. For a receiver that takes a message in
+   * pieces (the edge's control connection: answer bodies go on as they arrived).
+   */
+  splitPayloads?: boolean;
 }
 
 /** XORs `data` in place with a masking key (big-endian), four bytes a step where it can. */
@@ -233,14 +241,32 @@ export class WsDecoder {
     if (this.buffered < hlen + len) return null;
     const key = masked ? hh.readUInt32BE(at + hlen - 4) : 0;
     this.skip(hlen);
-    let payload = len > 0 ? this.take(len) : EMPTY;
-    // burrow's own clients mask with a zero key (see above): nothing to undo, and no copy.
-    if (key !== 0) payload = unmask(Buffer.from(payload), key);
     if (!isControl(op)) {
       this.inMessage = !fin;
       this.messageBytes = fin ? 0 : total;
     }
+    // burrow's own clients mask with a zero key (see above): nothing to undo, and no copy.
+    if (len > 0 && key === 0 && this.opts.splitPayloads && !isControl(op) && this.chunks[0]!.length - this.pos < len) return this.takePieces(op, fin, len);
+    let payload = len > 0 ? this.take(len) : EMPTY;
+    if (key !== 0) payload = unmask(Buffer.from(payload), key);
     return { op, fin, payload };
+  }
+
+  /** A payload of `n` bytes that spans chunks, as views of them. */
+  private takePieces(op: number, fin: boolean, n: number): WsFrame {
+    const first = this.chunks[0]!;
+    const payload = first.subarray(this.pos);
+    this.skip(payload.length);
+    n -= payload.length;
+    const more: Buffer[] = [];
+    while (n > 0) {
+      const c = this.chunks[0]!;
+      const k = Math.min(c.length - this.pos, n);
+      more.push(c.subarray(this.pos, this.pos + k));
+      this.skip(k);
+      n -= k;
+    }
+    return { op, fin, payload, more };
   }
 
   /** Drops `n` buffered bytes (a frame's head, already read through peek). */

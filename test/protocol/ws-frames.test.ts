@@ -53,12 +53,13 @@ function split(bytes: Buffer, cuts: number[]): Buffer[] {
 }
 
 /** Feeds chunks one at a time and drains after each; WsFrameError propagates. */
-function decodeAll(chunks: Buffer[], opts: { maxPayloadBytes: number; expectMasked: boolean }): WsFrame[] {
+function decodeAll(chunks: Buffer[], opts: { maxPayloadBytes: number; expectMasked: boolean; splitPayloads?: boolean }): WsFrame[] {
   const d = new WsDecoder(opts);
   const out: WsFrame[] = [];
   for (const c of chunks) {
     d.push(c);
-    for (let f = d.next(); f; f = d.next()) out.push({ ...f, payload: Buffer.from(f.payload) });
+    // A split payload is joined here (its pieces are views of `chunks`, checked by the test below).
+    for (let f = d.next(); f; f = d.next()) out.push({ op: f.op, fin: f.fin, payload: Buffer.concat([f.payload, ...(f.more ?? [])]) });
   }
   assert.is(d.bufferedBytes, 0, 'every byte consumed');
   return out;
@@ -121,14 +122,14 @@ test('16- and 64-bit lengths round-trip byte by byte', () => {
 
 test('arbitrary bytes yield frames, wait, or throw WsFrameError; nothing else', () => {
   fc.assert(
-    fc.property(fc.uint8Array({ maxLength: 200 }), fc.array(fc.nat(), { maxLength: 8 }), fc.boolean(), (bytes, cuts, expectMasked) => {
-      const d = new WsDecoder({ maxPayloadBytes: 64, expectMasked });
+    fc.property(fc.uint8Array({ maxLength: 200 }), fc.array(fc.nat(), { maxLength: 8 }), fc.boolean(), fc.boolean(), (bytes, cuts, expectMasked, splitPayloads) => {
+      const d = new WsDecoder({ maxPayloadBytes: 64, expectMasked, splitPayloads });
       try {
         for (const c of split(Buffer.from(bytes), cuts)) {
           d.push(c);
           for (let i = 0, f = d.next(); f; f = d.next(), i++) {
             assert.ok(i < 200, 'bounded');
-            assert.ok(f.payload.length <= 64);
+            assert.ok(f.payload.length + (f.more ?? []).reduce((a, m) => a + m.length, 0) <= 64);
             if (f.op >= 0x8) assert.ok(f.fin && f.payload.length <= 125);
           }
         }
@@ -229,6 +230,30 @@ test('a frame header written in place: every length form, masked with the zero k
     assert.is(m[1]! & 0x80, 0x80);
     assert.is(m.subarray(end - 4, end).toString('hex'), '00000000');
   }
+});
+
+test('split payloads: a data frame across reads comes as views of them, the same bytes, control frames whole', () => {
+  fc.assert(
+    fc.property(sequence, fc.array(fc.nat(), { maxLength: 12 }), fc.boolean(), (frames, cuts, masked) => {
+      const wire = Buffer.concat(frames.map((f) => encodeWsFrame(f.op, f.payload, masked, f.fin)));
+      const chunks = split(wire, cuts);
+      const d = new WsDecoder({ maxPayloadBytes: MAX, expectMasked: masked, splitPayloads: true });
+      const got: WsFrame[] = [];
+      for (const c of chunks) {
+        d.push(c);
+        for (let f = d.next(); f; f = d.next()) {
+          if (f.more) {
+            assert.ok(f.op < 0x8, 'a control frame in pieces');
+            // Views, not copies: every piece shares memory with a chunk pushed.
+            for (const p of [f.payload, ...f.more]) assert.ok(chunks.some((c) => c.buffer === p.buffer), 'a piece that is a copy');
+          }
+          got.push({ op: f.op, fin: f.fin, payload: Buffer.concat([f.payload, ...(f.more ?? [])]) });
+        }
+      }
+      assert.equal(got.map((f) => [f.op, f.fin, [...f.payload]]), frames.map((f) => [f.op, f.fin, [...f.payload]]));
+    }),
+    { numRuns: 300 },
+  );
 });
 
 test.run();
