@@ -16,10 +16,18 @@ import { createLogger, type Logger } from '../log.js';
 // Every message between threads goes through here: msgpack-encoded into an exact-size
 // ArrayBuffer that is transferred (not cloned). Cloning a view would copy its whole
 // backing buffer; transferring costs nothing. MessagePorts themselves (for the shard
-// mesh) are the one thing that cannot be msgpack and travel as `attach` messages.
+// mesh) are the one thing that cannot be msgpack and travel as `attach` messages. Bulk bytes
+// may go beside the msgpack as raw messages (postRaw / onRaw, first byte RAW_TAG).
 
 /** A batch of tells is posted early once it holds this much. */
 const BATCH_FLUSH_BYTES = 64 * 1024;
+
+/**
+ * The first byte of a raw message (Mailbox.postRaw): bulk bytes that travel beside the msgpack
+ * batches instead of inside them. 0xc1 is the one byte msgpack never uses, so no batch or
+ * envelope starts with it.
+ */
+export const RAW_TAG = 0xc1;
 
 type Envelope<M> =
   | { k: 't'; m: M }
@@ -33,6 +41,12 @@ export interface PortLike {
   off(event: 'message' | 'close', listener: (value: unknown) => void): unknown;
   /** MessagePort: 'close' once the other end is gone (a Worker never emits it) */
   once?(event: 'close', listener: () => void): unknown;
+  /**
+   * A port that writes to a socket (a cluster link): sends `head` then `payload` as one message
+   * without joining them, so a raw message's payload is not copied. Without it, postRaw copies
+   * both into one transferred buffer.
+   */
+  postParts?(head: Uint8Array, payload: Uint8Array): void;
 }
 
 export type Handler<In> = (msg: In) => unknown;
@@ -127,6 +141,7 @@ export class Mailbox<Out, In, Replies = RepliesOf<Out>> {
   private nextId = 1;
   private readonly pending = new Map<number, Pending>();
   private handler: Handler<In> = () => undefined;
+  private rawHandler: (raw: Uint8Array) => void = () => undefined;
   private attachHandler: (a: Attachment) => void = () => undefined;
   private closed = false;
   private readonly onMessage = (raw: unknown): void => this.receive(raw);
@@ -192,6 +207,35 @@ export class Mailbox<Out, In, Replies = RepliesOf<Out>> {
   handle(handler: Handler<In>): this {
     this.handler = handler;
     return this;
+  }
+
+  /** Where raw messages (postRaw on the other side, RAW_TAG first) go; a throw is the port's (a link closes). */
+  onRaw(handler: (raw: Uint8Array) => void): this {
+    this.rawHandler = handler;
+    return this;
+  }
+
+  /**
+   * Sends `head` (whose first byte is RAW_TAG) and `payload` as one message outside msgpack,
+   * after every tell before it (this turn's batch leaves first, so the order holds). Bulk bytes
+   * pay neither msgpack's copy nor the batch's: none at all through a port with postParts, one
+   * into the transferred buffer otherwise. The receiver's onRaw gets the message whole.
+   */
+  postRaw(head: Uint8Array, payload: Uint8Array): TellResult {
+    if (this.closed) return this.failed({ reason: 'closed', type: 'raw', side: 'send' });
+    try {
+      if (this.batch) this.flushBatch();
+      if (this.port.postParts) this.port.postParts(head, payload);
+      else {
+        const exact = new Uint8Array(head.byteLength + payload.byteLength);
+        exact.set(head, 0);
+        exact.set(payload, head.byteLength);
+        this.port.postMessage(exact, [exact.buffer]);
+      }
+    } catch (error) {
+      return this.failed({ reason: 'post', type: 'raw', side: 'send', error });
+    }
+    return TELL_OK;
   }
 
   onAttach(handler: (a: Attachment) => void): this {
@@ -317,6 +361,10 @@ export class Mailbox<Out, In, Replies = RepliesOf<Out>> {
   private receive(raw: unknown): void {
     if (!(raw instanceof Uint8Array)) {
       if (raw && typeof raw === 'object' && 'attach' in raw) this.attachHandler(raw as Attachment);
+      return;
+    }
+    if (raw[0] === RAW_TAG) {
+      if (!this.closed) this.rawHandler(raw);
       return;
     }
     // One envelope, or a batch of tells back to back.

@@ -18,7 +18,8 @@ import type { ClusterLinks, LinkDownstream } from '../edge/shard-context.js';
 //                                                                   else the shard mesh to its owner
 //
 // The link carries the shard mesh's own messages (x-open, x-data, x-credit, …: src/edge/mesh.ts),
-// msgpack-batched by a Mailbox, one WebSocket message per batch: the credit stays end to end
+// msgpack-batched by a Mailbox, one WebSocket message per batch, and bulk x-data as raw
+// messages of their own whose bytes are written as they are (LinkPort.postParts): the credit stays end to end
 // from the visitor at B to the client at A, so no node in the middle buffers for a slow peer.
 // A link is dialled on first use and kept; a lost link resets its streams (502 to those
 // visitors) and the next visitor dials again.
@@ -34,9 +35,13 @@ const LINK_SILENT_MS = 6_000;
 /** How long one link token is presented; a node accepts the windows either side too (clock skew). */
 export const LINK_TOKEN_WINDOW_MS = 10 * 60_000;
 
-/** The token of time window `window` (Date.now() / LINK_TOKEN_WINDOW_MS, floored): derived from the cluster's shared secret (server_secrets). */
+/**
+ * The token of time window `window` (Date.now() / LINK_TOKEN_WINDOW_MS, floored): derived from the
+ * cluster's shared secret (server_secrets). Its version changes with the link's messages (v3: raw
+ * x-data), so a node of another version refuses the link (401) instead of failing on its messages.
+ */
 export function linkToken(secret: Uint8Array, window: number): string {
-  return createHmac('sha256', secret).update(`burrow cluster link v2 ${window}`).digest('base64url');
+  return createHmac('sha256', secret).update(`burrow cluster link v3 ${window}`).digest('base64url');
 }
 
 /**
@@ -91,6 +96,13 @@ class LinkPort extends EventEmitter implements PortLike {
     if (this.closed || !(value instanceof Uint8Array)) return;
     if (this.ws) this.ws.send(value);
     else this.waiting.push(value);
+  }
+
+  /** A raw message (bulk x-data): the payload goes to the socket as it is, not copied. */
+  postParts(head: Uint8Array, payload: Uint8Array): void {
+    if (this.closed) return;
+    if (this.ws) this.ws.sendParts(head, payload);
+    else this.waiting.push(Buffer.concat([head, payload]));
   }
 
   connected(ws: WsConnection): void {

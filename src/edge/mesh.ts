@@ -1,4 +1,4 @@
-import { Mailbox, type PortLike } from '../actors/actor.js';
+import { Mailbox, RAW_TAG, type PortLike } from '../actors/actor.js';
 import { assertNever } from '../errors.js';
 import type { Logger } from '../log.js';
 import { StreamEnds } from '../protocol/flow-control.js';
@@ -16,6 +16,29 @@ import type { Downstream, Upstream } from './stream.js';
 //
 // Credit stays end to end (x-credit carries the visitor's and the client's consumption), so the
 // owner never buffers for a slow visitor and the ingress never buffers for a slow client.
+//
+// Bulk x-data (RAW_DATA_MIN_BYTES and more) travels beside the msgpack batches as a raw message
+// (Mailbox.postRaw): RAW_TAG, the xid as a signed 48-bit integer, then the bytes. msgpack would
+// copy them into its buffer and the batch again into the transferred one; raw, a MessagePort
+// copies them once and a cluster link's WebSocket not at all. Smaller ones stay in the batch,
+// where many of them cost one postMessage.
+
+/** x-data from this size on is sent raw (a visitor's or a client's socket reads are up to 64 KiB). */
+const RAW_DATA_MIN_BYTES = 8 * 1024;
+/** RAW_TAG and the xid (6 bytes: xids count up past 2^31 in a long-lived shard). */
+const RAW_DATA_HEAD_BYTES = 7;
+
+/** One stream's bytes toward `peer` (`xid` signed as the message's). */
+function sendData(peer: Peer, xid: number, bytes: Uint8Array): void {
+  if (bytes.byteLength < RAW_DATA_MIN_BYTES) {
+    peer.mailbox.tell({ type: 'x-data', xid, bytes });
+    return;
+  }
+  const head = Buffer.allocUnsafe(RAW_DATA_HEAD_BYTES);
+  head[0] = RAW_TAG;
+  head.writeIntBE(xid, 1, 6);
+  peer.mailbox.postRaw(head, bytes);
+}
 
 /** One peer shard: its mailbox and the streams shared with it in both roles. */
 class Peer {
@@ -48,7 +71,7 @@ class Incoming implements Downstream {
     this.peer.mailbox.tell({ type: 'x-response', xid: -this.xid, head });
   }
   data(bytes: Uint8Array): void {
-    this.peer.mailbox.tell({ type: 'x-data', xid: -this.xid, bytes });
+    sendData(this.peer, -this.xid, bytes);
   }
   end(trailers?: string[]): void {
     if (!this.ends.endLocal()) return;
@@ -83,7 +106,7 @@ class MeshUpstream implements Upstream {
     this.reset('protocol');
   }
   data(bytes: Uint8Array): void {
-    this.peer.mailbox.tell({ type: 'x-data', xid: this.xid, bytes });
+    sendData(this.peer, this.xid, bytes);
   }
   end(): void {
     this.peer.mailbox.tell({ type: 'x-end', xid: this.xid });
@@ -121,13 +144,20 @@ export class Mesh {
     this.detach(shard);
     const mailbox = new Mailbox<TunnelMesh, TunnelMesh>(port, { batchTells: true });
     const peer = new Peer(mailbox);
-    mailbox.handle((msg) => {
+    const receive = (msg: TunnelMesh): void => {
       // Mailbox drops a tell's exception silently: end that one stream instead, logged.
       try {
         this.receive(peer, msg);
       } catch (err) {
         this.fault(peer, msg, err);
       }
+    };
+    mailbox.handle(receive);
+    mailbox.onRaw((raw) => {
+      // Thrown to the port: a cluster link that sends this is broken, and is closed.
+      if (raw.byteLength < RAW_DATA_HEAD_BYTES) throw new Error(`a raw mesh message of ${raw.byteLength} bytes, shorter than its head`);
+      const xid = Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).readIntBE(1, 6);
+      receive({ type: 'x-data', xid, bytes: raw.subarray(RAW_DATA_HEAD_BYTES) });
     });
     this.peers.set(shard, peer);
   }

@@ -1,7 +1,8 @@
 import { test } from 'uvu';
 import * as assert from 'uvu/assert';
 import { MessageChannel } from 'node:worker_threads';
-import { Mailbox, type PortLike } from '../../src/actors/actor.js';
+import { EventEmitter } from 'node:events';
+import { Mailbox, RAW_TAG, type PortLike } from '../../src/actors/actor.js';
 import { ApiError } from '../../src/errors.js';
 
 type Msg = { type: 'echo'; v: unknown } | { type: 'fail' } | { type: 'slow' } | { type: 'note'; v: number };
@@ -114,6 +115,46 @@ test('a batched tell carries the bytes it was given, not what the buffer holds l
   scratch.fill(9);
   assert.equal([...(await got)], [1, 2, 3]);
   close();
+});
+
+/** Tells (their `v`) and raw messages (their payload as text) in the order `b` got them. */
+function collect(b: Mailbox<Msg, Msg>): string[] {
+  const seen: string[] = [];
+  b.handle((m) => void (m.type === 'note' && seen.push(`tell ${m.v}`)));
+  b.onRaw((raw) => seen.push(`raw ${Buffer.from(raw.subarray(2)).toString()}`));
+  return seen;
+}
+
+const rawHead = Buffer.from([RAW_TAG, 7]);
+
+test('raw messages keep their place among batched tells, whole, and copied from the sender\'s buffer', async () => {
+  const { a, b, close } = pair({ batchTells: true });
+  const seen = collect(b);
+  a.tell({ type: 'note', v: 1 });
+  a.tell({ type: 'note', v: 2 });
+  const payload = Buffer.from('bulk');
+  a.postRaw(rawHead, payload);
+  payload.fill(0);
+  a.tell({ type: 'note', v: 3 });
+  await new Promise((r) => setTimeout(r, 20));
+  assert.equal(seen, ['tell 1', 'tell 2', 'raw bulk', 'tell 3']);
+  close();
+});
+
+test('a port with postParts gets a raw message as its two parts, after the batch before it', () => {
+  const posted: string[] = [];
+  const port = Object.assign(new EventEmitter(), {
+    postMessage: (v: unknown) => void posted.push(`batch of ${(v as Uint8Array).byteLength}`),
+    postParts: (head: Uint8Array, payload: Uint8Array) => void posted.push(`parts ${head[0]} ${Buffer.from(payload).toString()}`),
+  });
+  const a = new Mailbox<Msg, Msg>(port as unknown as PortLike, { batchTells: true });
+  a.tell({ type: 'note', v: 1 });
+  a.postRaw(rawHead, Buffer.from('bulk'));
+  assert.is(posted.length, 2);
+  assert.match(posted[0]!, /^batch of \d+$/);
+  assert.is(posted[1], `parts ${RAW_TAG} bulk`);
+  a.close();
+  assert.is(a.postRaw(rawHead, Buffer.from('late')).ok, false, 'a closed mailbox sends nothing');
 });
 
 test.run();

@@ -241,12 +241,17 @@ test('a node holding the token but sending malformed link messages loses its lin
     { type: 'x-credit', xid: -5, bytes: -1 },
     { type: 'no-such-type', xid: 1 },
   ]) ws.send(encode({ k: 't', m }));
+  // A raw x-data (0xc1, a 6-byte xid, the bytes) for a stream that does not exist: dropped.
+  ws.send(Buffer.concat([Buffer.from([0xc1, 0, 0, 0, 0, 0, 99]), Buffer.alloc(9000, 1)]));
   await eventually(() => answers.some((v) => JSON.stringify(v).includes('no-tunnel')), 3_000, 'the unknown tunnel answered no-tunnel');
   assert.not.ok(ws.isClosed, 'well-framed nonsense costs the link nothing');
-  // Bytes that are no envelope at all: the link goes.
-  const closed = new Promise<void>((r) => ws.once('close', () => r()));
-  ws.send(Buffer.from([0x92, 0x01])); // an array of two that ends after one
-  await withDeadline(closed, 5_000, 'a link sending garbage is closed');
+  // Bytes that are no envelope at all, or a raw message shorter than its head: the link goes.
+  for (const garbage of [Buffer.from([0x92, 0x01]) /* an array of two that ends after one */, Buffer.from([0xc1, 0x00])]) {
+    const link = garbage[0] === 0x92 ? ws : await WsClient.connect(`${a.nodeUrl}/cluster/v1/link`, { authorization: `Bearer ${token}` }, 1 << 20, 5_000);
+    const closed = new Promise<void>((r) => link.once('close', () => r()));
+    link.send(garbage);
+    await withDeadline(closed, 5_000, `a link sending ${garbage.toString('hex')} is closed`);
+  }
   for (const node of cluster.nodes) assert.is((await visitNode(node, 'xlinkabuse', { path: '/ping' })).status, 200, `${node.nodeUrl} serves on`);
 });
 
