@@ -65,7 +65,10 @@ async function runCluster(ctx: Context): Promise<ScenarioOutput> {
       const args = [
         serverJs, '--host', LOOPBACK, '--port', String(port), '--node-url', url, '--database-url', pg.url, '--data-dir', dataDir,
         '--log-level', 'warn', '--visitor-concurrency', '4096', '--max-connections-per-user', '20000', '--max-tunnels-per-user', '20000',
-        '--max-registrations-per-minute', '20000', ...(seed ? ['--seed-api-key'] : []), ...(s.burrowWorkers ? ['--workers', String(s.burrowWorkers)] : []),
+        '--max-registrations-per-minute', '20000',
+        // The farm's 1,000 control connections all come from this one address: at the default
+        // 512 per shard, one of two shards took more about half the time and the farm failed.
+        '--max-connections-per-ip', '20000', ...(seed ? ['--seed-api-key'] : []), ...(s.burrowWorkers ? ['--workers', String(s.burrowWorkers)] : []),
       ];
       const prof = s.cpuProfDir ? ['--cpu-prof', '--cpu-prof-dir', join(s.cpuProfDir, name)] : [];
       const proc = start(name, process.execPath, [...prof, ...args], { env: { ...process.env, ...shebangEnv(serverJs) } });
