@@ -162,7 +162,8 @@ export class WsConnection extends EventEmitter<WsEvents> {
       this.joinedBytes += piece.byteLength;
       return;
     }
-    this.flushJoined();
+    // Mid-frame (its header is joined, this is its payload): the Pong waits for the turn's end.
+    this.flushJoined(false);
     this.writeChunk(piece);
   }
 
@@ -173,8 +174,13 @@ export class WsConnection extends EventEmitter<WsEvents> {
     this.joinedBytes += wsHeaderBytes(payloadBytes, this.masked);
   }
 
-  private flushJoined(): void {
-    if (this.pendingPong) {
+  /**
+   * Writes this turn's joined pieces as one chunk. `atFrameEnd`: every frame put so far is
+   * whole, so the Pong owed may follow them; a large payload's put() flushes between its
+   * frame's header and itself, where a Pong would land inside that frame.
+   */
+  private flushJoined(atFrameEnd = true): void {
+    if (this.pendingPong && atFrameEnd) {
       const pong = this.pendingPong;
       this.pendingPong = null;
       // Not putHeader: this runs as the turn's cork is lifted, and must not cork again.

@@ -85,6 +85,42 @@ test('Pongs either way leave the stream whole: messages around them arrive intac
   }
 });
 
+test('a Pong owed while a large message goes out waits for the message\'s end, not in the middle of it', async () => {
+  // A Ping and a message in one read: the Pong is owed at the end of the turn, and the
+  // message's listener sends a payload large enough to be written on its own (not joined). The
+  // Pong used to be written between that message's header and its payload: a link between
+  // nodes broke (or, when the misread bytes looked like a header, waited for bytes that never came).
+  let resolveServer!: (ws: WsConnection) => void;
+  const accepted = new Promise<WsConnection>((r) => (resolveServer = r));
+  const srv = net.createServer((s) => resolveServer(new WsConnection(s, Buffer.alloc(0), 1 << 20, 'server')));
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const sock = net.connect((srv.address() as net.AddressInfo).port, '127.0.0.1');
+  await new Promise<void>((r) => sock.once('connect', () => r()));
+  const ends = { client: new WsConnection(sock, Buffer.alloc(0), 1 << 20, 'client'), server: await accepted };
+  try {
+    for (const [name, pinger, answerer] of [
+      ['the client end answers', 'server', 'client'],
+      ['the server end answers', 'client', 'server'],
+    ] as const) {
+      const large = Buffer.alloc(64 * 1024, 7);
+      const got: Buffer[] = [];
+      ends[answerer].once('message', () => ends[answerer].send(large));
+      ends[pinger].on('message', (m) => got.push(Buffer.from(m)));
+      ends[pinger].ping();
+      ends[pinger].send(Buffer.from('go'));
+      await eventually(() => got.length === 1 || ends[pinger].isClosed, 3_000, `${name}: the large message`);
+      assert.not.ok(ends[pinger].isClosed, `${name}: the stream stays whole`);
+      assert.ok(got[0]!.equals(large), `${name}: the large message intact`);
+      ends.client.removeAllListeners('message');
+      ends.server.removeAllListeners('message');
+    }
+  } finally {
+    ends.client.destroy();
+    ends.server.destroy();
+    srv.close();
+  }
+});
+
 test('a peer that spends its answer budget on Pings is closed with 1008', async () => {
   const { server, raw, close } = await serverAnd({ answerBudget: new TokenBucket(50, 1) });
   const frames = framesOf(raw);
