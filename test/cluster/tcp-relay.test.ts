@@ -148,8 +148,9 @@ test('a slow reader gets every byte, and the link serves the next connection', a
 
 test('a connection busy both ways across several link heartbeats stays whole', async () => {
   // The link pings each way every 2 s; a steady stream for 5 s has frames of both directions
-  // before and after the Pings and their Pongs (a Pong that cut a byte from its turn broke the
-  // link under the stream, or left the next frame unread).
+  // before and after the Pings and their Pongs. A Pong whose head was miscounted, or one written
+  // between a large frame's header and its payload, broke the link under the stream (or, when
+  // the misread bytes looked like a header, left it waiting: a stall).
   behaviour = (s) => s.pipe(s);
   const sent: Buffer[] = [];
   const got = await visit(null, {
