@@ -23,6 +23,19 @@ async function serverAnd(opts: WsOptions): Promise<{ server: WsConnection; raw: 
   return { server, raw, close: () => (raw.destroy(), server.destroy(), srv.close()) };
 }
 
+/** Both ends of a WebSocket on a loopback socket: the client end masks (a 6-byte head for a Pong), the server end does not. */
+async function wsPair(): Promise<{ client: WsConnection; server: WsConnection; close(): void }> {
+  let resolveServer!: (ws: WsConnection) => void;
+  const accepted = new Promise<WsConnection>((r) => (resolveServer = r));
+  const srv = net.createServer((s) => resolveServer(new WsConnection(s, Buffer.alloc(0), 1 << 20, 'server')));
+  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
+  const sock = net.connect((srv.address() as net.AddressInfo).port, '127.0.0.1');
+  await new Promise<void>((r) => sock.once('connect', () => r()));
+  const client = new WsConnection(sock, Buffer.alloc(0), 1 << 20, 'client');
+  const server = await accepted;
+  return { client, server, close: () => (client.destroy(), server.destroy(), srv.close()) };
+}
+
 /** Every frame the server sent to `raw`, decoded. */
 function framesOf(raw: net.Socket): { op: number; payload: Buffer }[] {
   const decoder = new WsDecoder({ maxPayloadBytes: 1 << 20, expectMasked: false });
@@ -53,15 +66,7 @@ test('1,000 Pings in one read get one Pong, for the latest Ping', async () => {
 });
 
 test('Pongs either way leave the stream whole: messages around them arrive intact', async () => {
-  let resolveServer!: (ws: WsConnection) => void;
-  const accepted = new Promise<WsConnection>((r) => (resolveServer = r));
-  const srv = net.createServer((s) => resolveServer(new WsConnection(s, Buffer.alloc(0), 1 << 20, 'server')));
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const sock = net.connect((srv.address() as net.AddressInfo).port, '127.0.0.1');
-  await new Promise<void>((r) => sock.once('connect', () => r()));
-  // The client end masks its frames (a 6-byte head for a Pong), the server end does not.
-  const client = new WsConnection(sock, Buffer.alloc(0), 1 << 20, 'client');
-  const server = await accepted;
+  const { client, server, close } = await wsPair();
   const got: { client: string[]; server: string[] } = { client: [], server: [] };
   client.on('message', (m) => got.client.push(m.toString()));
   server.on('message', (m) => got.server.push(m.toString()));
@@ -79,9 +84,7 @@ test('Pongs either way leave the stream whole: messages around them arrive intac
     assert.equal(got.server, want('c'));
     assert.not.ok(client.isClosed || server.isClosed, 'both ends open');
   } finally {
-    client.destroy();
-    server.destroy();
-    srv.close();
+    close();
   }
 });
 
@@ -90,13 +93,8 @@ test('a Pong owed while a large message goes out waits for the message\'s end, n
   // message's listener sends a payload large enough to be written on its own (not joined). The
   // Pong used to be written between that message's header and its payload: a link between
   // nodes broke (or, when the misread bytes looked like a header, waited for bytes that never came).
-  let resolveServer!: (ws: WsConnection) => void;
-  const accepted = new Promise<WsConnection>((r) => (resolveServer = r));
-  const srv = net.createServer((s) => resolveServer(new WsConnection(s, Buffer.alloc(0), 1 << 20, 'server')));
-  await new Promise<void>((r) => srv.listen(0, '127.0.0.1', () => r()));
-  const sock = net.connect((srv.address() as net.AddressInfo).port, '127.0.0.1');
-  await new Promise<void>((r) => sock.once('connect', () => r()));
-  const ends = { client: new WsConnection(sock, Buffer.alloc(0), 1 << 20, 'client'), server: await accepted };
+  const { client, server, close } = await wsPair();
+  const ends = { client, server };
   try {
     for (const [name, pinger, answerer] of [
       ['the client end answers', 'server', 'client'],
@@ -115,9 +113,7 @@ test('a Pong owed while a large message goes out waits for the message\'s end, n
       ends.server.removeAllListeners('message');
     }
   } finally {
-    ends.client.destroy();
-    ends.server.destroy();
-    srv.close();
+    close();
   }
 });
 
