@@ -8,21 +8,27 @@ import type { WsConnection } from '../protocol/ws-connection.js';
 // each stream's frames wait in a queue of its own, and on every drain the queues are served a
 // frame each in turn, so a new stream waits for at most one frame of each busy one.
 //
-// A stream whose frames wait stops reading its local source until its turn came and its queue
-// is empty (data() returns false, then `turn(sid)`). Flow control alone bounded each stream by
-// its window, not the connection: 1024 concurrent 1 MiB answers (h2load -c16 -m64) were read
-// whole from the local service (1 GiB, 2 GiB of RSS) while the socket got FILL_BYTES an event
-// loop turn, each turn spent reading them, so nothing reached the visitors for seconds. Now
-// what waits is about one local read (≤ 64 KiB) a stream, and the turns stay short.
+// Once the queues hold more than HOLD_BYTES, a stream whose frames wait stops reading its local
+// source until its turn came and its queue is empty (data() returns false, then `turn(sid)`).
+// Flow control alone bounded each stream by its window, not the connection: 1024 concurrent
+// 1 MiB answers (h2load -c16 -m64) were read whole from the local service (1 GiB, 2 GiB of RSS)
+// while the socket got FILL_BYTES an event loop turn, each turn spent reading them, so nothing
+// reached the visitors for seconds. Now the queues hold at most HOLD_BYTES and about one local
+// read (≤ 64 KiB) a stream past it. Below it nothing pauses: pausing a source at every queued
+// read cost 64 downloads of 1 MiB a third of the client's CPU (more system calls a request).
 
 /** What the socket's buffer may hold before frames queue (128 KiB cost a single download 18 % of its rate, 256 KiB 9 %). */
 const FILL_BYTES = 256 * 1024;
+/** What the queues may hold before a stream with frames waiting stops reading its source. */
+const HOLD_BYTES = 8 * 1024 * 1024;
 
 type Queued = { head: Buffer; payload: Uint8Array } | { frame: Buffer };
 
 export class FairWriter {
   /** Queues of the streams waiting for their turn, in turn order. */
   private readonly queues = new Map<number, Queued[]>();
+  /** Bytes in the queues. */
+  private queuedBytes = 0;
 
   constructor(
     private readonly ws: WsConnection,
@@ -34,7 +40,8 @@ export class FairWriter {
 
   /**
    * A stream's bytes, as Data frames of at most MAX_DATA_BYTES, in order with its End. False:
-   * some wait for the stream's turn; it should stop reading its source until `turn(sid)`.
+   * some wait for the stream's turn while the queues are full; it should stop reading its source
+   * until `turn(sid)`.
    */
   data(sid: number, bytes: Uint8Array): boolean {
     for (let off = 0; off < bytes.byteLength; off += MAX_DATA_BYTES) {
@@ -43,7 +50,7 @@ export class FairWriter {
       // never reused) is not copied.
       this.put(sid, { head: dataFrameHead(sid, part.byteLength), payload: part });
     }
-    return !this.queues.has(sid);
+    return this.queuedBytes <= HOLD_BYTES || !this.queues.has(sid);
   }
 
   /** The stream's End: after its queued Data. */
@@ -63,13 +70,17 @@ export class FairWriter {
    * a visitor that left mid-answer no longer costs the others its whole answer.
    */
   drop(sid: number): void {
+    const queue = this.queues.get(sid);
+    if (!queue) return;
+    for (const item of queue) this.queuedBytes -= sizeOf(item);
     this.queues.delete(sid);
   }
 
   private put(sid: number, item: Queued): void {
     const queue = this.queues.get(sid);
+    if (!queue && this.ws.bufferedBytes < FILL_BYTES) return this.write(item);
+    this.queuedBytes += sizeOf(item);
     if (queue) queue.push(item);
-    else if (this.ws.bufferedBytes < FILL_BYTES) this.write(item);
     else this.queues.set(sid, [item]);
   }
 
@@ -82,7 +93,9 @@ export class FairWriter {
   private pump(): void {
     while (this.queues.size > 0 && this.ws.bufferedBytes < FILL_BYTES) {
       for (const [sid, queue] of this.queues) {
-        this.write(queue.shift()!);
+        const item = queue.shift()!;
+        this.queuedBytes -= sizeOf(item);
+        this.write(item);
         if (queue.length === 0) {
           this.queues.delete(sid);
           this.turn(sid);
@@ -91,4 +104,8 @@ export class FairWriter {
       }
     }
   }
+}
+
+function sizeOf(item: Queued): number {
+  return 'frame' in item ? item.frame.byteLength : item.head.byteLength + item.payload.byteLength;
 }

@@ -78,15 +78,17 @@ test("a Reset goes at once and drops what its stream had queued: no Data of it f
   p.close();
 });
 
-test('a stream whose frames wait hears so (data() is false) and hears when its queue emptied', async () => {
+test('a stream whose frames wait while the queues are full hears so (data() is false) and hears when its queue emptied', async () => {
   const p = await pair();
   p.reader.pause();
   const turns: number[] = [];
   const w = new FairWriter(p.writer, (sid) => turns.push(sid));
   const taken: boolean[] = [];
-  for (let i = 0; i < 16; i++) taken.push(w.data(9, Buffer.alloc(CHUNK, 9)));
+  // 10 MiB: past the socket's share (256 KiB) and past what the queues hold before pausing (8 MiB).
+  for (let i = 0; i < 160; i++) taken.push(w.data(9, Buffer.alloc(CHUNK, 9)));
   assert.ok(taken[0], 'the first chunk went straight to the socket');
-  assert.is(taken.at(-1), false, 'once the socket is full, the stream is told its bytes wait');
+  assert.ok(taken[16], 'a queued chunk with the queues far from full: the stream reads on');
+  assert.is(taken.at(-1), false, 'once the queues are full, the stream is told its bytes wait');
   assert.equal(turns, [], 'no turn before the socket drains');
   p.reader.resume();
   await withDeadline((async () => { while (!turns.includes(9)) await new Promise((r) => setTimeout(r, 10)); })(), 10_000, 'the turn of stream 9');
