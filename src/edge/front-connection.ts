@@ -359,6 +359,12 @@ export class FrontConnection implements ResponseSink {
   /** VisitorResponse: the answer is on the wire. */
   responded(keepAlive: boolean): void {
     if (!keepAlive) this.closing = true;
+    if (this.phase === 'detached') {
+      // An answer written after its exchange took the socket over (a control handshake refused
+      // once its key was checked, an upgrade the local service declined): it ends the socket.
+      if (this.closing) this.endSocket();
+      return;
+    }
     if (this.phase === 'open') this.phase = 'answered';
     else if (this.phase === 'answering') this.phase = 'done';
     // Inside the parser, drive() advances when execute returns; before the request is read

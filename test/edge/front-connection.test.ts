@@ -218,4 +218,38 @@ test('pipelined requests wait for the answer before them, and reading pauses whi
   socket.destroy();
 });
 
+test('an upgrade refused after the exchange took the socket over: the answer goes out, then the socket ends', async () => {
+  const socket = new FakeSocket();
+  const later: { refuse?: () => void } = {};
+  const host: FrontHost = {
+    log,
+    exchange(conn, _head, response) {
+      return {
+        requestBody() {},
+        requestEnd() {},
+        abort() {},
+        upgraded() {
+          // As the control handshake does: the socket is taken, the key checked later.
+          conn.detach();
+          later.refuse = () => {
+            response.closeAfter();
+            response.problem('unauthorized', 'no such key');
+          };
+        },
+      };
+    },
+  };
+  const conn = new FrontConnection(socket as unknown as Socket, '127.0.0.1', host);
+  socket.emit('data', Buffer.from('GET /tunnel HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n'));
+  assert.ok(later.refuse, 'the exchange took the upgrade');
+  await flush();
+  later.refuse!();
+  await flush();
+  assert.equal(statuses(Buffer.concat(socket.out).toString('latin1')), [401]);
+  assert.ok(socket.ended, 'the refused connection is left open');
+  assert.is(socket.writtenAfterEnd, 0);
+  conn.release();
+  socket.destroy();
+});
+
 test.run();
