@@ -6,7 +6,7 @@ import type { GuardedObserver } from './observer.js';
 import { connectOptions, type LocalTarget } from './local-target.js';
 import type { ConnUser, ConnWaiter, LocalConn, LocalPool } from './local-pool.js';
 import type { Link } from './link.js';
-import { requestHeadText, sendsChunked } from '../protocol/raw-head.js';
+import { requestHeadBytes, sendsChunked } from '../protocol/raw-head.js';
 
 // The client's streams: one visitor request or TCP connection each, toward the local service.
 // A stream writes its frames through the Sender of the control connection it arrived on
@@ -182,7 +182,7 @@ export class RawHttpStream extends ClientStream implements ConnUser, ConnWaiter 
     this.chunked = hasBody && sendsChunked(head);
     this.shared = !hasBody && !head.upgrade;
     this.deadlineMs = this.startedMs + timeoutMs;
-    this.pendingHead = head.raw ?? requestHeadText(head, this.chunked);
+    this.pendingHead = head.raw ?? requestHeadBytes(head, this.chunked);
     this.start();
   }
 
@@ -315,7 +315,7 @@ export class RawHttpStream extends ClientStream implements ConnUser, ConnWaiter 
       this.retried = true;
       this.conn = null;
       this.waitingForConn = true;
-      this.pendingHead = this.head.raw ?? requestHeadText(this.head, this.chunked);
+      this.pendingHead = this.head.raw ?? requestHeadBytes(this.head, this.chunked);
       this.attach(this.pool.fresh());
       return;
     }

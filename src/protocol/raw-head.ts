@@ -19,16 +19,18 @@ export function sendsChunked(head: HttpHead): boolean {
   return head.raw !== undefined ? head.chunked === true : !head.end && !head.upgrade && !hasContentLength(head.headers);
 }
 
-/** The head's text toward the local service, from its fields (the one serializer of a request head). */
-export function requestHeadText(head: HttpHead, chunked: boolean): string {
-  let text = `${head.method} ${head.target} HTTP/1.1\r\n`;
-  const h = head.headers;
-  for (let i = 0; i < h.length; i += 2) text += `${h[i]}: ${h[i + 1]}\r\n`;
-  if (chunked) text += 'Transfer-Encoding: chunked\r\n';
-  return text + '\r\n';
+/**
+ * The head toward the local service, from its fields, as bytes (latin1): request line, fields,
+ * Transfer-Encoding when `chunked`, the blank line. The one serializer of a request head; the
+ * edge's raw StreamOpen writes the same bytes in place (writeRequestHead).
+ */
+export function requestHeadBytes(head: HttpHead, chunked: boolean): Buffer {
+  const b = Buffer.allocUnsafe(requestHeadLength(head, chunked));
+  writeRequestHead(head, chunked, b, 0);
+  return b;
 }
 
-/** The length of requestHeadText's bytes (latin1: a character a byte). */
+/** The length of the head's bytes (latin1: a character a byte). */
 export function requestHeadLength(head: HttpHead, chunked: boolean): number {
   let n = head.method.length + head.target.length + 12; // ' ' and ' HTTP/1.1\r\n'
   const h = head.headers;
@@ -36,7 +38,7 @@ export function requestHeadLength(head: HttpHead, chunked: boolean): number {
   return n + (chunked ? CHUNKED_LINE.length : 0) + 2;
 }
 
-/** Writes requestHeadText's bytes at `o` in `buf` (which has room), piece by piece; returns the end. */
+/** Writes the head's bytes at `o` in `buf` (which has room), piece by piece; returns the end. */
 export function writeRequestHead(head: HttpHead, chunked: boolean, buf: Buffer, o: number): number {
   o += buf.write(head.method, o, 'latin1');
   buf[o++] = 0x20;
@@ -61,8 +63,7 @@ const CHUNKED_LINE = 'Transfer-Encoding: chunked\r\n';
 /** The head with its fields as bytes (HttpHead.raw), for a client that takes them. */
 export function withRawHead(head: HttpHead): HttpHead {
   const chunked = sendsChunked(head);
-  const raw = Buffer.allocUnsafe(requestHeadLength(head, chunked));
-  writeRequestHead(head, chunked, raw, 0);
+  const raw = requestHeadBytes(head, chunked);
   return { kind: 'http', method: head.method, target: head.target, headers: [], upgrade: head.upgrade, ...(head.end ? { end: true } : {}), raw, chunked, ...(head.protocol ? { protocol: head.protocol } : {}) };
 }
 
