@@ -283,7 +283,8 @@ export class ControlConnection implements StreamCarrier {
   private onPieces(first: Buffer, more: Buffer[]): void {
     let total = first.byteLength;
     for (const m of more) total += m.byteLength;
-    const d = this.helloDone && !this.closed ? dataHeadOf(first) : null;
+    // A payload trickled in many small reads is joined: each piece costs a parse call.
+    const d = this.helloDone && !this.closed && more.length <= MAX_DATA_PIECES ? dataHeadOf(first) : null;
     if (d === null || d.headBytes + d.payloadBytes !== total) return this.onMessage(Buffer.concat([first, ...more], total));
     this.lastSeenMs = Date.now();
     const s = this.stream(d.sid);
@@ -588,6 +589,9 @@ function refreshTickets(control: ControlConnection, tickets: TicketMinter, first
  * The handshake of a control connection: checked, then the key authenticated (401/403/429
  * answered as problem+json before any upgrade), then 101 and a ControlConnection on the socket.
  */
+/** Pieces a Data payload may come in and go on as they are (a 256 KiB frame over 64 KiB reads is 5). */
+const MAX_DATA_PIECES = 16;
+
 export function acceptControl(host: ControlHost, conn: FrontConnection, head: RequestHead, res: VisitorResponse): Exchange {
   let gone = false;
   const refuse = (code: ProblemCode, detail: string, headers: Record<string, string> = {}): void => {
